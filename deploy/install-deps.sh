@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs every Debian package sluice's build, tests and lab need, reserves 2 MiB hugepages and mounts hugetlbfs.
+# Idempotent: run it as often as you like. Hugepage count: SLUICE_HUGEPAGES (default 512 = 1 GiB).
+set -euo pipefail
+
+hugepages=${SLUICE_HUGEPAGES:-512}
+packages=(
+  build-essential pkg-config meson ninja-build python3
+  libdpdk-dev dpdk dpdk-dev
+  libbpf-dev libxdp-dev xdp-tools clang llvm
+  libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 prometheus-cpp-dev libsystemd-dev libpcap-dev
+  python3-scapy python3-pytest iproute2 iputils-ping ethtool tcpdump curl procps
+)
+
+say() { printf 'install-deps: %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  say "must run as root (apt-get and hugepages)"; exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "all ${#packages[@]} packages already installed"
+fi
+
+nr=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+have=$(cat "$nr")
+if [ "$have" -lt "$hugepages" ]; then
+  echo "$hugepages" > "$nr"
+  have=$(cat "$nr")
+  say "reserved 2 MiB hugepages: $have (wanted $hugepages)"
+  [ "$have" -ge "$hugepages" ] || say "WARNING: the kernel gave only $have hugepages; free memory or reboot"
+else
+  say "2 MiB hugepages already reserved: $have"
+fi
+
+if ! grep -qs ' /dev/hugepages hugetlbfs ' /proc/mounts; then
+  mkdir -p /dev/hugepages
+  mount -t hugetlbfs nodev /dev/hugepages
+  say "mounted hugetlbfs on /dev/hugepages"
+else
+  say "hugetlbfs already mounted on /dev/hugepages"
+fi

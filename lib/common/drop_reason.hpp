@@ -1,0 +1,57 @@
+// Every reason sluice drops a packet, declared once: the enum, the metric label and the help text all come from
+// this table (the VPP acl plugin's X-macro habit), so a new reason cannot be counted without being named.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace sluice {
+
+#define SLUICE_DROP_REASONS(X)                                                                   \
+    X(l2_truncated, "frame shorter than its Ethernet and VLAN headers")                          \
+    X(not_ip, "ethertype is neither IPv4 nor IPv6")                                               \
+    X(vlan_too_deep, "more than two VLAN tags")                                                   \
+    X(ipv4_truncated, "frame ends inside the IPv4 header")                                        \
+    X(ipv4_bad_version, "IPv4 ethertype but IP version is not 4")                                 \
+    X(ipv4_bad_ihl, "IPv4 header length (IHL) below 5")                                           \
+    X(ipv4_bad_length, "IPv4 total length below the header length or beyond the frame")           \
+    X(ipv4_bad_checksum, "IPv4 header checksum is wrong")                                         \
+    X(ipv6_truncated, "frame ends inside the IPv6 header")                                        \
+    X(ipv6_bad_version, "IPv6 ethertype but IP version is not 6")                                 \
+    X(ipv6_bad_length, "IPv6 payload length beyond the frame")                                    \
+    X(ipv6_bad_ext_header, "IPv6 extension header chain truncated or longer than 8 headers")      \
+    X(l4_truncated, "packet ends inside its TCP, UDP or ICMP header")                             \
+    X(tcp_bad_offset, "TCP data offset below 5 or beyond the packet")                             \
+    X(udp_bad_length, "UDP length below 8 or beyond the packet")                                  \
+    X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
+    X(no_route, "no forwarding entry for the ingress port")                                       \
+    X(ring_full, "the owning worker's input ring was full")                                       \
+    X(tx_full, "the TX queue did not accept the packet")                                          \
+    X(shutdown, "still queued when the port stopped")
+
+enum class DropReason : uint8_t {
+    none = 0,
+#define SLUICE_DROP_ENUM(name, help) name,
+    SLUICE_DROP_REASONS(SLUICE_DROP_ENUM)
+#undef SLUICE_DROP_ENUM
+        count
+};
+
+inline constexpr std::size_t kDropReasonCount = static_cast<std::size_t>(DropReason::count);
+
+struct DropReasonInfo {
+    std::string_view name;
+    std::string_view help;
+};
+
+inline constexpr std::array<DropReasonInfo, kDropReasonCount> kDropReasonInfo = {{
+    {"none", "not dropped"},
+#define SLUICE_DROP_INFO(name, help) {#name, help},
+    SLUICE_DROP_REASONS(SLUICE_DROP_INFO)
+#undef SLUICE_DROP_INFO
+}};
+
+constexpr std::string_view drop_reason_name(DropReason r) { return kDropReasonInfo[static_cast<std::size_t>(r)].name; }
+
+}  // namespace sluice

@@ -1,0 +1,78 @@
+// sluice's configuration: plain structs decoded from YAML, every key checked (unknown keys are errors), every error
+// reported as FILE:LINE:COL with what is wrong. Loading is pure (no EAL); control thread only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rte_ether.h>
+
+#include "dpdk/port.hpp"
+
+namespace sluice {
+
+struct ConfigError {
+    std::string file;
+    int line = 0;  // 1-based; 0 when the error concerns the whole file
+    int column = 0;
+    std::string message;
+
+    std::string to_string() const;
+};
+
+struct RxQueueName {
+    std::string port;
+    uint16_t queue = 0;
+};
+
+struct LcoreConfig {
+    unsigned id = 0;
+    bool rx = false;
+    bool worker = false;
+    std::vector<RxQueueName> rx_queues;  // empty on every rx lcore: queues are spread round-robin
+};
+
+struct ForwardConfig {
+    std::string from;
+    std::string to;
+    rte_ether_addr next_hop_mac{};
+};
+
+struct LogConfig {
+    std::string level = "info";
+    std::string file;  // empty: stderr (journald under systemd)
+};
+
+struct DataplaneConfig {
+    uint32_t ring_size = 4096;
+    uint32_t idle_sleep_us = 0;
+};
+
+struct Config {
+    std::string path;
+    std::vector<std::string> eal;
+    LogConfig log;
+    DataplaneConfig dataplane;
+    std::vector<PortSpec> ports;
+    std::vector<LcoreConfig> lcores;
+    std::vector<ForwardConfig> forward;
+
+    const PortSpec* find_port(const std::string& name) const;
+};
+
+struct ConfigResult {
+    std::optional<Config> config;  // set only when errors is empty
+    std::vector<ConfigError> errors;
+};
+
+ConfigResult load_config_file(const std::string& path);
+// `name` stands for the file in error messages.
+ConfigResult load_config_text(const std::string& text, const std::string& name);
+
+// The RX queues each rx lcore polls, as (port index, queue): the explicit lists, or every queue of every port
+// spread round-robin over the rx lcores when no lcore lists any. Indexed like config.lcores.
+std::vector<std::vector<std::pair<std::size_t, uint16_t>>> assign_rx_queues(const Config& config);
+
+}  // namespace sluice

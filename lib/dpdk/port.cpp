@@ -1,0 +1,114 @@
+#include "dpdk/port.hpp"
+
+#include <regex>
+
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+
+#include <spdlog/spdlog.h>
+
+#include "dpdk/startup_error.hpp"
+
+namespace sluice {
+
+bool is_pci_address(const std::string& device) {
+    static const std::regex kPci(R"(^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7](,.*)?$)");
+    return std::regex_match(device, kPci);
+}
+
+std::string device_name(const std::string& device) { return device.substr(0, device.find(',')); }
+
+namespace {
+
+std::string errstr(int ret) { return rte_strerror(ret < 0 ? -ret : ret); }
+
+std::string format_mac(const rte_ether_addr& mac) {
+    char buf[RTE_ETHER_ADDR_FMT_SIZE];
+    rte_ether_format_addr(buf, sizeof buf, &mac);
+    return buf;
+}
+
+}  // namespace
+
+Port::Port(const PortSpec& spec) : spec_(spec) {
+    std::string name = device_name(spec.device);
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port_id_) != 0)
+        throw StartupError("port '" + spec.name + "': no probed device named '" + name + "' (device '" + spec.device +
+                           "'); check the device string and that its driver is available");
+    rte_eth_macaddr_get(port_id_, &mac_);
+}
+
+Port::~Port() {
+    stop();
+    rte_eth_dev_close(port_id_);
+}
+
+int Port::socket() const {
+    const int s = rte_eth_dev_socket_id(port_id_);
+    return s < 0 ? 0 : s;
+}
+
+void Port::start(uint16_t tx_queues, rte_mempool* pool) {
+    const std::string who = "port '" + spec_.name + "'";
+    rte_eth_dev_info info{};
+    int ret = rte_eth_dev_info_get(port_id_, &info);
+    if (ret != 0) throw StartupError(who + ": rte_eth_dev_info_get: " + errstr(ret));
+    if (spec_.rx_queues > info.max_rx_queues)
+        throw StartupError(who + ": " + std::to_string(spec_.rx_queues) + " RX queues asked, the device has " +
+                           std::to_string(info.max_rx_queues));
+    if (tx_queues > info.max_tx_queues)
+        throw StartupError(who + ": needs one TX queue per worker (" + std::to_string(tx_queues) +
+                           "), the device has " + std::to_string(info.max_tx_queues));
+
+    rte_eth_conf conf{};
+    conf.rxmode.mtu = spec_.mtu;
+    if (spec_.rx_queues > 1) {
+        conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+        conf.rx_adv_conf.rss_conf.rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+    }
+    // Every mbuf comes from one pool with refcnt 1, which is what fast free asks.
+    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+
+    ret = rte_eth_dev_configure(port_id_, spec_.rx_queues, tx_queues, &conf);
+    if (ret != 0) throw StartupError(who + ": rte_eth_dev_configure: " + errstr(ret));
+    uint16_t rx_desc = spec_.rx_descriptors, tx_desc = spec_.tx_descriptors;
+    ret = rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rx_desc, &tx_desc);
+    if (ret != 0) throw StartupError(who + ": descriptor counts: " + errstr(ret));
+
+    const unsigned socket_id = static_cast<unsigned>(socket());
+    for (uint16_t q = 0; q < spec_.rx_queues; ++q) {
+        ret = rte_eth_rx_queue_setup(port_id_, q, rx_desc, socket_id, nullptr, pool);
+        if (ret != 0) throw StartupError(who + ": RX queue " + std::to_string(q) + ": " + errstr(ret));
+    }
+    rte_eth_txconf txconf = info.default_txconf;
+    txconf.offloads = conf.txmode.offloads;
+    for (uint16_t q = 0; q < tx_queues; ++q) {
+        ret = rte_eth_tx_queue_setup(port_id_, q, tx_desc, socket_id, &txconf);
+        if (ret != 0) throw StartupError(who + ": TX queue " + std::to_string(q) + ": " + errstr(ret));
+    }
+    if (spec_.promiscuous && (ret = rte_eth_promiscuous_enable(port_id_)) != 0 && ret != -ENOTSUP)
+        spdlog::warn("{}: promiscuous mode not enabled: {}", who, errstr(ret));
+    ret = rte_eth_dev_start(port_id_);
+    if (ret != 0) throw StartupError(who + ": rte_eth_dev_start: " + errstr(ret));
+    started_ = true;
+    spdlog::info("{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}",
+                 who, spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues,
+                 tx_desc, spec_.mtu, socket_id);
+}
+
+void Port::stop() {
+    if (!started_) return;
+    started_ = false;
+    const int ret = rte_eth_dev_stop(port_id_);
+    if (ret != 0) spdlog::warn("port '{}': rte_eth_dev_stop: {}", spec_.name, errstr(ret));
+}
+
+void Port::log_link() const {
+    rte_eth_link link{};
+    if (rte_eth_link_get_nowait(port_id_, &link) != 0) return;
+    char text[RTE_ETH_LINK_MAX_STR_LEN];
+    rte_eth_link_to_str(text, sizeof text, &link);
+    spdlog::info("port '{}': {}", spec_.name, text);
+}
+
+}  // namespace sluice

@@ -1,0 +1,59 @@
+// Ethernet ports: what the config asks of one, and the bring-up/tear-down of the device.
+// Control thread only (start-up and shutdown); nothing here runs on an lcore.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rte_ether.h>
+#include <rte_mempool.h>
+
+namespace sluice {
+
+struct PortSpec {
+    std::string name;    // the operator's name, used in logs, metrics and the forwarding table
+    std::string device;  // a PCI address (0000:03:00.0) or a vdev string (net_pcap0,rx_pcap=in.pcap)
+    uint16_t rx_queues = 1;
+    uint16_t rx_descriptors = 1024;
+    uint16_t tx_descriptors = 1024;
+    uint16_t mtu = 1500;
+    bool promiscuous = true;
+};
+
+bool is_pci_address(const std::string& device);
+// The ethdev name a device is known by once probed: the vdev name before its first comma, or the PCI address.
+std::string device_name(const std::string& device);
+
+// Largest frame a port of this MTU receives: MTU + Ethernet header + two VLAN tags + CRC.
+constexpr uint32_t max_frame_size(uint16_t mtu) { return mtu + RTE_ETHER_HDR_LEN + 2 * RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN; }
+
+// A configured, started port. Owned by the daemon; closes the device when it goes.
+class Port {
+public:
+    // Finds the probed device for spec, or throws StartupError naming it.
+    explicit Port(const PortSpec& spec);
+    ~Port();
+    Port(const Port&) = delete;
+    Port& operator=(const Port&) = delete;
+
+    // Configures RX queues (RSS over IPv4/IPv6 TCP/UDP when more than one) and tx_queues TX queues, all RX queues
+    // taking mbufs from pool, then starts the device. Throws StartupError.
+    void start(uint16_t tx_queues, rte_mempool* pool);
+    void stop();  // idempotent; the PMD returns its RX descriptors' mbufs to the pool
+
+    uint16_t id() const { return port_id_; }
+    const std::string& name() const { return spec_.name; }
+    const PortSpec& spec() const { return spec_; }
+    int socket() const;  // the NUMA socket the device sits on (0 when unknown)
+    const rte_ether_addr& mac() const { return mac_; }
+    void log_link() const;
+
+private:
+    PortSpec spec_;
+    uint16_t port_id_ = 0;
+    rte_ether_addr mac_{};
+    bool started_ = false;
+};
+
+}  // namespace sluice

@@ -1,0 +1,33 @@
+// Internet checksum helpers: the full sum (RFC 1071) and the incremental update (RFC 1624, eqn. 3).
+// Pure; fast-path safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sluice {
+
+// Folds a 32-bit one's-complement accumulator to 16 bits.
+constexpr uint16_t checksum_fold(uint32_t sum) {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(sum);
+}
+
+// RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'). All values are 16-bit words as they sit in memory (any byte order, as
+// long as it is the same for all three): one's-complement sums are byte-order independent.
+constexpr uint16_t checksum_update16(uint16_t checksum, uint16_t old_word, uint16_t new_word) {
+    const uint32_t sum = uint32_t{static_cast<uint16_t>(~checksum)} + uint16_t(~old_word) + new_word;
+    return static_cast<uint16_t>(~checksum_fold(sum));
+}
+
+// RFC 1071 checksum of a buffer, returned in the buffer's byte order (store it as is).
+inline uint16_t checksum_compute(const void* data, std::size_t len) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    uint32_t sum = 0;
+    for (; len > 1; p += 2, len -= 2) sum += uint16_t(p[0] | (p[1] << 8));
+    if (len) sum += p[0];
+    return static_cast<uint16_t>(~checksum_fold(sum));
+}
+
+}  // namespace sluice

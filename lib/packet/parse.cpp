@@ -1,0 +1,190 @@
+#include "packet/parse.hpp"
+
+#include <netinet/in.h>
+
+#include <rte_byteorder.h>
+#include <rte_ether.h>
+#include <rte_icmp.h>
+#include <rte_ip.h>
+#include <rte_tcp.h>
+#include <rte_udp.h>
+
+#include "common/compiler.hpp"
+#include "packet/checksum.hpp"
+
+namespace sluice {
+namespace {
+
+constexpr uint16_t kEtherIpv4 = RTE_BE16(RTE_ETHER_TYPE_IPV4);
+constexpr uint16_t kEtherIpv6 = RTE_BE16(RTE_ETHER_TYPE_IPV6);
+constexpr uint16_t kEtherVlan = RTE_BE16(RTE_ETHER_TYPE_VLAN);
+constexpr uint16_t kEtherQinq = RTE_BE16(RTE_ETHER_TYPE_QINQ);
+constexpr int kMaxVlanTags = 2;
+constexpr int kMaxIpv6ExtHeaders = 8;
+
+constexpr uint8_t kIcmpEchoRequest = 8, kIcmpEchoReply = 0;
+constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
+
+uint16_t load_be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint16_t load_raw16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+
+// Fills the ports of the tuple from the L4 header at frame[l4], which ends at frame[end].
+DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto, FiveTuple& tuple) {
+    const uint32_t avail = end - l4;
+    const uint8_t* h = frame + l4;
+    switch (proto) {
+    case IPPROTO_TCP: {
+        if (avail < sizeof(rte_tcp_hdr)) return DropReason::l4_truncated;
+        const uint32_t data_offset = (h[12] >> 4) * 4u;
+        if (data_offset < sizeof(rte_tcp_hdr) || data_offset > avail) return DropReason::tcp_bad_offset;
+        tuple.src_port = load_raw16(h);
+        tuple.dst_port = load_raw16(h + 2);
+        return DropReason::none;
+    }
+    case IPPROTO_UDP: {
+        if (avail < sizeof(rte_udp_hdr)) return DropReason::l4_truncated;
+        const uint32_t udp_length = load_be16(h + 4);
+        if (udp_length < sizeof(rte_udp_hdr) || udp_length > avail) return DropReason::udp_bad_length;
+        tuple.src_port = load_raw16(h);
+        tuple.dst_port = load_raw16(h + 2);
+        return DropReason::none;
+    }
+    case IPPROTO_ICMP:
+    case IPPROTO_ICMPV6: {
+        if (avail < sizeof(rte_icmp_hdr)) return DropReason::l4_truncated;
+        const uint8_t type = h[0];
+        const bool echo = proto == IPPROTO_ICMP ? (type == kIcmpEchoRequest || type == kIcmpEchoReply)
+                                                : (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
+        if (echo) {  // the identifier in both slots keeps request and reply on one flow
+            tuple.src_port = tuple.dst_port = load_raw16(h + 4);
+        }
+        return DropReason::none;
+    }
+    default:
+        return DropReason::none;  // other protocols flow on addresses alone
+    }
+}
+
+DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseOptions options, PacketMeta& meta,
+                      FiveTuple& tuple) {
+    const uint32_t avail = length - l3;
+    if (avail < sizeof(rte_ipv4_hdr)) return DropReason::ipv4_truncated;
+    const uint8_t* ip = frame + l3;
+    if ((ip[0] >> 4) != 4) return DropReason::ipv4_bad_version;
+    const uint32_t header_length = (ip[0] & 0x0f) * 4u;
+    if (header_length < sizeof(rte_ipv4_hdr)) return DropReason::ipv4_bad_ihl;
+    if (header_length > avail) return DropReason::ipv4_truncated;
+    const uint32_t total_length = load_be16(ip + 2);
+    // A frame longer than the datagram is Ethernet padding; a shorter one lost data.
+    if (total_length < header_length || total_length > avail) return DropReason::ipv4_bad_length;
+    if (!options.ipv4_checksum_verified && checksum_compute(ip, header_length) != 0)
+        return DropReason::ipv4_bad_checksum;
+
+    meta.family = IpFamily::ipv4;
+    meta.l4_proto = ip[9];
+    tuple.family = IpFamily::ipv4;
+    tuple.proto = ip[9];
+    std::memcpy(&tuple.src.words[0], ip + 12, 4);
+    std::memcpy(&tuple.dst.words[0], ip + 16, 4);
+
+    const uint16_t fragment = load_be16(ip + 6);
+    const bool more_fragments = fragment & 0x2000;
+    const uint16_t fragment_offset = fragment & 0x1fff;
+    if (more_fragments || fragment_offset) {
+        // Every fragment of a datagram hashes on addresses and protocol alone so all reach one worker.
+        meta.flags |= kMetaFragment;
+        meta.l4_offset = fragment_offset ? 0 : static_cast<uint16_t>(l3 + header_length);
+        return DropReason::none;
+    }
+    meta.l4_offset = static_cast<uint16_t>(l3 + header_length);
+    return parse_l4(frame, meta.l4_offset, l3 + total_length, meta.l4_proto, tuple);
+}
+
+DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, PacketMeta& meta, FiveTuple& tuple) {
+    const uint32_t avail = length - l3;
+    if (avail < sizeof(rte_ipv6_hdr)) return DropReason::ipv6_truncated;
+    const uint8_t* ip = frame + l3;
+    if ((ip[0] >> 4) != 6) return DropReason::ipv6_bad_version;
+    const uint32_t end = l3 + sizeof(rte_ipv6_hdr) + load_be16(ip + 4);
+    if (end > length) return DropReason::ipv6_bad_length;
+
+    meta.family = IpFamily::ipv6;
+    tuple.family = IpFamily::ipv6;
+    std::memcpy(tuple.src.bytes, ip + 8, 16);
+    std::memcpy(tuple.dst.bytes, ip + 24, 16);
+
+    uint8_t next = ip[6];
+    uint32_t offset = l3 + sizeof(rte_ipv6_hdr);
+    bool non_first_fragment = false;
+    for (int i = 0;; ++i) {
+        uint32_t ext_length;
+        switch (next) {
+        case IPPROTO_HOPOPTS:
+        case IPPROTO_ROUTING:
+        case IPPROTO_DSTOPTS:
+            if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
+            ext_length = (frame[offset + 1] + 1u) * 8u;
+            break;
+        case IPPROTO_AH:
+            if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
+            ext_length = (frame[offset + 1] + 2u) * 4u;
+            break;
+        case IPPROTO_FRAGMENT: {
+            if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
+            ext_length = 8;
+            const uint16_t fragment = load_be16(frame + offset + 2);
+            meta.flags |= kMetaFragment;
+            non_first_fragment = (fragment & 0xfff8) != 0;
+            break;
+        }
+        default:
+            ext_length = 0;
+            break;
+        }
+        if (ext_length == 0) break;
+        if (i == kMaxIpv6ExtHeaders || ext_length > end - offset) return DropReason::ipv6_bad_ext_header;
+        next = frame[offset];
+        offset += ext_length;
+    }
+    meta.l4_proto = next;
+    tuple.proto = next;
+    if (meta.flags & kMetaFragment) {
+        meta.l4_offset = non_first_fragment ? 0 : static_cast<uint16_t>(offset);
+        return DropReason::none;
+    }
+    meta.l4_offset = static_cast<uint16_t>(offset);
+    return parse_l4(frame, offset, end, next, tuple);
+}
+
+}  // namespace
+
+DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
+                       FiveTuple& tuple) {
+    meta = PacketMeta{};
+    tuple = FiveTuple{};
+    if (SLUICE_UNLIKELY(length < sizeof(rte_ether_hdr))) return DropReason::l2_truncated;
+
+    uint32_t l3 = sizeof(rte_ether_hdr);
+    uint16_t ether_type = load_raw16(frame + 12);
+    for (int tags = 0; ether_type == kEtherVlan || ether_type == kEtherQinq; ++tags) {
+        if (tags == kMaxVlanTags) return DropReason::vlan_too_deep;
+        if (length < l3 + sizeof(rte_vlan_hdr)) return DropReason::l2_truncated;
+        ether_type = load_raw16(frame + l3 + 2);
+        l3 += sizeof(rte_vlan_hdr);
+    }
+    meta.l3_offset = static_cast<uint16_t>(l3);
+
+    DropReason verdict;
+    if (SLUICE_LIKELY(ether_type == kEtherIpv4))
+        verdict = parse_ipv4(frame, length, l3, options, meta, tuple);
+    else if (ether_type == kEtherIpv6)
+        verdict = parse_ipv6(frame, length, l3, meta, tuple);
+    else
+        return DropReason::not_ip;
+    if (verdict != DropReason::none) return verdict;
+
+    meta.flow_hash = symmetric_flow_hash(tuple);
+    return DropReason::none;
+}
+
+}  // namespace sluice

@@ -1,0 +1,35 @@
+// Parses one frame once, on the RX lcore: validates the L2/L3/L4 headers, fills the five-tuple and the offsets the
+// worker needs, and names the reason when the frame is malformed. Pure and allocation-free; fast-path safe.
+#pragma once
+
+#include <cstdint>
+
+#include "common/drop_reason.hpp"
+#include "common/five_tuple.hpp"
+
+namespace sluice {
+
+// What the RX lcore learned about a frame, carried to the worker in the mbuf (see packet_meta.hpp) so the worker
+// never parses again.
+struct PacketMeta {
+    uint32_t flow_hash;   // symmetric_flow_hash of the tuple
+    uint16_t l3_offset;   // from the start of the frame to the IP header (14, 18 or 22)
+    uint16_t l4_offset;   // from the start of the frame to the L4 header, 0 when there is none (non-first fragment)
+    IpFamily family;
+    uint8_t l4_proto;     // IPPROTO_* after the IPv6 extension headers
+    uint8_t flags;        // kMeta*
+    uint8_t reserved;
+};
+static_assert(sizeof(PacketMeta) == 12);
+
+inline constexpr uint8_t kMetaFragment = 1;  // an IPv4 or IPv6 fragment (hashed on addresses and protocol only)
+
+struct ParseOptions {
+    bool ipv4_checksum_verified = false;  // the NIC already checked it (RTE_MBUF_F_RX_IP_CKSUM_GOOD)
+};
+
+// Returns DropReason::none and fills meta and tuple, or the reason the frame must be dropped.
+DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
+                       FiveTuple& tuple);
+
+}  // namespace sluice

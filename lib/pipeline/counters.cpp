@@ -1,0 +1,25 @@
+#include "pipeline/counters.hpp"
+
+namespace sluice {
+
+void CounterTotals::add(const LcoreCounters& c) {
+    for (std::size_t i = 0; i < kDropReasonCount; ++i) drops[i] += counter_read(c.drops[i]);
+    polls += counter_read(c.polls);
+    busy_polls += counter_read(c.busy_polls);
+    ring_enqueued += counter_read(c.ring_enqueued);
+    ring_dequeued += counter_read(c.ring_dequeued);
+    for (std::size_t p = 0; p < ports.size(); ++p) {
+        ports[p].rx_packets += counter_read(c.ports[p].rx_packets);
+        ports[p].rx_bytes += counter_read(c.ports[p].rx_bytes);
+        ports[p].tx_packets += counter_read(c.ports[p].tx_packets);
+        ports[p].tx_bytes += counter_read(c.ports[p].tx_bytes);
+    }
+}
+
+uint64_t CounterTotals::total_drops() const {
+    uint64_t sum = 0;
+    for (uint64_t d : drops) sum += d;
+    return sum;
+}
+
+}  // namespace sluice

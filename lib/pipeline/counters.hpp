@@ -1,0 +1,46 @@
+// Per-lcore counters: written by the owning lcore only (counter_add, no atomics with a lock prefix), read and summed
+// by the control and telemetry threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include <rte_ethdev.h>
+
+#include "common/compiler.hpp"
+#include "common/drop_reason.hpp"
+
+namespace sluice {
+
+struct PortCounters {
+    uint64_t rx_packets = 0;
+    uint64_t rx_bytes = 0;
+    uint64_t tx_packets = 0;
+    uint64_t tx_bytes = 0;
+};
+
+struct alignas(kCacheLine) LcoreCounters {
+    std::array<uint64_t, kDropReasonCount> drops{};
+    uint64_t polls = 0;         // loop iterations: the heartbeat
+    uint64_t busy_polls = 0;    // iterations that moved at least one packet
+    uint64_t ring_enqueued = 0; // handed to another worker
+    uint64_t ring_dequeued = 0;
+    std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
+
+    void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
+};
+
+// Sums of every lcore's counters, as the control thread sees them.
+struct CounterTotals {
+    std::array<uint64_t, kDropReasonCount> drops{};
+    uint64_t polls = 0;
+    uint64_t busy_polls = 0;
+    uint64_t ring_enqueued = 0;
+    uint64_t ring_dequeued = 0;
+    std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
+
+    void add(const LcoreCounters& c);
+    uint64_t total_drops() const;
+};
+
+}  // namespace sluice

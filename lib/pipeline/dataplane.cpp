@@ -1,0 +1,156 @@
+#include "pipeline/dataplane.hpp"
+
+#include <algorithm>
+#include <new>
+#include <string>
+#include <thread>
+
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+
+#include <spdlog/spdlog.h>
+
+#include "dpdk/startup_error.hpp"
+#include "pipeline/forward_stage.hpp"
+
+namespace sluice {
+
+Dataplane::Dataplane(const DataplaneSpec& spec, const Snapshot* initial) {
+    try {
+        build(spec, initial);
+    } catch (...) {
+        release();  // unwind what was built: a failed start leaks nothing
+        throw;
+    }
+}
+
+void Dataplane::build(const DataplaneSpec& spec, const Snapshot* initial) {
+    const auto worker_count = std::count_if(spec.lcores.begin(), spec.lcores.end(), [](auto& l) { return l.worker; });
+    const auto rx_count = std::count_if(spec.lcores.begin(), spec.lcores.end(), [](auto& l) { return l.rx; });
+    if (worker_count == 0 || static_cast<std::size_t>(worker_count) > kMaxWorkers)
+        throw StartupError("between 1 and " + std::to_string(kMaxWorkers) + " worker lcores are needed");
+
+    shared_ = static_cast<SharedState*>(rte_zmalloc("sluice_shared", sizeof(SharedState), kCacheLine));
+    if (!shared_) throw StartupError("out of memory for the shared state");
+    new (shared_) SharedState{};
+    shared_->snapshot.store(initial, std::memory_order_release);
+
+    // Several RX lcores may feed one ring; only its worker takes from it.
+    const unsigned ring_flags = RING_F_SC_DEQ | (rx_count <= 1 ? RING_F_SP_ENQ : 0);
+    for (const LcorePlan& plan : spec.lcores) {
+        if (!plan.worker) continue;
+        const std::string name = "sluice_w" + std::to_string(rings_.size());
+        rte_ring* ring = rte_ring_create(name.c_str(), spec.ring_size, static_cast<int>(rte_lcore_to_socket_id(plan.lcore_id)),
+                                         ring_flags);
+        if (!ring) throw StartupError("cannot create ring " + name + ": " + rte_strerror(rte_errno));
+        rings_.push_back(ring);
+    }
+
+    uint16_t next_worker = 0;
+    for (const LcorePlan& plan : spec.lcores) {
+        const int socket = static_cast<int>(rte_lcore_to_socket_id(plan.lcore_id));
+        auto* ctx = static_cast<LcoreContext*>(rte_zmalloc_socket("sluice_lcore", sizeof(LcoreContext), kCacheLine, socket));
+        if (!ctx) throw StartupError("out of memory for lcore " + std::to_string(plan.lcore_id) + "'s context");
+        new (ctx) LcoreContext{};
+        contexts_.push_back(ctx);
+        ctx->lcore_id = plan.lcore_id;
+        ctx->rx = plan.rx;
+        ctx->worker = plan.worker;
+        ctx->worker_count = static_cast<uint16_t>(rings_.size());
+        ctx->idle_sleep_us = spec.idle_sleep_us;
+        ctx->shared = shared_;
+        std::copy(rings_.begin(), rings_.end(), ctx->worker_rings.begin());
+        if (plan.rx_queues.size() > kMaxRxQueuesPerLcore)
+            throw StartupError("lcore " + std::to_string(plan.lcore_id) + " polls more than " +
+                               std::to_string(kMaxRxQueuesPerLcore) + " RX queues");
+        ctx->rx_queue_count = static_cast<uint16_t>(plan.rx_queues.size());
+        std::copy(plan.rx_queues.begin(), plan.rx_queues.end(), ctx->rx_queues.begin());
+        if (!plan.worker) continue;
+
+        ctx->worker_index = next_worker;
+        ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
+        ++next_worker;
+        for (uint16_t port : spec.tx_port_ids) {
+            auto* buffer = static_cast<rte_eth_dev_tx_buffer*>(
+                rte_zmalloc_socket("sluice_txbuf", RTE_ETH_TX_BUFFER_SIZE(kBurst), kCacheLine, socket));
+            if (!buffer) throw StartupError("out of memory for TX buffers");
+            rte_eth_tx_buffer_init(buffer, kBurst);
+            ctx->tx_drop_sinks[port] = TxDropSink{&ctx->counters, port};
+            rte_eth_tx_buffer_set_err_callback(buffer, count_tx_drops, &ctx->tx_drop_sinks[port]);
+            ctx->tx_buffers[port] = buffer;
+            ctx->tx_ports[ctx->tx_port_count++] = port;
+        }
+    }
+}
+
+Dataplane::~Dataplane() {
+    stop();
+    release();
+}
+
+void Dataplane::release() {
+    for (LcoreContext* ctx : contexts_) {
+        for (uint16_t i = 0; i < ctx->tx_port_count; ++i) rte_free(ctx->tx_buffers[ctx->tx_ports[i]]);
+        ctx->~LcoreContext();
+        rte_free(ctx);
+    }
+    contexts_.clear();
+    for (rte_ring* ring : rings_) rte_ring_free(ring);
+    rings_.clear();
+    if (shared_) {
+        shared_->~SharedState();
+        rte_free(shared_);
+        shared_ = nullptr;
+    }
+}
+
+void Dataplane::launch() {
+    for (LcoreContext* ctx : contexts_) {
+        const int ret = rte_eal_remote_launch(lcore_main, ctx, ctx->lcore_id);
+        if (ret != 0) {
+            stop();
+            throw StartupError("cannot launch lcore " + std::to_string(ctx->lcore_id) + ": " + rte_strerror(-ret));
+        }
+        launched_ = true;
+    }
+}
+
+void Dataplane::stop() {
+    if (stopped_ || !launched_) return;
+    stopped_ = true;
+    shared_->phase.store(Phase::rx_stopping, std::memory_order_release);
+    for (LcoreContext* ctx : contexts_) {
+        if (!ctx->rx || rte_eal_get_lcore_state(ctx->lcore_id) != RUNNING) continue;
+        while (!ctx->rx_quiesced.load(std::memory_order_acquire)) std::this_thread::yield();
+    }
+    shared_->phase.store(Phase::draining, std::memory_order_release);
+    rte_eal_mp_wait_lcore();
+    // Anything still in a ring (a worker that never ran) is freed and counted, so no mbuf is lost.
+    for (rte_ring* ring : rings_) {
+        void* m;
+        while (rte_ring_dequeue(ring, &m) == 0) {
+            rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+            contexts_.front()->counters.drop(DropReason::shutdown);
+        }
+    }
+}
+
+CounterTotals Dataplane::totals() const {
+    CounterTotals totals;
+    for (const LcoreContext* ctx : contexts_) totals.add(ctx->counters);
+    return totals;
+}
+
+uint64_t Dataplane::ring_slots() const {
+    uint64_t slots = 0;
+    for (const rte_ring* ring : rings_) slots += rte_ring_get_capacity(ring);
+    return slots;
+}
+
+uint64_t Dataplane::ring_backlog() const {
+    uint64_t backlog = 0;
+    for (const rte_ring* ring : rings_) backlog += rte_ring_count(ring);
+    return backlog;
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// The data plane: worker rings, lcore contexts and their TX buffers, launch and the phased stop.
+// Owned by the daemon; control thread only. Lcores see only their LcoreContext and the SharedState.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipeline/counters.hpp"
+#include "pipeline/lcore_context.hpp"
+#include "pipeline/snapshot.hpp"
+
+namespace sluice {
+
+struct LcorePlan {
+    unsigned lcore_id = 0;
+    bool rx = false;
+    bool worker = false;
+    std::vector<RxQueue> rx_queues;
+};
+
+struct DataplaneSpec {
+    std::vector<LcorePlan> lcores;
+    std::vector<uint16_t> tx_port_ids;  // every port; each worker owns TX queue <worker index> on each
+    uint32_t ring_size = 4096;          // per worker, a power of two
+    uint32_t idle_sleep_us = 0;
+};
+
+class Dataplane {
+public:
+    // Allocates rings, contexts and TX buffers on each lcore's socket; throws StartupError.
+    Dataplane(const DataplaneSpec& spec, const Snapshot* initial);
+    ~Dataplane();
+    Dataplane(const Dataplane&) = delete;
+    Dataplane& operator=(const Dataplane&) = delete;
+
+    void launch();
+    // Stops RX, lets workers empty their rings and flush TX, and waits for every lcore to return. Idempotent.
+    void stop();
+
+    // Sums every lcore's counters; any thread.
+    CounterTotals totals() const;
+    uint16_t worker_count() const { return static_cast<uint16_t>(rings_.size()); }
+    uint64_t ring_slots() const;
+    // Packets waiting in worker rings right now.
+    uint64_t ring_backlog() const;
+
+private:
+    void build(const DataplaneSpec& spec, const Snapshot* initial);
+    void release();
+
+    SharedState* shared_ = nullptr;
+    std::vector<LcoreContext*> contexts_;
+    std::vector<rte_ring*> rings_;
+    bool launched_ = false;
+    bool stopped_ = false;
+};
+
+}  // namespace sluice

@@ -1,0 +1,69 @@
+#include "pipeline/forward_stage.hpp"
+
+#include <rte_ip.h>
+
+#include "packet/checksum.hpp"
+#include "packet/packet_meta.hpp"
+
+namespace sluice {
+
+DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry) {
+    const PacketMeta& meta = *packet_meta(m);
+    uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    if (meta.family == IpFamily::ipv4) {
+        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+        if (SLUICE_UNLIKELY(ip->time_to_live <= 1)) return DropReason::ttl_expired;
+        // TTL shares a 16-bit word with the protocol; update the checksum for that word only.
+        uint16_t old_word, new_word;
+        std::memcpy(&old_word, &ip->time_to_live, 2);
+        --ip->time_to_live;
+        std::memcpy(&new_word, &ip->time_to_live, 2);
+        ip->hdr_checksum = checksum_update16(ip->hdr_checksum, old_word, new_word);
+    } else {
+        auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
+        if (SLUICE_UNLIKELY(ip->hop_limits <= 1)) return DropReason::ttl_expired;
+        --ip->hop_limits;  // IPv6 has no header checksum
+    }
+    // Write a plain Ethernet header right before the IP header: tags, if any, are left behind.
+    const uint16_t ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
+    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(l3 - sizeof(rte_ether_hdr));
+    eth->dst_addr = entry.dst_mac;
+    eth->src_addr = entry.src_mac;
+    eth->ether_type = ether_type;
+    if (strip) rte_pktmbuf_adj(m, strip);
+    return DropReason::none;
+}
+
+void count_tx_drops(rte_mbuf** unsent, uint16_t count, void* sink_arg) {
+    auto* sink = static_cast<TxDropSink*>(sink_arg);
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < count; ++i) bytes += rte_pktmbuf_pkt_len(unsent[i]);
+    PortCounters& port = sink->counters->ports[sink->port_id];
+    counter_add(port.tx_packets, -uint64_t{count});
+    counter_add(port.tx_bytes, -bytes);
+    sink->counters->drop(DropReason::tx_full, count);
+    rte_pktmbuf_free_bulk(unsent, count);
+}
+
+void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count) {
+    rte_mbuf* dropped[kBurst];
+    uint16_t dropped_count = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        const ForwardEntry& entry = snapshot.forward_by_in_port[m->port];
+        DropReason verdict = entry.valid ? rewrite_for_forwarding(m, entry) : DropReason::no_route;
+        if (SLUICE_UNLIKELY(verdict != DropReason::none)) {
+            ctx.counters.drop(verdict);
+            dropped[dropped_count++] = m;
+            continue;
+        }
+        PortCounters& out = ctx.counters.ports[entry.out_port];
+        counter_add(out.tx_packets);
+        counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
+        rte_eth_tx_buffer(entry.out_port, ctx.tx_queue, ctx.tx_buffers[entry.out_port], m);
+    }
+    if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
+}
+
+}  // namespace sluice

@@ -1,0 +1,25 @@
+// The worker's L2/L3 forwarding stage: TTL/hop-limit decrement with an RFC 1624 checksum update, MAC rewrite to
+// the ingress port's configured next hop, VLAN tags stripped, and TX through the worker's own queue.
+// Owning worker only; fast-path safe.
+#pragma once
+
+#include <cstdint>
+
+#include <rte_mbuf.h>
+
+#include "pipeline/lcore_context.hpp"
+#include "pipeline/snapshot.hpp"
+
+namespace sluice {
+
+// Takes ownership of every mbuf: each is either buffered for TX or dropped and counted.
+void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count);
+
+// Rewrites one parsed packet for entry; returns DropReason::none or why it cannot be forwarded. The mbuf's data may
+// move forward (VLAN tags stripped). Exposed for tests.
+DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry);
+
+// The TX buffer's error callback: counts refused packets as tx_full and frees them.
+void count_tx_drops(rte_mbuf** unsent, uint16_t count, void* sink);
+
+}  // namespace sluice

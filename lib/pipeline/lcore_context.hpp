@@ -1,0 +1,77 @@
+// Everything one data-plane lcore owns: its queues, rings, TX buffers, scratch arrays and counters, in one
+// cache-aligned struct allocated on the lcore's socket. Written only by its lcore once launched; the control thread
+// reads the counters and the quiesced flag, and writes nothing but the shared phase.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+
+#include "common/compiler.hpp"
+#include "dpdk/mempool.hpp"
+#include "pipeline/counters.hpp"
+#include "pipeline/snapshot.hpp"
+
+namespace sluice {
+
+inline constexpr std::size_t kMaxWorkers = 16;
+inline constexpr std::size_t kMaxRxQueuesPerLcore = 32;
+
+// The life of the data plane, advanced only by the control thread. Shutdown goes running -> rx_stopping (RX lcores
+// stop polling ports and say so) -> draining (workers empty their rings, flush TX and return).
+enum class Phase : int { running, rx_stopping, draining };
+
+// State every lcore reads and only the control thread writes.
+struct alignas(kCacheLine) SharedState {
+    std::atomic<Phase> phase{Phase::running};
+    std::atomic<const Snapshot*> snapshot{nullptr};
+};
+
+struct RxQueue {
+    uint16_t port_id;
+    uint16_t queue_id;
+};
+
+// What the TX buffer's error callback needs to count a packet the TX queue refused.
+struct TxDropSink {
+    LcoreCounters* counters;
+    uint16_t port_id;
+};
+
+struct alignas(kCacheLine) LcoreContext {
+    // Set by the control thread before launch, read-only afterwards.
+    unsigned lcore_id = 0;
+    bool rx = false;
+    bool worker = false;
+    uint16_t worker_index = 0;  // this lcore's worker slot, when worker
+    uint16_t worker_count = 0;
+    uint16_t tx_queue = 0;
+    uint16_t rx_queue_count = 0;
+    uint32_t idle_sleep_us = 0;
+    std::array<RxQueue, kMaxRxQueuesPerLcore> rx_queues{};
+    std::array<rte_ring*, kMaxWorkers> worker_rings{};  // input ring of every worker
+    std::array<uint16_t, RTE_MAX_ETHPORTS> tx_ports{};    // ports this worker may send on
+    uint16_t tx_port_count = 0;
+    std::array<rte_eth_dev_tx_buffer*, RTE_MAX_ETHPORTS> tx_buffers{};
+    std::array<TxDropSink, RTE_MAX_ETHPORTS> tx_drop_sinks{};
+    SharedState* shared = nullptr;
+
+    // Written by the lcore.
+    alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};
+    uint64_t next_drain_tsc = 0;
+    uint64_t drain_interval_tsc = 0;
+    uint32_t idle_streak = 0;
+    LcoreCounters counters;
+
+    // Scratch: one pending burst per destination worker, filled by the RX stage.
+    std::array<std::array<rte_mbuf*, kBurst>, kMaxWorkers> pending{};
+    std::array<uint16_t, kMaxWorkers> pending_count{};
+};
+
+// The lcore entry point handed to rte_eal_remote_launch; arg is the LcoreContext.
+int lcore_main(void* arg);
+
+}  // namespace sluice

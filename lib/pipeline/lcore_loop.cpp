@@ -1,0 +1,140 @@
+// The poll loop of every data-plane lcore (after DPDK's l3fwd): RX a burst per queue, parse it once, hash it
+// symmetrically and hand each packet to the worker that owns its flow; as a worker, dequeue a burst and run the
+// pipeline stage; drain TX buffers on a TSC timer. No locks, syscalls or allocation here, except the optional
+// idle sleep when nothing arrived for a while.
+#include <rte_cycles.h>
+#include <rte_pause.h>
+
+#include "packet/packet_meta.hpp"
+#include "pipeline/forward_stage.hpp"
+#include "pipeline/lcore_context.hpp"
+
+namespace sluice {
+namespace {
+
+constexpr uint32_t kIdleStreakBeforeSleep = 64;
+constexpr uint64_t kDrainIntervalUs = 100;
+
+// Maps a 32-bit hash onto [0, n) without a division (Lemire's multiply-shift).
+inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
+    return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
+}
+
+// Sends each pending burst to its worker: straight into this lcore's own pipeline when it is that worker (no ring
+// hop), else into the worker's ring. What a full ring refuses is dropped and counted.
+void flush_pending(LcoreContext& ctx, const Snapshot& snapshot) {
+    for (uint16_t w = 0; w < ctx.worker_count; ++w) {
+        const uint16_t n = ctx.pending_count[w];
+        if (n == 0) continue;
+        ctx.pending_count[w] = 0;
+        rte_mbuf** burst = ctx.pending[w].data();
+        if (ctx.worker && w == ctx.worker_index) {
+            forward_burst(ctx, snapshot, burst, n);
+            continue;
+        }
+        const unsigned sent = rte_ring_enqueue_burst(ctx.worker_rings[w], reinterpret_cast<void**>(burst), n, nullptr);
+        counter_add(ctx.counters.ring_enqueued, sent);
+        if (SLUICE_UNLIKELY(sent < n)) {
+            ctx.counters.drop(DropReason::ring_full, n - sent);
+            rte_pktmbuf_free_bulk(burst + sent, n - sent);
+        }
+    }
+}
+
+uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot) {
+    uint32_t received = 0;
+    rte_mbuf* pkts[kBurst];
+    DropReason verdicts[kBurst];
+    for (uint16_t q = 0; q < ctx.rx_queue_count; ++q) {
+        const RxQueue& rxq = ctx.rx_queues[q];
+        const uint16_t n = rte_eth_rx_burst(rxq.port_id, rxq.queue_id, pkts, kBurst);
+        if (n == 0) continue;
+        received += n;
+        PortCounters& port = ctx.counters.ports[rxq.port_id];
+        uint64_t bytes = 0;
+        for (uint16_t i = 0; i < n; ++i) bytes += rte_pktmbuf_pkt_len(pkts[i]);
+        counter_add(port.rx_packets, n);
+        counter_add(port.rx_bytes, bytes);
+
+        parse_burst(pkts, n, verdicts);
+        rte_mbuf* dropped[kBurst];
+        uint16_t dropped_count = 0;
+        for (uint16_t i = 0; i < n; ++i) {
+            if (SLUICE_UNLIKELY(verdicts[i] != DropReason::none)) {
+                ctx.counters.drop(verdicts[i]);
+                dropped[dropped_count++] = pkts[i];
+                continue;
+            }
+            const uint16_t w = worker_for_hash(packet_meta(pkts[i])->flow_hash, ctx.worker_count);
+            ctx.pending[w][ctx.pending_count[w]++] = pkts[i];
+        }
+        if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
+        flush_pending(ctx, snapshot);  // a pending burst never outlives one RX burst, so it never overflows
+    }
+    return received;
+}
+
+uint32_t worker_stage(LcoreContext& ctx, const Snapshot& snapshot) {
+    rte_mbuf* pkts[kBurst];
+    const unsigned n = rte_ring_dequeue_burst(ctx.worker_rings[ctx.worker_index], reinterpret_cast<void**>(pkts), kBurst,
+                                              nullptr);
+    if (n == 0) return 0;
+    counter_add(ctx.counters.ring_dequeued, n);
+    forward_burst(ctx, snapshot, pkts, static_cast<uint16_t>(n));
+    return n;
+}
+
+void drain_tx(LcoreContext& ctx) {
+    for (uint16_t i = 0; i < ctx.tx_port_count; ++i) {
+        const uint16_t port = ctx.tx_ports[i];
+        rte_eth_tx_buffer_flush(port, ctx.tx_queue, ctx.tx_buffers[port]);
+    }
+}
+
+}  // namespace
+
+int lcore_main(void* arg) {
+    LcoreContext& ctx = *static_cast<LcoreContext*>(arg);
+    SharedState& shared = *ctx.shared;
+    ctx.drain_interval_tsc = (rte_get_tsc_hz() + 1'000'000 - 1) / 1'000'000 * kDrainIntervalUs;
+    ctx.next_drain_tsc = rte_rdtsc() + ctx.drain_interval_tsc;
+
+    for (;;) {
+        const Phase phase = shared.phase.load(std::memory_order_acquire);
+        const Snapshot& snapshot = *shared.snapshot.load(std::memory_order_acquire);
+        uint32_t moved = 0;
+
+        if (ctx.rx) {
+            if (SLUICE_LIKELY(phase == Phase::running))
+                moved += rx_stage(ctx, snapshot);
+            else if (!ctx.rx_quiesced.load(std::memory_order_relaxed))
+                ctx.rx_quiesced.store(true, std::memory_order_release);  // nothing of ours is pending any more
+        }
+        if (ctx.worker) moved += worker_stage(ctx, snapshot);
+
+        if (SLUICE_UNLIKELY(phase == Phase::draining) && moved == 0) {
+            // No producer is left (every RX lcore quiesced before this phase), so an empty ring stays empty.
+            if (ctx.worker) drain_tx(ctx);
+            return 0;
+        }
+
+        const uint64_t now = rte_rdtsc();
+        if (ctx.worker && now >= ctx.next_drain_tsc) {
+            drain_tx(ctx);
+            ctx.next_drain_tsc = now + ctx.drain_interval_tsc;
+        }
+
+        counter_add(ctx.counters.polls);
+        if (moved) {
+            counter_add(ctx.counters.busy_polls);
+            ctx.idle_streak = 0;
+        } else if (ctx.idle_sleep_us && ++ctx.idle_streak >= kIdleStreakBeforeSleep) {
+            // Opt-in: lets lcores that share a CPU (or the kernel, in the lab) run. Off by default.
+            rte_delay_us_sleep(ctx.idle_sleep_us);
+        } else {
+            rte_pause();
+        }
+    }
+}
+
+}  // namespace sluice

@@ -1,0 +1,140 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "control/config.hpp"
+
+using namespace sluice;
+
+namespace {
+
+const char* kValid = R"(eal: [-l, "0-2", --in-memory]
+log:
+  level: debug
+dataplane:
+  ring_size: 1024
+  idle_sleep_us: 10
+ports:
+  - name: lan
+    device: net_null0
+    rx_queues: 2
+  - name: wan
+    device: net_null1
+    mtu: 9000
+    promiscuous: false
+lcores:
+  - id: 1
+    roles: [rx, worker]
+  - id: 2
+    roles: [worker]
+forward:
+  - from: lan
+    to: wan
+    next_hop_mac: "02:00:00:00:00:02"
+  - from: wan
+    to: lan
+    next_hop_mac: 02:00:00:00:00:01
+)";
+
+std::string errors_of(const ConfigResult& r) {
+    std::string all;
+    for (const ConfigError& e : r.errors) all += e.to_string() + "\n";
+    return all;
+}
+
+}  // namespace
+
+TEST_CASE("config: a full valid config decodes", "[config]") {
+    const ConfigResult r = load_config_text(kValid, "valid.yaml");
+    INFO(errors_of(r));
+    REQUIRE(r.config);
+    const Config& c = *r.config;
+    CHECK(c.eal == std::vector<std::string>{"-l", "0-2", "--in-memory"});
+    CHECK(c.log.level == "debug");
+    CHECK(c.dataplane.ring_size == 1024);
+    CHECK(c.dataplane.idle_sleep_us == 10);
+    REQUIRE(c.ports.size() == 2);
+    CHECK(c.ports[0].rx_queues == 2);
+    CHECK(c.ports[0].promiscuous);
+    CHECK(c.ports[1].mtu == 9000);
+    CHECK_FALSE(c.ports[1].promiscuous);
+    REQUIRE(c.lcores.size() == 2);
+    CHECK(c.lcores[0].rx);
+    CHECK(c.lcores[0].worker);
+    CHECK_FALSE(c.lcores[1].rx);
+    REQUIRE(c.forward.size() == 2);
+    CHECK(c.forward[0].next_hop_mac.addr_bytes[5] == 2);
+}
+
+TEST_CASE("config: queues spread round-robin over rx lcores", "[config]") {
+    std::string text = kValid;
+    text.replace(text.find("    roles: [worker]"), 19, "    roles: [rx, worker]");
+    const ConfigResult r = load_config_text(text, "t.yaml");
+    REQUIRE(r.config);
+    const auto plan = assign_rx_queues(*r.config);
+    REQUIRE(plan.size() == 2);
+    CHECK(plan[0] == std::vector<std::pair<std::size_t, uint16_t>>{{0, 0}, {1, 0}});
+    CHECK(plan[1] == std::vector<std::pair<std::size_t, uint16_t>>{{0, 1}});
+}
+
+TEST_CASE("config: errors carry line and column, and all are reported", "[config]") {
+    const ConfigResult r = load_config_text(R"(ports:
+  - name: lan
+    device: net_null0
+    mtux: 1500
+lcores:
+  - id: 1
+    roles: [rx, wrker]
+)", "bad.yaml");
+    REQUIRE_FALSE(r.config);
+    const std::string all = errors_of(r);
+    INFO(all);
+    CHECK(all.find("bad.yaml:4:5: unknown key 'mtux' in a port") != std::string::npos);
+    CHECK(all.find("bad.yaml:7:17: lcore 1: unknown role 'wrker'") != std::string::npos);
+    CHECK(all.find("at least one lcore needs the worker role") != std::string::npos);
+}
+
+TEST_CASE("config: YAML syntax errors name the line", "[config]") {
+    const ConfigResult r = load_config_text("ports:\n  - name: [lan\n", "syntax.yaml");
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].to_string().rfind("syntax.yaml:", 0) == 0);
+    CHECK(r.errors[0].line >= 2);
+    CHECK(r.errors[0].message.find("YAML syntax") != std::string::npos);
+}
+
+TEST_CASE("config: a missing file is a clear error", "[config]") {
+    const ConfigResult r = load_config_file("/nonexistent/sluice.yaml");
+    REQUIRE(r.errors.size() == 1);
+    CHECK(r.errors[0].to_string() == "/nonexistent/sluice.yaml: cannot read the file: No such file or directory");
+}
+
+// Every file in config/invalid/ breaks one rule; its first line says which error it must produce:
+//   # expect: LINE:COL: message
+TEST_CASE("config: every invalid example fails with its expected message", "[config]") {
+    int checked = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(SLUICE_SOURCE_DIR "/config/invalid")) {
+        std::ifstream in(entry.path());
+        std::string first;
+        std::getline(in, first);
+        const std::string tag = "# expect: ";
+        REQUIRE(first.rfind(tag, 0) == 0);
+        const std::string expected = entry.path().string() + ":" + first.substr(tag.size());
+        const ConfigResult r = load_config_file(entry.path().string());
+        const std::string all = errors_of(r);
+        INFO(entry.path().filename().string() << " gave:\n" << all);
+        CHECK_FALSE(r.config);
+        CHECK(all.find(expected) != std::string::npos);
+        ++checked;
+    }
+    CHECK(checked >= 10);
+}
+
+TEST_CASE("config: the shipped configs are valid", "[config]") {
+    for (const char* name : {"/config/sluice.yaml", "/config/lab.yaml"}) {
+        const ConfigResult r = load_config_file(std::string(SLUICE_SOURCE_DIR) + name);
+        INFO(name << ": " << errors_of(r));
+        CHECK(r.config);
+    }
+}

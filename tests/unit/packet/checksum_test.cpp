@@ -1,0 +1,54 @@
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+#include "packet/checksum.hpp"
+
+using namespace sluice;
+
+namespace {
+
+// A random IPv4 header with a valid checksum.
+std::array<uint8_t, 20> random_ipv4_header(std::mt19937& rng, bool ttl_one = false) {
+    std::array<uint8_t, 20> h;
+    for (auto& b : h) b = static_cast<uint8_t>(rng());
+    h[0] = 0x45;
+    if (ttl_one) h[8] = 1;  // decrements to 0: the word's high byte wraps
+    h[10] = h[11] = 0;
+    const uint16_t c = checksum_compute(h.data(), h.size());
+    std::memcpy(&h[10], &c, 2);
+    return h;
+}
+
+}  // namespace
+
+TEST_CASE("checksum: a header with its checksum sums to zero", "[checksum]") {
+    std::mt19937 rng(1);
+    for (int i = 0; i < 1000; ++i) {
+        auto h = random_ipv4_header(rng);
+        REQUIRE(checksum_compute(h.data(), h.size()) == 0);
+    }
+}
+
+TEST_CASE("checksum: RFC 1624 update equals a full recomputation", "[checksum]") {
+    std::mt19937 rng(2);
+    for (int i = 0; i < 20000; ++i) {
+        auto h = random_ipv4_header(rng, i % 4 == 0);
+        uint16_t old_word, new_word, checksum;
+        std::memcpy(&old_word, &h[8], 2);
+        std::memcpy(&checksum, &h[10], 2);
+        h[8] = static_cast<uint8_t>(h[8] - 1);
+        std::memcpy(&new_word, &h[8], 2);
+        const uint16_t updated = checksum_update16(checksum, old_word, new_word);
+        std::memcpy(&h[10], &updated, 2);
+        INFO("iteration " << i);
+        REQUIRE(checksum_compute(h.data(), h.size()) == 0);
+    }
+}
+
+TEST_CASE("checksum: odd lengths pad with a zero byte", "[checksum]") {
+    const uint8_t odd[3] = {0x12, 0x34, 0x56};
+    const uint8_t even[4] = {0x12, 0x34, 0x56, 0x00};
+    CHECK(checksum_compute(odd, 3) == checksum_compute(even, 4));
+}
