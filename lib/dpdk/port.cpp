@@ -1,6 +1,6 @@
 #include "dpdk/port.hpp"
 
-#include <regex>
+#include <cctype>
 
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -12,8 +12,18 @@
 namespace sluice {
 
 bool is_pci_address(const std::string& device) {
-    static const std::regex kPci(R"(^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7](,.*)?$)");
-    return std::regex_match(device, kPci);
+    // [DDDD:]BB:DD.F, optionally followed by ",devargs"
+    const std::string name = device_name(device);
+    const std::string shape = name.size() == 12 ? "xxxx:xx:xx.f" : "xx:xx.f";
+    if (name.size() != shape.size()) return false;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        const char c = name[i];
+        const bool ok = shape[i] == 'x' ? std::isxdigit(static_cast<unsigned char>(c)) != 0
+                        : shape[i] == 'f' ? (c >= '0' && c <= '7')
+                                          : c == shape[i];
+        if (!ok) return false;
+    }
+    return true;
 }
 
 std::string device_name(const std::string& device) { return device.substr(0, device.find(',')); }

@@ -1,0 +1,112 @@
+"""Runs a real sluice process for a test: writes its config, starts it, talks to its DPDK telemetry socket, and
+stops it with SIGTERM the way an operator would."""
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SLUICE = Path(os.environ.get("SLUICE_BIN", ROOT / "build/app/sluice/sluice"))
+_counter = itertools.count()
+
+
+def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Telemetry:
+    """Client of DPDK's telemetry v2 socket (what dpdk-telemetry.py speaks)."""
+
+    def __init__(self, prefix):
+        self.path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
+
+    def query(self, command):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(2)
+            s.connect(self.path)
+            greeting = json.loads(s.recv(16384))
+            s.send(command.encode())
+            reply = json.loads(s.recv(greeting.get("max_output_len", 16384)))
+        return reply[command]
+
+
+class Sluice:
+    """A sluice process under test. `config` is a dict dumped to YAML; EAL gets a unique file prefix."""
+
+    def __init__(self, tmp_path, config, lcores="0@0,1@1"):
+        self.prefix = f"sltest-{os.getpid()}-{next(_counter)}"
+        eal = [f"--lcores={lcores}", f"--file-prefix={self.prefix}"]
+        config = dict(config)
+        config["eal"] = eal + list(config.get("eal", []))
+        self.config_path = Path(tmp_path) / f"{self.prefix}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.log_path = Path(tmp_path) / f"{self.prefix}.log"
+        self.telemetry = Telemetry(self.prefix)
+        self.proc = None
+        self.returncode = None
+
+    def start(self, expect_ready=True):
+        log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([str(SLUICE), "--config", str(self.config_path)], stdout=log,
+                                     stderr=subprocess.STDOUT)
+        log.close()
+        if expect_ready:
+            try:
+                wait_until(lambda: "ready:" in self.log() or self.proc.poll() is not None, timeout=30,
+                           what="sluice to start")
+            except TimeoutError:
+                self.kill()
+                raise
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sluice exited with {self.proc.returncode} during start:\n{self.log()}")
+        return self
+
+    def log(self):
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stats(self):
+        return self.telemetry.query("/sluice/stats")
+
+    def wait_accounted(self, expected_rx, timeout=15):
+        """Waits until sluice received expected_rx packets and each was sent or dropped."""
+        def done():
+            s = self.stats()
+            return s if s["rx_packets"] >= expected_rx and s["tx_packets"] + s["drops"] >= s["rx_packets"] else None
+        return wait_until(done, timeout=timeout, what=f"{expected_rx} packets accounted for")
+
+    def stop(self, timeout=30):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        return self.returncode
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.kill()
+
+
+def check_config(path):
+    return subprocess.run([str(SLUICE), "--check-config", str(path)], capture_output=True, text=True, timeout=30)
