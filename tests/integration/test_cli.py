@@ -1,0 +1,102 @@
+"""The daemon's command line and start-up errors, as an operator meets them."""
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sluice_harness import ROOT, SLUICE, Sluice, check_config, wait_until
+
+INVALID = sorted((ROOT / "config/invalid").glob("*.yaml"))
+
+
+def test_shipped_configs_are_valid():
+    for name in ("sluice.yaml", "lab.yaml"):
+        result = check_config(ROOT / "config" / name)
+        assert result.returncode == 0, result.stderr
+        assert "configuration is valid" in result.stdout
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_config_is_refused_with_file_line_and_column(path):
+    expected = path.read_text().splitlines()[0].removeprefix("# expect: ")
+    result = check_config(path)
+    assert result.returncode == 2
+    assert f"{path}:{expected}" in result.stderr.splitlines()
+
+
+def test_missing_config_file():
+    result = check_config("/nonexistent/sluice.yaml")
+    assert result.returncode == 2
+    assert "/nonexistent/sluice.yaml: cannot read the file" in result.stderr
+
+
+def test_unknown_argument_prints_usage():
+    result = subprocess.run([str(SLUICE), "--frobnicate"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+
+
+def null_config(**extra):
+    config = {
+        "ports": [{"name": "a", "device": "net_null0"}, {"name": "b", "device": "net_null1"}],
+        "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+        "forward": [{"from": "a", "to": "b", "next_hop_mac": "02:00:00:00:00:02"}],
+    }
+    config.update(extra)
+    return config
+
+
+def run_to_exit(sluice, timeout=60):
+    sluice.start(expect_ready=False)
+    try:
+        return sluice.proc.wait(timeout=timeout)
+    finally:
+        sluice.kill()
+
+
+def test_lcore_not_enabled_by_eal_is_a_clear_error(tmp_path):
+    config = null_config(lcores=[{"id": 5, "roles": ["rx", "worker"]}])
+    sluice = Sluice(tmp_path, config)
+    assert run_to_exit(sluice) == 1
+    assert "lcore 5 is not enabled by the EAL arguments" in sluice.log()
+
+
+def test_main_lcore_cannot_poll(tmp_path):
+    sluice = Sluice(tmp_path, null_config(lcores=[{"id": 0, "roles": ["rx", "worker"]}]))
+    assert run_to_exit(sluice) == 1
+    assert "lcore 0 is the main lcore" in sluice.log()
+
+
+def test_unknown_device_is_named(tmp_path):
+    config = null_config()
+    config["ports"][1]["device"] = "net_nosuchdriver0"
+    sluice = Sluice(tmp_path, config)
+    assert run_to_exit(sluice) == 1
+    assert "net_nosuchdriver0" in sluice.log()
+
+
+def test_short_memory_says_how_many_hugepages(tmp_path):
+    # Port descriptors that need ~260k mbufs (over 600 MiB) in a 64 MiB EAL heap.
+    config = null_config()
+    for port in config["ports"]:
+        port.update(rx_queues=8, rx_descriptors=16384, tx_descriptors=16384)
+    config["eal"] = ["--no-huge", "-m", "64"]
+    sluice = Sluice(tmp_path, config)
+    assert run_to_exit(sluice) == 1
+    log = sluice.log()
+    assert "free 2 MiB hugepages" in log and "nr_hugepages" in log, log
+
+
+def test_runs_and_stops_cleanly_on_sigint_and_sigterm(tmp_path):
+    for signal_name in ("SIGINT", "SIGTERM"):
+        sluice = Sluice(tmp_path, null_config(dataplane={"idle_sleep_us": 0}))
+        with sluice:
+            # net_null delivers zero-filled frames without end: sluice counts each as not_ip.
+            wait_until(lambda: sluice.stats()["drop/not_ip"] > 1000, what="traffic through sluice")
+            sluice.proc.send_signal(getattr(signal, signal_name))
+            assert sluice.proc.wait(timeout=30) == 0, sluice.log()
+        log = sluice.log()
+        assert f"{signal_name}: stopping" in log
+        assert "all" in log and "mbufs returned" in log
