@@ -1,24 +1,45 @@
 #include "daemon.hpp"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 
 #include <spdlog/spdlog.h>
 
+#include "control/snapshot_builder.hpp"
+#include "control/status.hpp"
 #include "control/telemetry.hpp"
 #include "dpdk/eal.hpp"
 #include "dpdk/mempool.hpp"
 #include "dpdk/port.hpp"
 #include "dpdk/startup_error.hpp"
+#include "metrics/prometheus_exporter.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/dataplane.hpp"
 
 namespace sluice {
 namespace {
+
+constexpr auto kReloadDebounce = std::chrono::milliseconds(200);
+constexpr auto kReloadRequestTimeout = std::chrono::seconds(60);
+
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 void check_lcores(const Config& config) {
     const unsigned main_lcore = rte_get_main_lcore();
@@ -33,7 +54,7 @@ void check_lcores(const Config& config) {
 }
 
 // One pool per NUMA socket that has a port. Each pool is sized for its ports' descriptors plus every ring and
-// lcore (a conservative bound when lcores span sockets).
+// lcore (a conservative bound when lcores span sockets). docs/architecture.md has the formula.
 std::map<int, rte_mempool*> create_pools(const Config& config, const std::vector<std::unique_ptr<Port>>& ports,
                                          uint16_t workers) {
     std::map<int, MempoolDemand> demand;
@@ -41,7 +62,6 @@ std::map<int, rte_mempool*> create_pools(const Config& config, const std::vector
         MempoolDemand& d = demand[port->socket()];
         d.rx_descriptors += uint64_t{port->spec().rx_queues} * port->spec().rx_descriptors;
         d.tx_descriptors += uint64_t{workers} * port->spec().tx_descriptors;
-        d.ports += 1;
         d.max_frame = std::max(d.max_frame, max_frame_size(port->spec().mtu));
     }
     std::map<int, rte_mempool*> pools;
@@ -53,25 +73,14 @@ std::map<int, rte_mempool*> create_pools(const Config& config, const std::vector
         const MempoolPlan plan = plan_mempool(d);
         spdlog::info("mempool on socket {}: {} mbufs of {} bytes data room, cache {}, about {} MiB ({} hugepages)",
                      socket, plan.mbufs, plan.data_room, plan.cache_size, plan.bytes >> 20, plan.hugepages_2m);
-        pools[socket] = create_packet_pool("sluice_pool_s" + std::to_string(socket), plan, socket);
+        try {
+            pools[socket] = create_packet_pool("sluice_pool_s" + std::to_string(socket), plan, socket);
+        } catch (...) {
+            for (auto& [s, pool] : pools) rte_mempool_free(pool);
+            throw;
+        }
     }
     return pools;
-}
-
-Snapshot build_snapshot(const Config& config, const std::vector<std::unique_ptr<Port>>& ports) {
-    const auto port_named = [&](const std::string& name) -> const Port& {
-        for (const auto& p : ports)
-            if (p->name() == name) return *p;
-        throw StartupError("no port named " + name);  // the validator makes this unreachable
-    };
-    Snapshot snapshot;
-    for (const ForwardConfig& f : config.forward) {
-        const Port& in = port_named(f.from);
-        const Port& out = port_named(f.to);
-        snapshot.forward_by_in_port[in.id()] =
-            ForwardEntry{.dst_mac = f.next_hop_mac, .src_mac = out.mac(), .out_port = out.id(), .valid = true};
-    }
-    return snapshot;
 }
 
 DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::unique_ptr<Port>>& ports) {
@@ -83,9 +92,11 @@ DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::
     for (std::size_t i = 0; i < config.lcores.size(); ++i) {
         const LcoreConfig& l = config.lcores[i];
         LcorePlan plan{.lcore_id = l.id, .rx = l.rx, .worker = l.worker, .rx_queues = {}};
-        for (const auto& [port_index, queue] : queues[i]) plan.rx_queues.push_back({ports[port_index]->id(), queue});
         std::string polled;
-        for (const auto& q : plan.rx_queues) polled += " " + std::to_string(q.port_id) + ":" + std::to_string(q.queue_id);
+        for (const auto& [port_index, queue] : queues[i]) {
+            plan.rx_queues.push_back({ports[port_index]->id(), queue});
+            polled += " " + ports[port_index]->name() + ":" + std::to_string(queue);
+        }
         spdlog::info("lcore {} on socket {}: {}{}{}", l.id, rte_lcore_to_socket_id(l.id), l.rx ? "rx " : "",
                      l.worker ? "worker " : "", polled.empty() ? "" : "polls" + polled);
         spec.lcores.push_back(std::move(plan));
@@ -103,85 +114,273 @@ void log_totals(const CounterTotals& totals, const std::vector<std::unique_ptr<P
         if (totals.drops[r]) spdlog::info("dropped {}: {}", kDropReasonInfo[r].name, totals.drops[r]);
 }
 
-// Waits for SIGINT/SIGTERM; logs link changes meanwhile.
-void control_loop(const std::vector<std::unique_ptr<Port>>& ports) {
-    sigset_t signals;
-    sigemptyset(&signals);
-    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
-    std::vector<int> link_up(ports.size(), -1);
-    for (;;) {
-        for (std::size_t i = 0; i < ports.size(); ++i) {
-            rte_eth_link link{};
-            if (rte_eth_link_get_nowait(ports[i]->id(), &link) != 0) continue;
-            if (link.link_status != link_up[i]) {
-                link_up[i] = link.link_status;
-                ports[i]->log_link();
+// A file descriptor closed when it goes.
+struct Fd {
+    int fd = -1;
+    explicit Fd(int f) : fd(f) {}
+    ~Fd() {
+        if (fd >= 0) close(fd);
+    }
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+};
+
+// Reload requests from the telemetry thread, run on the control thread; the requester waits for the outcome.
+class ReloadMailbox {
+public:
+    ReloadMailbox() : event_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+    int fd() const { return event_.fd; }
+
+    // Telemetry thread.
+    ReloadRecord request(const ReloadStatus& status) {
+        std::unique_lock lock(mutex_);
+        const uint64_t ticket = ++requested_;
+        const uint64_t one = 1;
+        if (write(event_.fd, &one, sizeof one) < 0) {
+            // The counter cannot overflow in practice; the control loop still sees the earlier signal.
+        }
+        done_.wait_for(lock, kReloadRequestTimeout, [&] { return completed_ >= ticket || closed_; });
+        return status.read();
+    }
+    // Control thread: true when a request is waiting.
+    bool take() {
+        uint64_t value;
+        return read(event_.fd, &value, sizeof value) == sizeof value;
+    }
+    void complete() {
+        std::lock_guard lock(mutex_);
+        completed_ = requested_;
+        done_.notify_all();
+    }
+    void close_all() {
+        std::lock_guard lock(mutex_);
+        closed_ = true;
+        done_.notify_all();
+    }
+
+private:
+    Fd event_;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    uint64_t requested_ = 0;
+    uint64_t completed_ = 0;
+    bool closed_ = false;
+};
+
+class Daemon {
+public:
+    Daemon(const Config& config, std::string program, std::vector<std::string> extra_eal_args)
+        : config_(config), program_(std::move(program)), extra_eal_args_(std::move(extra_eal_args)) {}
+
+    int run() {
+        int exit_code = kExitOk;
+        try {
+            start();
+            control_loop();
+        } catch (const StartupError& e) {
+            spdlog::error("{}", e.what());
+            exit_code = kExitStartupFailed;
+        } catch (const std::exception& e) {
+            spdlog::error("{}", e.what());
+            exit_code = kExitStartupFailed;
+        }
+        const int stop_code = stop();
+        return stop_code != kExitOk ? stop_code : exit_code;
+    }
+
+private:
+    // Staged start; each stage throws StartupError and stop() unwinds whatever was built.
+    void start() {
+        eal_ = std::make_unique<EalGuard>(build_eal_args(program_, config_.eal, config_.ports, extra_eal_args_));
+        check_lcores(config_);
+        if (!register_packet_meta()) throw StartupError("cannot register the packet metadata mbuf field");
+        register_telemetry_commands();
+        for (const PortSpec& spec : config_.ports) ports_.push_back(std::make_unique<Port>(spec));
+        uint16_t workers = 0;
+        for (const LcoreConfig& l : config_.lcores) workers += l.worker;
+        pools_ = create_pools(config_, ports_, workers);
+        for (auto& port : ports_) port->start(workers, pools_.at(port->socket()));
+        for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
+        dataplane_ = std::make_unique<Dataplane>(build_dataplane_spec(config_, ports_),
+                                                 build_snapshot(config_, port_identities_));
+        dataplane_->launch();
+
+        view_.dataplane = dataplane_.get();
+        for (const auto& port : ports_) view_.ports.push_back({port->name(), port->id()});
+        for (const auto& [socket, pool] : pools_) view_.pools.push_back({socket, pool});
+        view_.reload = &reload_status_;
+        reload_status_.update([&](ReloadRecord& r) {
+            r.running_hash = config_.hash;
+            r.running_path = config_.path;
+        });
+        attach_telemetry(&view_, [this] { return mailbox_.request(reload_status_); });
+        if (!config_.metrics.listen.empty()) {
+            try {
+                exporter_ = std::make_unique<PrometheusExporter>(config_.metrics.listen, view_, SLUICE_VERSION);
+            } catch (const std::exception& e) {
+                throw StartupError("metrics: cannot listen on " + config_.metrics.listen + ": " + e.what());
+            }
+            spdlog::info("metrics on http://{}/metrics", config_.metrics.listen);
+        }
+        spdlog::info("ready: {} port(s), {} lcore(s), {} worker(s), config {} ({})", ports_.size(),
+                     config_.lcores.size(), workers, config_.path, config_.hash);
+    }
+
+    // Reloads the config file: parse, validate, build, publish; or keep everything as it is and say why.
+    // All or nothing: a candidate that changes a restart-only setting is refused whole.
+    void reload(const char* trigger) {
+        spdlog::info("reload ({}): reading {}", trigger, config_.path);
+        ConfigResult candidate = load_config_file(config_.path);
+        std::vector<std::string> errors;
+        for (const ConfigError& e : candidate.errors) errors.push_back(e.to_string());
+        if (candidate.config) {
+            for (const std::string& change : restart_required_changes(config_, *candidate.config))
+                errors.push_back(config_.path + ": " + change + ": a restart is needed to apply it");
+        }
+        std::unique_ptr<Snapshot> snapshot;
+        if (errors.empty()) {
+            try {
+                snapshot = build_snapshot(*candidate.config, port_identities_);
+            } catch (const std::exception& e) {
+                errors.push_back(config_.path + ": " + e.what());
             }
         }
-        const timespec timeout{0, 250'000'000};
-        const int sig = sigtimedwait(&signals, nullptr, &timeout);
-        if (sig == SIGINT || sig == SIGTERM) {
-            spdlog::info("{}: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        if (!errors.empty()) {
+            for (const std::string& e : errors) spdlog::error("reload refused: {}", e);
+            spdlog::error("reload refused: the running config ({}) stays in force", config_.hash);
+            reload_status_.update([&](ReloadRecord& r) {
+                ++r.failures;
+                r.last_ok = false;
+                r.last_attempt_unix = unix_now();
+                r.last_errors = errors;
+            });
             return;
         }
-        if (sig == SIGHUP) spdlog::warn("SIGHUP: live reload is not available yet; restart sluice to apply a new config");
+        dataplane_->publish(std::move(snapshot));
+        if (candidate.config->log.level != config_.log.level)
+            spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
+        const std::string previous = config_.hash;
+        config_ = std::move(*candidate.config);
+        reload_status_.update([&](ReloadRecord& r) {
+            ++r.successes;
+            r.last_ok = true;
+            r.last_attempt_unix = unix_now();
+            r.last_errors.clear();
+            r.running_hash = config_.hash;
+        });
+        spdlog::info("reload applied: config {} replaces {}", config_.hash, previous);
     }
-}
+
+    // Waits for signals, reload requests and config file changes; logs link changes.
+    void control_loop() {
+        sigset_t signals;
+        sigemptyset(&signals);
+        for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
+        Fd signal_fd(signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
+        // Watch the directory: editors that write a new file and rename it over the old one replace the inode.
+        const std::filesystem::path path = std::filesystem::absolute(config_.path);
+        const std::string file_name = path.filename();
+        Fd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+        if (inotify_add_watch(inotify.fd, path.parent_path().c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0)
+            spdlog::warn("cannot watch {} for changes ({}); reload with SIGHUP", path.parent_path().string(),
+                         std::strerror(errno));
+
+        std::vector<int> link_up(ports_.size(), -1);
+        bool file_changed = false;
+        auto file_changed_at = std::chrono::steady_clock::now();
+        for (;;) {
+            for (std::size_t i = 0; i < ports_.size(); ++i) {
+                rte_eth_link link{};
+                if (rte_eth_link_get_nowait(ports_[i]->id(), &link) != 0) continue;
+                if (link.link_status != link_up[i]) {
+                    link_up[i] = link.link_status;
+                    ports_[i]->log_link();
+                }
+            }
+            pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0}};
+            const int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
+            poll(fds, 3, timeout_ms);
+
+            signalfd_siginfo info;
+            while (read(signal_fd.fd, &info, sizeof info) == sizeof info) {
+                if (info.ssi_signo == SIGHUP) {
+                    reload("SIGHUP");
+                } else {
+                    spdlog::info("{}: stopping", info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+                    return;
+                }
+            }
+            alignas(inotify_event) char events[4096];
+            ssize_t n;
+            while ((n = read(inotify.fd, events, sizeof events)) > 0) {
+                for (char* p = events; p < events + n;) {
+                    const auto* event = reinterpret_cast<const inotify_event*>(p);
+                    if (event->len && file_name == event->name) {
+                        file_changed = true;
+                        file_changed_at = std::chrono::steady_clock::now();
+                    }
+                    p += sizeof(inotify_event) + event->len;
+                }
+            }
+            // Debounced: an editor's save is often several events; reload once they settle.
+            if (file_changed && std::chrono::steady_clock::now() - file_changed_at >= kReloadDebounce) {
+                file_changed = false;
+                reload("file changed");
+            }
+            if (mailbox_.take()) {
+                reload("telemetry");
+                mailbox_.complete();
+            }
+        }
+    }
+
+    // Staged stop, in reverse: readers (telemetry, metrics), lcores (RX first, then rings drained and TX flushed),
+    // ports, pools. Returns kExitLeakedMbufs when a pool is not full again.
+    int stop() {
+        int exit_code = kExitOk;
+        mailbox_.close_all();
+        attach_telemetry(nullptr, nullptr);
+        exporter_.reset();
+        if (dataplane_) {
+            dataplane_->stop();
+            log_totals(dataplane_->totals(), ports_);
+            dataplane_.reset();
+        }
+        ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
+        for (auto& [socket, pool] : pools_) {
+            const uint32_t leaked = mbufs_in_use(pool);
+            if (leaked) {
+                spdlog::error("mempool on socket {}: {} mbuf(s) leaked of {}", socket, leaked, pool->size);
+                exit_code = kExitLeakedMbufs;
+            } else {
+                spdlog::info("mempool on socket {}: all {} mbufs returned", socket, pool->size);
+            }
+            rte_mempool_free(pool);
+        }
+        pools_.clear();
+        eal_.reset();
+        return exit_code;
+    }
+
+    Config config_;
+    std::string program_;
+    std::vector<std::string> extra_eal_args_;
+    std::unique_ptr<EalGuard> eal_;
+    std::vector<std::unique_ptr<Port>> ports_;
+    std::vector<PortIdentity> port_identities_;
+    std::map<int, rte_mempool*> pools_;
+    std::unique_ptr<Dataplane> dataplane_;
+    ReloadStatus reload_status_;
+    StatusView view_;
+    ReloadMailbox mailbox_;
+    std::unique_ptr<PrometheusExporter> exporter_;
+};
 
 }  // namespace
 
 int run_daemon(const Config& config, const std::string& program, const std::vector<std::string>& extra_eal_args) {
-    std::unique_ptr<EalGuard> eal;
-    std::vector<std::unique_ptr<Port>> ports;
-    std::map<int, rte_mempool*> pools;
-    std::unique_ptr<Snapshot> snapshot;
-    std::unique_ptr<Dataplane> dataplane;
-    TelemetryView view;
-    int exit_code = kExitOk;
-    try {
-        eal = std::make_unique<EalGuard>(build_eal_args(program, config.eal, config.ports, extra_eal_args));
-        check_lcores(config);
-        if (!register_packet_meta()) throw StartupError("cannot register the packet metadata mbuf field");
-        register_telemetry_commands();
-        for (const PortSpec& spec : config.ports) ports.push_back(std::make_unique<Port>(spec));
-        uint16_t workers = 0;
-        for (const LcoreConfig& l : config.lcores) workers += l.worker;
-        pools = create_pools(config, ports, workers);
-        for (auto& port : ports) port->start(workers, pools.at(port->socket()));
-        snapshot = std::make_unique<Snapshot>(build_snapshot(config, ports));
-        dataplane = std::make_unique<Dataplane>(build_dataplane_spec(config, ports), snapshot.get());
-        dataplane->launch();
-        view.dataplane = dataplane.get();
-        for (const auto& port : ports) view.ports.push_back({port->name(), port->id()});
-        for (const auto& [socket, pool] : pools) view.pools.push_back(pool);
-        attach_telemetry_view(&view);
-        spdlog::info("ready: {} port(s), {} lcore(s), {} worker(s)", ports.size(), config.lcores.size(), workers);
-        control_loop(ports);
-    } catch (const StartupError& e) {
-        spdlog::error("{}", e.what());
-        exit_code = kExitStartupFailed;
-    }
-
-    // Staged stop, in reverse: telemetry, lcores (RX first, then rings drained and TX flushed), ports, pools.
-    attach_telemetry_view(nullptr);
-    if (dataplane) {
-        dataplane->stop();
-        log_totals(dataplane->totals(), ports);
-        dataplane.reset();
-    }
-    ports.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
-    for (auto& [socket, pool] : pools) {
-        const uint32_t leaked = mbufs_in_use(pool);
-        if (leaked) {
-            spdlog::error("mempool on socket {}: {} mbuf(s) leaked of {}", socket, leaked, pool->size);
-            exit_code = kExitLeakedMbufs;
-        } else {
-            spdlog::info("mempool on socket {}: all {} mbufs returned", socket, pool->size);
-        }
-        rte_mempool_free(pool);
-    }
-    eal.reset();
-    return exit_code;
+    Daemon daemon(config, program, extra_eal_args);
+    return daemon.run();
 }
 
 }  // namespace sluice

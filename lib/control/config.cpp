@@ -269,7 +269,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
     config.path = name;
     if (!root || root.IsNull()) {
         d.errors().push_back({name, 0, 0, "the file is empty"});
-    } else if (d.map(root, "the top level", {"eal", "log", "dataplane", "ports", "lcores", "forward"})) {
+    } else if (d.map(root, "the top level", {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -294,6 +294,18 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
             d.field(v, "idle_sleep_us", "dataplane", false,
                     [&](const YAML::Node& s) { d.integer(s, "idle_sleep_us", config.dataplane.idle_sleep_us, 0, 100000); });
         });
+        d.field(root, "metrics", "the config", false, [&](const YAML::Node& v) {
+            if (!d.map(v, "metrics", {"listen"})) return;
+            d.field(v, "listen", "metrics", false, [&](const YAML::Node& l) {
+                if (!l.IsScalar()) return d.error(l, "metrics listen must be HOST:PORT, or empty to turn metrics off");
+                config.metrics.listen = l.Scalar();
+                const auto colon = config.metrics.listen.rfind(':');
+                if (!config.metrics.listen.empty() &&
+                    (colon == std::string::npos || colon == 0 || colon + 1 == config.metrics.listen.size() ||
+                     config.metrics.listen.find_first_not_of("0123456789", colon + 1) != std::string::npos))
+                    d.error(l, "metrics listen '" + config.metrics.listen + "' must be HOST:PORT, e.g. 127.0.0.1:9469");
+            });
+        });
         std::map<std::string, YAML::Mark> port_marks;
         d.field(root, "ports", "the config", true, [&](const YAML::Node& v) { decode_ports(d, v, config, port_marks); });
         d.field(root, "lcores", "the config", true, [&](const YAML::Node& v) { decode_lcores(d, v, config); });
@@ -302,6 +314,14 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
     result.errors = std::move(d.errors());
     if (result.errors.empty()) result.config = std::move(config);
     return result;
+}
+
+std::string fnv1a_hex(const std::string& text) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
 }
 
 }  // namespace
@@ -315,7 +335,9 @@ ConfigResult load_config_text(const std::string& text, const std::string& name) 
         d.error(e.mark, "YAML syntax: " + e.msg);
         return {std::nullopt, std::move(d.errors())};
     }
-    return decode(root, d, name);
+    ConfigResult result = decode(root, d, name);
+    if (result.config) result.config->hash = fnv1a_hex(text);
+    return result;
 }
 
 ConfigResult load_config_file(const std::string& path) {
@@ -324,6 +346,25 @@ ConfigResult load_config_file(const std::string& path) {
     std::stringstream text;
     text << in.rdbuf();
     return load_config_text(text.str(), path);
+}
+
+std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate) {
+    std::vector<std::string> changes;
+    if (running.eal != candidate.eal) changes.push_back("eal arguments changed");
+    if (running.dataplane != candidate.dataplane) changes.push_back("dataplane settings changed");
+    if (running.metrics.listen != candidate.metrics.listen) changes.push_back("metrics listen address changed");
+    if (running.ports != candidate.ports) {
+        std::string names;
+        for (const PortSpec& p : candidate.ports) {
+            const PortSpec* old = running.find_port(p.name);
+            if (!old || !(*old == p)) names += (names.empty() ? "" : ", ") + p.name;
+        }
+        for (const PortSpec& p : running.ports)
+            if (!candidate.find_port(p.name)) names += (names.empty() ? "" : ", ") + p.name + " (removed)";
+        changes.push_back("ports changed: " + names);
+    }
+    if (running.lcores != candidate.lcores) changes.push_back("lcores changed");
+    return changes;
 }
 
 std::vector<std::vector<std::pair<std::size_t, uint16_t>>> assign_rx_queues(const Config& config) {

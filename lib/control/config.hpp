@@ -25,6 +25,7 @@ struct ConfigError {
 struct RxQueueName {
     std::string port;
     uint16_t queue = 0;
+    friend bool operator==(const RxQueueName&, const RxQueueName&) = default;
 };
 
 struct LcoreConfig {
@@ -32,6 +33,7 @@ struct LcoreConfig {
     bool rx = false;
     bool worker = false;
     std::vector<RxQueueName> rx_queues;  // empty on every rx lcore: queues are spread round-robin
+    friend bool operator==(const LcoreConfig&, const LcoreConfig&) = default;
 };
 
 struct ForwardConfig {
@@ -48,13 +50,20 @@ struct LogConfig {
 struct DataplaneConfig {
     uint32_t ring_size = 4096;
     uint32_t idle_sleep_us = 0;
+    friend bool operator==(const DataplaneConfig&, const DataplaneConfig&) = default;
+};
+
+struct MetricsConfig {
+    std::string listen = "127.0.0.1:9469";  // empty: no exporter
 };
 
 struct Config {
     std::string path;
+    std::string hash;  // FNV-1a 64 of the file's bytes, 16 hex digits: tells which config runs
     std::vector<std::string> eal;
     LogConfig log;
     DataplaneConfig dataplane;
+    MetricsConfig metrics;
     std::vector<PortSpec> ports;
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
@@ -70,6 +79,10 @@ struct ConfigResult {
 ConfigResult load_config_file(const std::string& path);
 // `name` stands for the file in error messages.
 ConfigResult load_config_text(const std::string& text, const std::string& name);
+
+// What differs between the running config and a candidate that only a restart can apply (EAL arguments, ports,
+// lcores, data-plane sizes, the metrics listener), one line each; empty when the candidate can go live.
+std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate);
 
 // The RX queues each rx lcore polls, as (port index, queue): the explicit lists, or every queue of every port
 // spread round-robin over the rx lcores when no lcore lists any. Indexed like config.lcores.

@@ -10,17 +10,36 @@
 namespace sluice {
 namespace {
 
-std::mutex g_view_mutex;  // control plane only: the telemetry thread against attach/detach
-const TelemetryView* g_view = nullptr;
+std::mutex g_mutex;  // control plane only: the telemetry thread against attach/detach
+const StatusView* g_view = nullptr;
+ReloadRequester g_reload;
+
+void add_reload_record(rte_tel_data* d, const ReloadRecord& r) {
+    rte_tel_data_add_dict_string(d, "path", r.running_path.c_str());
+    rte_tel_data_add_dict_string(d, "hash", r.running_hash.c_str());
+    rte_tel_data_add_dict_u64(d, "reloads_ok", r.successes);
+    rte_tel_data_add_dict_u64(d, "reloads_failed", r.failures);
+    rte_tel_data_add_dict_u64(d, "last_reload_ok", r.last_ok);
+    rte_tel_data_add_dict_u64(d, "last_reload_unix", static_cast<uint64_t>(r.last_attempt_unix));
+    if (r.last_errors.empty()) return;
+    rte_tel_data* errors = rte_tel_data_alloc();
+    rte_tel_data_start_array(errors, RTE_TEL_STRING_VAL);
+    // Telemetry strings stop at 128 characters: drop the path (it is in "path") to keep LINE:COL and the message.
+    for (const std::string& e : r.last_errors) {
+        const bool prefixed = e.rfind(r.running_path + ":", 0) == 0;
+        rte_tel_data_add_array_string(errors, (prefixed ? e.substr(r.running_path.size() + 1) : e).c_str());
+    }
+    rte_tel_data_add_dict_container(d, "last_errors", errors, 0);
+}
 
 // /sluice/stats: flat dict (22.11 telemetry cannot nest dicts) of totals, drops by reason and per-port counters.
 int stats_command(const char*, const char*, rte_tel_data* d) {
-    std::lock_guard lock(g_view_mutex);
+    std::lock_guard lock(g_mutex);
     if (!g_view || !g_view->dataplane) return -1;
     const CounterTotals totals = g_view->dataplane->totals();
     rte_tel_data_start_dict(d);
     uint64_t rx = 0, tx = 0;
-    for (const TelemetryPort& port : g_view->ports) {
+    for (const StatusPort& port : g_view->ports) {
         const PortCounters& c = totals.ports[port.port_id];
         rx += c.rx_packets;
         tx += c.tx_packets;
@@ -48,8 +67,31 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
     rte_tel_data_add_dict_u64(d, "ring_dequeued", totals.ring_dequeued);
     rte_tel_data_add_dict_u64(d, "ring_backlog", g_view->dataplane->ring_backlog());
     uint64_t in_use = 0;
-    for (const rte_mempool* pool : g_view->pools) in_use += mbufs_in_use(pool);
+    for (const auto& [socket, pool] : g_view->pools) in_use += mbufs_in_use(pool);
     rte_tel_data_add_dict_u64(d, "mbufs_in_use", in_use);
+    return 0;
+}
+
+// /sluice/config: which config runs (path, hash) and how reloads went.
+int config_command(const char*, const char*, rte_tel_data* d) {
+    std::lock_guard lock(g_mutex);
+    if (!g_view || !g_view->reload) return -1;
+    rte_tel_data_start_dict(d);
+    add_reload_record(d, g_view->reload->read());
+    return 0;
+}
+
+// /sluice/reload: reloads the config file now (as SIGHUP does) and answers with the outcome.
+int reload_command(const char*, const char*, rte_tel_data* d) {
+    ReloadRequester reload;
+    {
+        std::lock_guard lock(g_mutex);
+        reload = g_reload;
+    }
+    if (!reload) return -1;
+    const ReloadRecord outcome = reload();  // outside the lock: the control thread may detach meanwhile
+    rte_tel_data_start_dict(d);
+    add_reload_record(d, outcome);
     return 0;
 }
 
@@ -58,11 +100,16 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
 void register_telemetry_commands() {
     rte_telemetry_register_cmd("/sluice/stats", stats_command,
                                "sluice counters: per-port packets and bytes, drops by reason, lcore polls. No parameters");
+    rte_telemetry_register_cmd("/sluice/config", config_command,
+                               "The running config's path and hash, and reload counts. No parameters");
+    rte_telemetry_register_cmd("/sluice/reload", reload_command,
+                               "Reload the config file now, as SIGHUP does; answers with the outcome. No parameters");
 }
 
-void attach_telemetry_view(const TelemetryView* view) {
-    std::lock_guard lock(g_view_mutex);
+void attach_telemetry(const StatusView* view, ReloadRequester reload) {
+    std::lock_guard lock(g_mutex);
     g_view = view;
+    g_reload = std::move(reload);
 }
 
 }  // namespace sluice

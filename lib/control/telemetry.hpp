@@ -2,31 +2,19 @@
 // Callbacks run on DPDK's telemetry thread; they only read per-lcore counters and port stats.
 #pragma once
 
-#include <string>
-#include <vector>
+#include <functional>
 
-#include <rte_mempool.h>
-
-#include "pipeline/dataplane.hpp"
+#include "control/status.hpp"
 
 namespace sluice {
 
-struct TelemetryPort {
-    std::string name;
-    uint16_t port_id;
-};
+// Runs a reload on the control thread and returns once it is done; set by the daemon.
+using ReloadRequester = std::function<ReloadRecord()>;
 
-// What the commands read. Owned by the daemon, which attaches it once the data plane runs and detaches it before
-// tearing the data plane down.
-struct TelemetryView {
-    const Dataplane* dataplane = nullptr;
-    std::vector<TelemetryPort> ports;
-    std::vector<const rte_mempool*> pools;
-};
-
-// Registers /sluice/stats. Control thread, once, after rte_eal_init.
+// Registers /sluice/stats, /sluice/config and /sluice/reload. Control thread, once, after rte_eal_init.
 void register_telemetry_commands();
-// nullptr detaches: commands then answer with an error.
-void attach_telemetry_view(const TelemetryView* view);
+// Attaches what the commands read (the daemon does it once the data plane runs); nullptr detaches, and commands
+// then answer with an error.
+void attach_telemetry(const StatusView* view, ReloadRequester reload);
 
 }  // namespace sluice

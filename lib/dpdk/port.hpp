@@ -19,6 +19,7 @@ struct PortSpec {
     uint16_t tx_descriptors = 1024;
     uint16_t mtu = 1500;
     bool promiscuous = true;
+    friend bool operator==(const PortSpec&, const PortSpec&) = default;
 };
 
 bool is_pci_address(const std::string& device);

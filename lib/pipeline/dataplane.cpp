@@ -15,7 +15,7 @@
 
 namespace sluice {
 
-Dataplane::Dataplane(const DataplaneSpec& spec, const Snapshot* initial) {
+Dataplane::Dataplane(const DataplaneSpec& spec, std::unique_ptr<Snapshot> initial) {
     try {
         build(spec, initial);
     } catch (...) {
@@ -24,7 +24,7 @@ Dataplane::Dataplane(const DataplaneSpec& spec, const Snapshot* initial) {
     }
 }
 
-void Dataplane::build(const DataplaneSpec& spec, const Snapshot* initial) {
+void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& initial) {
     const auto worker_count = std::count_if(spec.lcores.begin(), spec.lcores.end(), [](auto& l) { return l.worker; });
     const auto rx_count = std::count_if(spec.lcores.begin(), spec.lcores.end(), [](auto& l) { return l.rx; });
     if (worker_count == 0 || static_cast<std::size_t>(worker_count) > kMaxWorkers)
@@ -33,7 +33,12 @@ void Dataplane::build(const DataplaneSpec& spec, const Snapshot* initial) {
     shared_ = static_cast<SharedState*>(rte_zmalloc("sluice_shared", sizeof(SharedState), kCacheLine));
     if (!shared_) throw StartupError("out of memory for the shared state");
     new (shared_) SharedState{};
-    shared_->snapshot.store(initial, std::memory_order_release);
+    shared_->snapshot.store(initial.release(), std::memory_order_release);
+    const auto lcore_count = static_cast<uint32_t>(spec.lcores.size());
+    const std::size_t qsbr_size = rte_rcu_qsbr_get_memsize(lcore_count);
+    shared_->qsbr = static_cast<rte_rcu_qsbr*>(rte_zmalloc("sluice_qsbr", qsbr_size, RTE_CACHE_LINE_SIZE));
+    if (!shared_->qsbr || rte_rcu_qsbr_init(shared_->qsbr, lcore_count) != 0)
+        throw StartupError("cannot set up RCU (QSBR) for the snapshot");
 
     // Several RX lcores may feed one ring; only its worker takes from it.
     const unsigned ring_flags = RING_F_SC_DEQ | (rx_count <= 1 ? RING_F_SP_ENQ : 0);
@@ -59,6 +64,8 @@ void Dataplane::build(const DataplaneSpec& spec, const Snapshot* initial) {
         ctx->worker_count = static_cast<uint16_t>(rings_.size());
         ctx->idle_sleep_us = spec.idle_sleep_us;
         ctx->shared = shared_;
+        ctx->qsbr_thread_id = static_cast<unsigned>(contexts_.size() - 1);
+        rte_rcu_qsbr_thread_register(shared_->qsbr, ctx->qsbr_thread_id);
         std::copy(rings_.begin(), rings_.end(), ctx->worker_rings.begin());
         if (plan.rx_queues.size() > kMaxRxQueuesPerLcore)
             throw StartupError("lcore " + std::to_string(plan.lcore_id) + " polls more than " +
@@ -98,6 +105,8 @@ void Dataplane::release() {
     for (rte_ring* ring : rings_) rte_ring_free(ring);
     rings_.clear();
     if (shared_) {
+        delete shared_->snapshot.load();
+        rte_free(shared_->qsbr);
         shared_->~SharedState();
         rte_free(shared_);
         shared_ = nullptr;
@@ -133,6 +142,14 @@ void Dataplane::stop() {
             contexts_.front()->counters.drop(DropReason::shutdown);
         }
     }
+}
+
+void Dataplane::publish(std::unique_ptr<Snapshot> next) {
+    const Snapshot* previous = shared_->snapshot.exchange(next.release(), std::memory_order_acq_rel);
+    // Offline lcores (not launched yet, or returned) do not hold the token back.
+    const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
+    rte_rcu_qsbr_check(shared_->qsbr, token, true);
+    delete previous;
 }
 
 CounterTotals Dataplane::totals() const {

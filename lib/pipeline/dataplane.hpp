@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "pipeline/counters.hpp"
@@ -27,8 +28,9 @@ struct DataplaneSpec {
 
 class Dataplane {
 public:
-    // Allocates rings, contexts and TX buffers on each lcore's socket; throws StartupError.
-    Dataplane(const DataplaneSpec& spec, const Snapshot* initial);
+    // Allocates rings, contexts and TX buffers on each lcore's socket and takes the first snapshot; throws
+    // StartupError.
+    Dataplane(const DataplaneSpec& spec, std::unique_ptr<Snapshot> initial);
     ~Dataplane();
     Dataplane(const Dataplane&) = delete;
     Dataplane& operator=(const Dataplane&) = delete;
@@ -37,15 +39,25 @@ public:
     // Stops RX, lets workers empty their rings and flush TX, and waits for every lcore to return. Idempotent.
     void stop();
 
+    // Publishes next with one atomic store and frees the previous snapshot once every lcore has passed a quiescent
+    // state. Blocks the control thread for about one loop iteration of the slowest lcore; lcores never wait.
+    void publish(std::unique_ptr<Snapshot> next);
+    const Snapshot& snapshot() const { return *shared_->snapshot.load(std::memory_order_acquire); }
+
     // Sums every lcore's counters; any thread.
     CounterTotals totals() const;
+    // Each lcore's own counters, for per-lcore metrics; any thread.
+    template <typename Visit>
+    void for_each_lcore(Visit visit) const {
+        for (const LcoreContext* ctx : contexts_) visit(*ctx);
+    }
     uint16_t worker_count() const { return static_cast<uint16_t>(rings_.size()); }
     uint64_t ring_slots() const;
     // Packets waiting in worker rings right now.
     uint64_t ring_backlog() const;
 
 private:
-    void build(const DataplaneSpec& spec, const Snapshot* initial);
+    void build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& initial);
     void release();
 
     SharedState* shared_ = nullptr;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include <rte_ethdev.h>
+#include <rte_rcu_qsbr.h>
 #include <rte_ring.h>
 
 #include "common/compiler.hpp"
@@ -24,10 +25,13 @@ inline constexpr std::size_t kMaxRxQueuesPerLcore = 32;
 // stop polling ports and say so) -> draining (workers empty their rings, flush TX and return).
 enum class Phase : int { running, rx_stopping, draining };
 
-// State every lcore reads and only the control thread writes.
+// State every lcore reads and only the control thread writes. The snapshot is replaced with one atomic store; each
+// lcore reports a quiescent state (rte_rcu_qsbr) at the end of every loop iteration, when it holds no reference to
+// it, and the control thread frees the old one only after every lcore has (DPDK lib/rcu, QSBR).
 struct alignas(kCacheLine) SharedState {
     std::atomic<Phase> phase{Phase::running};
     std::atomic<const Snapshot*> snapshot{nullptr};
+    rte_rcu_qsbr* qsbr = nullptr;
 };
 
 struct RxQueue {
@@ -51,6 +55,7 @@ struct alignas(kCacheLine) LcoreContext {
     uint16_t tx_queue = 0;
     uint16_t rx_queue_count = 0;
     uint32_t idle_sleep_us = 0;
+    unsigned qsbr_thread_id = 0;
     std::array<RxQueue, kMaxRxQueuesPerLcore> rx_queues{};
     std::array<rte_ring*, kMaxWorkers> worker_rings{};  // input ring of every worker
     std::array<uint16_t, RTE_MAX_ETHPORTS> tx_ports{};    // ports this worker may send on

@@ -98,6 +98,7 @@ int lcore_main(void* arg) {
     SharedState& shared = *ctx.shared;
     ctx.drain_interval_tsc = (rte_get_tsc_hz() + 1'000'000 - 1) / 1'000'000 * kDrainIntervalUs;
     ctx.next_drain_tsc = rte_rdtsc() + ctx.drain_interval_tsc;
+    rte_rcu_qsbr_thread_online(shared.qsbr, ctx.qsbr_thread_id);
 
     for (;;) {
         const Phase phase = shared.phase.load(std::memory_order_acquire);
@@ -115,6 +116,7 @@ int lcore_main(void* arg) {
         if (SLUICE_UNLIKELY(phase == Phase::draining) && moved == 0) {
             // No producer is left (every RX lcore quiesced before this phase), so an empty ring stays empty.
             if (ctx.worker) drain_tx(ctx);
+            rte_rcu_qsbr_thread_offline(shared.qsbr, ctx.qsbr_thread_id);
             return 0;
         }
 
@@ -124,12 +126,15 @@ int lcore_main(void* arg) {
             ctx.next_drain_tsc = now + ctx.drain_interval_tsc;
         }
 
+        // This iteration's snapshot reference is dead from here on.
+        rte_rcu_qsbr_quiescent(shared.qsbr, ctx.qsbr_thread_id);
         counter_add(ctx.counters.polls);
         if (moved) {
             counter_add(ctx.counters.busy_polls);
             ctx.idle_streak = 0;
         } else if (ctx.idle_sleep_us && ++ctx.idle_streak >= kIdleStreakBeforeSleep) {
-            // Opt-in: lets lcores that share a CPU (or the kernel, in the lab) run. Off by default.
+            // Opt-in: lets lcores that share a CPU (or the kernel, in the lab) run. Off by default. The lcore
+            // already reported quiescent, so a sleeping lcore delays a snapshot swap by at most one sleep.
             rte_delay_us_sleep(ctx.idle_sleep_us);
         } else {
             rte_pause();

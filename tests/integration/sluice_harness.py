@@ -51,6 +51,7 @@ class Sluice:
         eal = [f"--lcores={lcores}", f"--file-prefix={self.prefix}"]
         config = dict(config)
         config["eal"] = eal + list(config.get("eal", []))
+        config.setdefault("metrics", {"listen": ""})  # tests that scrape choose a free port
         self.config_path = Path(tmp_path) / f"{self.prefix}.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log_path = Path(tmp_path) / f"{self.prefix}.log"

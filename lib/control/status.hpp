@@ -1,0 +1,57 @@
+// What the daemon shows to the outside (telemetry commands, Prometheus): the running data plane, its ports and
+// pools, and the history of config reloads. Owned by the daemon. The data-plane pointers are set before any reader
+// is attached and cleared only after readers are detached; ReloadStatus is written by the control thread and read
+// by the telemetry and exporter threads under its mutex.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rte_mempool.h>
+
+#include "pipeline/dataplane.hpp"
+
+namespace sluice {
+
+struct StatusPort {
+    std::string name;
+    uint16_t port_id = 0;
+};
+
+struct ReloadRecord {
+    uint64_t successes = 0;
+    uint64_t failures = 0;
+    double last_attempt_unix = 0;  // seconds; 0 before the first reload
+    bool last_ok = true;
+    std::string running_hash;      // Config::hash of what runs now
+    std::string running_path;
+    std::vector<std::string> last_errors;
+};
+
+class ReloadStatus {
+public:
+    ReloadRecord read() const {
+        std::lock_guard lock(mutex_);
+        return record_;
+    }
+    template <typename Update>
+    void update(Update update) {
+        std::lock_guard lock(mutex_);
+        update(record_);
+    }
+
+private:
+    mutable std::mutex mutex_;
+    ReloadRecord record_;
+};
+
+struct StatusView {
+    const Dataplane* dataplane = nullptr;
+    std::vector<StatusPort> ports;
+    std::vector<std::pair<int, const rte_mempool*>> pools;  // (socket, pool)
+    const ReloadStatus* reload = nullptr;
+};
+
+}  // namespace sluice

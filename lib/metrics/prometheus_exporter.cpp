@@ -1,0 +1,121 @@
+#include "metrics/prometheus_exporter.hpp"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
+
+#include <rte_ethdev.h>
+
+#include "dpdk/mempool.hpp"
+
+namespace sluice {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Families are built fresh at every scrape from the live counters.
+class SluiceCollector : public prometheus::Collectable {
+public:
+    SluiceCollector(const StatusView& view, std::string version) : view_(view), version_(std::move(version)) {}
+
+    std::vector<MetricFamily> Collect() const override {
+        std::vector<MetricFamily> out;
+        const auto family = [&](const char* name, const char* help, MetricType type) -> MetricFamily& {
+            out.push_back(MetricFamily{name, help, type, {}});
+            return out.back();
+        };
+        const auto sample = [](MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+            ClientMetric m;
+            m.label = std::move(labels);
+            if (f.type == MetricType::Counter) m.counter.value = value;
+            else m.gauge.value = value;
+            f.metric.push_back(std::move(m));
+        };
+
+        sample(family("sluice_build_info", "sluice version", MetricType::Gauge), {{"version", version_}}, 1);
+        const Dataplane& dp = *view_.dataplane;
+        const CounterTotals totals = dp.totals();
+
+        struct PortFamily {
+            const char* name;
+            const char* help;
+            uint64_t PortCounters::*field;
+        };
+        for (const PortFamily& pf : {PortFamily{"sluice_port_rx_packets_total", "Packets received", &PortCounters::rx_packets},
+                                     PortFamily{"sluice_port_rx_bytes_total", "Bytes received", &PortCounters::rx_bytes},
+                                     PortFamily{"sluice_port_tx_packets_total", "Packets transmitted", &PortCounters::tx_packets},
+                                     PortFamily{"sluice_port_tx_bytes_total", "Bytes transmitted", &PortCounters::tx_bytes}}) {
+            MetricFamily& f = family(pf.name, pf.help, MetricType::Counter);
+            for (const StatusPort& p : view_.ports)
+                sample(f, {{"port", p.name}}, static_cast<double>(totals.ports[p.port_id].*pf.field));
+        }
+        MetricFamily& missed = family("sluice_port_rx_missed_total", "Packets the device dropped for lack of RX descriptors", MetricType::Counter);
+        MetricFamily& nombuf = family("sluice_port_rx_nombuf_total", "RX mbuf allocation failures", MetricType::Counter);
+        MetricFamily& rx_errors = family("sluice_port_rx_errors_total", "Erroneous packets received by the device", MetricType::Counter);
+        MetricFamily& tx_errors = family("sluice_port_tx_errors_total", "Packets the device failed to transmit", MetricType::Counter);
+        MetricFamily& link = family("sluice_port_link_up", "1 when the port's link is up", MetricType::Gauge);
+        for (const StatusPort& p : view_.ports) {
+            rte_eth_stats hw{};
+            if (rte_eth_stats_get(p.port_id, &hw) == 0) {
+                sample(missed, {{"port", p.name}}, static_cast<double>(hw.imissed));
+                sample(nombuf, {{"port", p.name}}, static_cast<double>(hw.rx_nombuf));
+                sample(rx_errors, {{"port", p.name}}, static_cast<double>(hw.ierrors));
+                sample(tx_errors, {{"port", p.name}}, static_cast<double>(hw.oerrors));
+            }
+            rte_eth_link l{};
+            if (rte_eth_link_get_nowait(p.port_id, &l) == 0) sample(link, {{"port", p.name}}, l.link_status);
+        }
+
+        MetricFamily& drops = family("sluice_drops_total", "Packets dropped, by reason (docs/metrics.md lists the reasons)", MetricType::Counter);
+        for (std::size_t r = 1; r < kDropReasonCount; ++r)
+            sample(drops, {{"reason", std::string(kDropReasonInfo[r].name)}}, static_cast<double>(totals.drops[r]));
+
+        MetricFamily& polls = family("sluice_lcore_polls_total", "Poll loop iterations (the lcore heartbeat)", MetricType::Counter);
+        MetricFamily& busy = family("sluice_lcore_busy_polls_total", "Poll loop iterations that moved packets; busy ratio = rate(busy)/rate(polls)", MetricType::Counter);
+        dp.for_each_lcore([&](const LcoreContext& ctx) {
+            const std::string id = std::to_string(ctx.lcore_id);
+            sample(polls, {{"lcore", id}}, static_cast<double>(counter_read(ctx.counters.polls)));
+            sample(busy, {{"lcore", id}}, static_cast<double>(counter_read(ctx.counters.busy_polls)));
+        });
+        MetricFamily& ring_used = family("sluice_ring_packets", "Packets waiting in a worker's input ring", MetricType::Gauge);
+        MetricFamily& ring_size = family("sluice_ring_capacity", "Capacity of a worker's input ring", MetricType::Gauge);
+        dp.for_each_lcore([&](const LcoreContext& ctx) {
+            if (!ctx.worker) return;
+            const rte_ring* ring = ctx.worker_rings[ctx.worker_index];
+            const std::string w = std::to_string(ctx.worker_index);
+            sample(ring_used, {{"worker", w}}, rte_ring_count(ring));
+            sample(ring_size, {{"worker", w}}, rte_ring_get_capacity(ring));
+        });
+        MetricFamily& in_use = family("sluice_mempool_mbufs_in_use", "mbufs out of the pool (in rings, queues, lcores)", MetricType::Gauge);
+        MetricFamily& size = family("sluice_mempool_mbufs", "mbufs in the pool", MetricType::Gauge);
+        for (const auto& [socket, pool] : view_.pools) {
+            sample(in_use, {{"socket", std::to_string(socket)}}, mbufs_in_use(pool));
+            sample(size, {{"socket", std::to_string(socket)}}, pool->size);
+        }
+
+        const ReloadRecord reload = view_.reload->read();
+        MetricFamily& reloads = family("sluice_config_reloads_total", "Config reloads, by result", MetricType::Counter);
+        sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
+        sample(reloads, {{"result", "failure"}}, static_cast<double>(reload.failures));
+        sample(family("sluice_config_last_reload_success", "1 when the last reload was applied", MetricType::Gauge), {}, reload.last_ok);
+        sample(family("sluice_config_last_reload_timestamp_seconds", "When the last reload was attempted (0: never)", MetricType::Gauge), {},
+               reload.last_attempt_unix);
+        sample(family("sluice_config_info", "The running config (hash of the file's bytes)", MetricType::Gauge), {{"hash", reload.running_hash}}, 1);
+        return out;
+    }
+
+private:
+    const StatusView& view_;
+    std::string version_;
+};
+
+PrometheusExporter::PrometheusExporter(const std::string& listen, const StatusView& view, std::string version)
+    : collector_(std::make_shared<SluiceCollector>(view, std::move(version))),
+      exposer_(std::make_unique<prometheus::Exposer>(listen, 1)) {
+    exposer_->RegisterCollectable(collector_);
+}
+
+PrometheusExporter::~PrometheusExporter() = default;  // the Exposer stops its HTTP thread first
+
+}  // namespace sluice

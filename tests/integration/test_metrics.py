@@ -1,0 +1,66 @@
+"""Prometheus /metrics, scraped with a real HTTP client, against packets sent through sluice."""
+
+import re
+import socket
+import urllib.request
+
+from scapy.all import IP, UDP, Ether, IPv6, wrpcap
+
+from sluice_harness import Sluice
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert response.status == 200
+        return response.read().decode()
+
+
+def value(text, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
+    found = re.search("^" + pattern + "$", text, re.M)
+    assert found, f"{name}{{{want}}} not in /metrics"
+    return float(found.group(1))
+
+
+def test_metrics_match_the_packets_sent(tmp_path):
+    good = [Ether(src="02:aa:00:00:00:01", dst="02:bb:00:00:00:01") / IP(src="10.0.0.1", dst="10.1.0.1") / UDP(sport=i, dport=53) / ("x" * 10) for i in range(1, 41)]
+    good += [Ether(src="02:aa:00:00:00:01", dst="02:bb:00:00:00:01") / IPv6(src="2001:db8::1", dst="2001:db8::2") / UDP(sport=i, dport=53) for i in range(1, 11)]
+    expired = [Ether(src="02:aa:00:00:00:01", dst="02:bb:00:00:00:01") / IP(src="10.0.0.1", dst="10.1.0.1", ttl=1) / UDP() for _ in range(7)]
+    wrpcap(str(tmp_path / "in.pcap"), good + expired)
+    port = free_port()
+    config = {
+        "metrics": {"listen": f"127.0.0.1:{port}"},
+        "ports": [
+            {"name": "wan", "device": f"net_pcap0,rx_pcap={tmp_path}/in.pcap,tx_pcap={tmp_path}/unused.pcap"},
+            {"name": "lan", "device": f"net_pcap1,tx_pcap={tmp_path}/out.pcap"},
+        ],
+        "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+        "forward": [{"from": "wan", "to": "lan", "next_hop_mac": "02:00:00:00:00:02"}],
+    }
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        sluice.wait_accounted(len(good) + len(expired))
+        text = scrape(port)
+        assert sluice.stop() == 0, sluice.log()
+
+    assert value(text, "sluice_port_rx_packets_total", port="wan") == len(good) + len(expired)
+    assert value(text, "sluice_port_rx_bytes_total", port="wan") == sum(len(p) for p in good + expired)
+    assert value(text, "sluice_port_tx_packets_total", port="lan") == len(good)
+    assert value(text, "sluice_port_tx_bytes_total", port="lan") == sum(len(p) for p in good)
+    assert value(text, "sluice_drops_total", reason="ttl_expired") == len(expired)
+    assert value(text, "sluice_drops_total", reason="no_route") == 0
+    assert value(text, "sluice_port_link_up", port="wan") == 1
+    assert value(text, "sluice_lcore_polls_total", lcore="1") > 0
+    assert value(text, "sluice_ring_capacity", worker="0") == 4095
+    assert value(text, "sluice_mempool_mbufs", socket="0") > 0
+    assert value(text, "sluice_config_reloads_total", result="failure") == 0
+    assert re.search(r'^sluice_config_info\{hash="[0-9a-f]{16}"\} 1$', text, re.M)
+    assert re.search(r'^sluice_build_info\{version="[0-9.]+"\} 1$', text, re.M)
+    assert "# TYPE sluice_drops_total counter" in text

@@ -1,0 +1,129 @@
+"""Live reload under traffic: the snapshot swap (RCU) loses no packet and leaks no mbuf; a bad or restart-only
+config is refused whole and the running one stays."""
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import yaml
+from scapy.all import IP, UDP, Ether, wrpcap
+
+from sluice_harness import Sluice, wait_until
+
+NEXT_HOP = "02:00:00:00:00:02"
+
+
+def looping_config(tmp_path, forward_p0):
+    """p0 replays a pcap forever (infinite_rx); p1 only transmits. forward_p0=False leaves p0 without a route."""
+    config = {
+        "dataplane": {"idle_sleep_us": 0},
+        "ports": [
+            {"name": "p0", "device": f"net_pcap0,rx_pcap={tmp_path}/loop.pcap,tx_pcap={tmp_path}/unused.pcap,infinite_rx=1"},
+            {"name": "p1", "device": "net_null0,no-rx=1"},
+        ],
+        "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+        "forward": [{"from": "p1", "to": "p0", "next_hop_mac": NEXT_HOP}],
+    }
+    if forward_p0:
+        config["forward"].append({"from": "p0", "to": "p1", "next_hop_mac": NEXT_HOP})
+    return config
+
+
+def write_atomically(path, config, eal):
+    """What careful editors do: write a new file, then rename it over the old one."""
+    config = dict(config, eal=eal, metrics={"listen": ""})
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    os.replace(tmp, path)
+
+
+def start_looping(tmp_path):
+    frames = [Ether(src="02:aa:00:00:00:01", dst="02:bb:00:00:00:01") / IP(src=f"10.0.0.{i}", dst="10.1.0.1") / UDP(sport=1000 + i, dport=53) for i in range(1, 9)]
+    wrpcap(str(tmp_path / "loop.pcap"), frames)
+    sluice = Sluice(tmp_path, looping_config(tmp_path, forward_p0=True))
+    sluice.start()
+    eal = yaml.safe_load(sluice.config_path.read_text())["eal"]
+    return sluice, eal
+
+
+def test_hundred_reloads_under_traffic_lose_nothing(tmp_path):
+    sluice, eal = start_looping(tmp_path)
+    try:
+        configs = [looping_config(tmp_path, forward_p0=(i % 2 == 0)) for i in range(2)]
+        hashes = set()
+        for i in range(100):
+            write_atomically(sluice.config_path, configs[(i + 1) % 2], eal)
+            outcome = sluice.telemetry.query("/sluice/reload")
+            assert outcome["last_reload_ok"] == 1, outcome
+            hashes.add(outcome["hash"])
+            time.sleep(0.01)
+        assert len(hashes) == 2
+        stats = sluice.stats()
+        assert stats["tx_packets"] > 0 and stats["drop/no_route"] > 0, stats
+        config = sluice.telemetry.query("/sluice/config")
+        assert config["reloads_ok"] >= 100 and config["reloads_failed"] == 0
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()
+    log = sluice.log()
+    # The final totals, logged after the drain: every packet received was forwarded or dropped for want of a route.
+    rx = int(log.split("port 'p0': rx ")[1].split()[0])
+    tx = int(log.split("port 'p1': rx 0 packets 0 bytes, tx ")[1].split()[0])
+    no_route = int(log.split("dropped no_route: ")[1].split()[0])
+    other_drops = [line for line in log.splitlines() if "dropped " in line and "no_route" not in line]
+    assert rx == tx + no_route and not other_drops, log
+    assert "all" in log and "mbufs returned" in log
+
+
+def test_bad_config_is_refused_and_the_running_one_stays(tmp_path):
+    sluice, eal = start_looping(tmp_path)
+    try:
+        before = sluice.telemetry.query("/sluice/config")
+        sluice.config_path.write_text(sluice.config_path.read_text().replace("next_hop_mac: 02:00:00:00:00:02",
+                                                                             "next_hop_mac: 02:00:00:00:00", 1))
+        outcome = sluice.telemetry.query("/sluice/reload")
+        assert outcome["last_reload_ok"] == 0
+        assert outcome["hash"] == before["hash"]
+        assert any(re.match(r"\d+:\d+: next_hop_mac .* is not a MAC address", e) for e in outcome["last_errors"]), outcome
+        assert re.search(re.escape(str(sluice.config_path)) + r":\d+:\d+: next_hop_mac", sluice.log())
+        assert "the running config" in sluice.log() and "stays in force" in sluice.log()
+        # Still forwarding with the old table.
+        tx = sluice.stats()["port/p1/tx_packets"]
+        wait_until(lambda: sluice.stats()["port/p1/tx_packets"] > tx + 1000, what="forwarding to go on")
+        assert sluice.stats()["drop/no_route"] == 0
+
+        # A restart-only change is refused whole, naming the setting.
+        config = looping_config(tmp_path, forward_p0=False)
+        config["ports"][1]["mtu"] = 9000
+        write_atomically(sluice.config_path, config, eal)
+        outcome = sluice.telemetry.query("/sluice/reload")
+        assert outcome["last_reload_ok"] == 0
+        assert any("ports changed: p1" in e and "restart is needed" in e for e in outcome["last_errors"])
+        assert sluice.stats()["drop/no_route"] == 0  # the forward change in the same file was not applied
+
+        # A deleted file is an error too.
+        os.unlink(sluice.config_path)
+        sluice.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "cannot read the file" in sluice.log(), what="the reload error")
+        assert sluice.telemetry.query("/sluice/config")["reloads_failed"] >= 3
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()
+
+
+def test_editing_the_file_reloads_it(tmp_path):
+    sluice, eal = start_looping(tmp_path)
+    try:
+        before = sluice.telemetry.query("/sluice/config")["hash"]
+        write_atomically(sluice.config_path, looping_config(tmp_path, forward_p0=False), eal)
+        after = wait_until(lambda: (h := sluice.telemetry.query("/sluice/config")["hash"]) != before and h,
+                           timeout=5, what="the change to be picked up")
+        assert after != before
+        drops = sluice.stats()["drop/no_route"]
+        wait_until(lambda: sluice.stats()["drop/no_route"] > drops + 1000, what="the new table to take effect")
+        assert "reload (file changed)" in sluice.log()
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()
