@@ -127,3 +127,28 @@ def test_editing_the_file_reloads_it(tmp_path):
         assert sluice.stop() == 0, sluice.log()
     finally:
         sluice.kill()
+
+
+def test_sluicectl_answers_from_the_running_sluice(tmp_path):
+    import json
+    import subprocess
+    from sluice_harness import ROOT
+    sluicectl = str(ROOT / "app/sluicectl/sluicectl")
+    sluice, eal = start_looping(tmp_path)
+    try:
+        run = lambda *args: subprocess.run([sluicectl, "--prefix", sluice.prefix, *args], capture_output=True,
+                                           text=True, timeout=30)
+        stats = run("stats")
+        assert stats.returncode == 0, stats.stderr
+        assert "p0" in stats.stdout and "drops: 0" in stats.stdout
+        as_json = json.loads(run("--json", "stats").stdout)
+        assert as_json["port/p0/rx_packets"] > 0
+        reload = run("reload")
+        assert reload.returncode == 0 and "last applied" in reload.stdout, reload.stdout + reload.stderr
+        config = json.loads(run("--json", "config").stdout)
+        assert config["reloads_ok"] >= 1 and config["path"] == str(sluice.config_path)
+        assert sluice.stop() == 0
+    finally:
+        sluice.kill()
+    gone = subprocess.run([sluicectl, "--prefix", sluice.prefix, "stats"], capture_output=True, text=True, timeout=30)
+    assert gone.returncode != 0 and "cannot reach sluice" in gone.stderr
