@@ -17,6 +17,7 @@
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
+#include <rte_pdump.h>
 
 #include <spdlog/spdlog.h>
 
@@ -195,6 +196,9 @@ private:
         check_lcores(config_);
         if (!register_packet_meta()) throw StartupError("cannot register the packet metadata mbuf field");
         register_telemetry_commands();
+        // Lets dpdk-dumpcap / dpdk-pdump (secondary processes) capture on sluice's ports.
+        if (rte_pdump_init() != 0) spdlog::warn("packet capture (rte_pdump) unavailable: {}", rte_strerror(rte_errno));
+        else pdump_ = true;
         for (const PortSpec& spec : config_.ports) ports_.push_back(std::make_unique<Port>(spec));
         uint16_t workers = 0;
         for (const LcoreConfig& l : config_.lcores) workers += l.worker;
@@ -358,6 +362,7 @@ private:
             rte_mempool_free(pool);
         }
         pools_.clear();
+        if (pdump_) rte_pdump_uninit();
         eal_.reset();
         return exit_code;
     }
@@ -366,6 +371,7 @@ private:
     std::string program_;
     std::vector<std::string> extra_eal_args_;
     std::unique_ptr<EalGuard> eal_;
+    bool pdump_ = false;
     std::vector<std::unique_ptr<Port>> ports_;
     std::vector<PortIdentity> port_identities_;
     std::map<int, rte_mempool*> pools_;

@@ -4,6 +4,7 @@ stops it with SIGTERM the way an operator would."""
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -95,12 +96,18 @@ class Sluice:
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+        self._remove_runtime_dir()
         return self.returncode
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._remove_runtime_dir()
+
+    def _remove_runtime_dir(self):
+        # The EAL leaves /var/run/dpdk/PREFIX behind; tests make many prefixes.
+        shutil.rmtree(os.path.dirname(self.telemetry.path), ignore_errors=True)
 
     def __enter__(self):
         return self.start()
