@@ -1,0 +1,395 @@
+#!/usr/bin/env bash
+# Forwarding benchmark: sluice against dpdk-testpmd on the same traffic, on this machine, in one go.
+#
+#   tests/bench/forward.sh [--no-record]          (as root; about 30 s: 2 s warm-up + 8 s window per run)
+#
+# 1. Reference: testpmd txonly (64 B UDP, --txonly-multi-flow) as the memif *server* on CPU 0, started first;
+#    then testpmd io as the memif client forwarding memif -> net_null (no-rx=1) with its forwarding lcore on CPU 1.
+# 2. sluice: the same generator; sluice as the memif client (port `in`) forwarding to net_null (`out`), one lcore
+#    [rx, worker] on CPU 1.
+# Each receiver's rate is read from its own counters over telemetry (testpmd: /ethdev/stats,0 ipackets; sluice:
+# /sluice/stats port/in/rx_packets), once a second over a window after a warm-up. Prints both rates in Mpps and
+# sluice/reference, and appends a row to docs/benchmarks.md (unless --no-record).
+#
+# Nothing asserts a speed. Exit status 1 only when a process fails to start, no packet arrives, sluice exits
+# non-zero (its leaked-mbuf check), or sluice's totals do not add up (rx != tx + drops).
+#
+# Environment: WARMUP (s, default 2), DURATION (measured window in s, default 8), SLUICE (binary, default
+# build/app/sluice/sluice), TESTPMD (default dpdk-testpmd), BENCH_DOC (default docs/benchmarks.md),
+# KEEP=1 keeps the work directory (logs, config) and prints its path.
+set -euo pipefail
+
+readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+readonly WARMUP="${WARMUP:-2}"
+readonly DURATION="${DURATION:-8}"
+readonly SLUICE="${SLUICE:-$REPO/build/app/sluice/sluice}"
+readonly TESTPMD="${TESTPMD:-dpdk-testpmd}"
+readonly BENCH_DOC="${BENCH_DOC:-$REPO/docs/benchmarks.md}"
+RECORD=1
+case "${1:-}" in
+    --no-record) RECORD=0 ;;
+    "") ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0 [--no-record]" >&2; exit 2 ;;
+esac
+
+log() { printf '[forward.sh] %s\n' "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+[[ $EUID -eq 0 ]] || die "run as root (hugepages, /run sockets)"
+[[ -x "$SLUICE" ]] || die "no sluice binary at $SLUICE (build it first)"
+command -v "$TESTPMD" >/dev/null || die "$TESTPMD not found (Debian package dpdk-dev)"
+command -v python3 >/dev/null || die "python3 not found"
+
+ulimit -c 0   # a crashing testpmd would drop a core file in the current directory
+# The EAL puts its runtime directory under $RUNTIME_DIRECTORY when set; keep everything under /var/run/dpdk.
+unset RUNTIME_DIRECTORY
+readonly RUNDIR=/var/run/dpdk
+readonly ID="sluice-bench-$$"
+readonly WORK="$(mktemp -d "/tmp/$ID.XXXXXX")"
+PIDS=()        # every process this script started and has not reaped yet
+PREFIXES=()    # EAL file prefixes used (their runtime dirs are removed at exit)
+SOCKETS=()     # memif sockets
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    local p
+    for p in "${PREFIXES[@]}"; do rm -rf "${RUNDIR:?}/$p" /dev/hugepages/"$p"map_*; done
+    rm -f "${SOCKETS[@]}"
+    if [[ "${KEEP:-0}" == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Run a copy: a rebuild during the benchmark must not swap the binary between the check and the run. Its hash and
+# build time go into the table (the commit alone does not tell which code a working tree's binary was built from).
+cp "$SLUICE" "$WORK/sluice"
+readonly SLUICE_ID="$(sha256sum "$WORK/sluice" | cut -c1-8), built $(date -u -r "$SLUICE" '+%Y-%m-%d %H:%M')"
+
+forget_pid() {
+    local keep=() p
+    for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
+# alive PID: true while PID runs (a child that exited but was not reaped yet is a zombie: not alive).
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != Z ]]
+}
+
+# stop PID SIGNAL TIMEOUT: signal, wait up to TIMEOUT s (then SIGKILL), reap; sets STOP_RC to the exit status.
+stop() {
+    local pid=$1 sig=$2 timeout=$3 i
+    STOP_RC=0
+    kill "-$sig" "$pid" 2>/dev/null || true
+    for ((i = 0; i < timeout * 10; i++)); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then
+        log "warning: pid $pid did not stop within $timeout s of SIG$sig; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" || STOP_RC=$?
+    forget_pid "$pid"
+}
+
+describe_rc() {
+    local rc=$1
+    if (( rc > 128 )); then echo "$rc (signal $(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128))))"; else echo "$rc"; fi
+}
+
+# wait_for PID TIMEOUT CONDITION...: polls CONDITION every 0.1 s while PID lives.
+wait_for() {
+    local pid=$1 timeout=$2; shift 2
+    local deadline=$((SECONDS + timeout))
+    until "$@"; do
+        alive "$pid" || return 1
+        (( SECONDS < deadline )) || return 2
+        sleep 0.1
+    done
+}
+
+show_log() { log "--- last lines of $1"; tail -n 25 "$1" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >&2 || true; }
+
+# The telemetry sampler, the totals check and the table writer.
+cat >"$WORK/bench.py" <<'PY'
+import json, os, re, socket, sys, time
+
+def telemetry_connect(path, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.connect(path)
+            greeting = json.loads(s.recv(4096).decode())
+            return s, int(greeting.get("max_output_len", 16384))
+        except (FileNotFoundError, ConnectionRefusedError, ValueError):
+            s.close()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"telemetry socket {path} did not answer within {timeout} s")
+            time.sleep(0.1)
+
+def query(s, size, cmd):
+    s.send(cmd.encode())
+    reply = json.loads(s.recv(size).decode())
+    return reply[cmd.split(",")[0]]
+
+def cpu_times(pids):
+    """(busy jiffies of the whole machine incl. steal, all jiffies, jiffies used by `pids` and this process)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    ours = 0
+    for pid in pids + [os.getpid()]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ours += int(fields[11]) + int(fields[12])  # utime, stime (all threads)
+        except (FileNotFoundError, IndexError):
+            pass
+    return sum(v) - v[3] - v[4], sum(v), ours
+
+def sample(path, warmup, duration, rate_cmd, rate_key, *other_cmds):
+    """Queries rate_cmd (and other_cmds) once a second for `duration` s after `warmup` s; JSON summary on stdout.
+    BENCH_PIDS (environment) names the benchmark's processes: CPU time that others used meanwhile is reported."""
+    s, size = telemetry_connect(path, 20)
+    pids = [int(p) for p in os.environ.get("BENCH_PIDS", "").split()]
+    time.sleep(warmup)
+    samples = []
+    cpu0 = cpu_times(pids)
+    start = time.monotonic()
+    for tick in range(int(duration) + 1):
+        delay = start + tick - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        t0 = time.monotonic()
+        first = query(s, size, rate_cmd)
+        t1 = time.monotonic()
+        rest = {c: query(s, size, c) for c in other_cmds}
+        samples.append({"t": (t0 + t1) / 2, "replies": {rate_cmd: first, **rest}})
+    cpu1 = cpu_times(pids)
+    busy, total, ours = (b - a for a, b in zip(cpu0, cpu1))
+    counts = [x["replies"][rate_cmd][rate_key] for x in samples]
+    times = [x["t"] for x in samples]
+    per_second = [(counts[i + 1] - counts[i]) / (times[i + 1] - times[i]) for i in range(len(counts) - 1)]
+    json.dump({"window_s": times[-1] - times[0], "packets": counts[-1] - counts[0],
+               "rate_pps": (counts[-1] - counts[0]) / (times[-1] - times[0]), "per_second_pps": per_second,
+               "others_cpu": max(0.0, (busy - ours) / total) if total else 0.0,
+               "first": samples[0]["replies"], "last": samples[-1]["replies"]}, sys.stdout)
+
+def field(path, *keys):
+    """Prints one value of a sample() summary: field FILE key [key...]."""
+    v = json.load(open(path))
+    for k in keys:
+        v = v[int(k)] if isinstance(v, list) else v[k]
+    print(v)
+
+def summary(path, label):
+    v = json.load(open(path))
+    ps = v["per_second_pps"]
+    print(f"{label}: {v['rate_pps'] / 1e6:.3f} Mpps ({v['packets']} packets in {v['window_s']:.2f} s; "
+          f"per second {min(ps) / 1e6:.2f}..{max(ps) / 1e6:.2f} Mpps; other processes used "
+          f"{v['others_cpu']:.0%} of the CPUs meanwhile)")
+
+def window_check(path):
+    """sluice's own counters over the window against the memif PMD's, and rx against tx + drops."""
+    v = json.load(open(path))
+    d = lambda cmd, key: v["last"][cmd][key] - v["first"][cmd][key]
+    st = "/sluice/stats"
+    rx, tx, drops = d(st, "rx_packets"), d(st, "tx_packets"), d(st, "drops")
+    pmd = d("/ethdev/stats,0", "ipackets")
+    reasons = {k[5:]: d(st, k) for k in v["last"][st] if k.startswith("drop/") and d(st, k)}
+    print(f"sluice window: rx {rx}, tx {tx}, drops {drops} {reasons or ''}; memif PMD ipackets {pmd}; "
+          f"mbufs_in_use {v['last'][st]['mbufs_in_use']}, ring_backlog {v['last'][st]['ring_backlog']}, "
+          f"busy polls {d(st, 'busy_polls')} of {d(st, 'polls')}")
+
+def totals_check(log_path):
+    """sluice logs its totals when it stops: every packet received was sent or dropped. Exit 1 if not."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", open(log_path, errors="replace").read())
+    rx = tx = 0
+    ports = re.findall(r"port '(\w+)': rx (\d+) packets \d+ bytes, tx (\d+) packets", text)
+    for _, r, t in ports:
+        rx += int(r); tx += int(t)
+    drops = {m[0]: int(m[1]) for m in re.findall(r"dropped (\w+): (\d+)", text)}
+    if not ports:
+        print("sluice totals: not found in its log"); sys.exit(1)
+    ok = rx == tx + sum(drops.values())
+    print(f"sluice totals at stop: rx {rx} = tx {tx} + drops {sum(drops.values())} {drops or ''}: "
+          f"{'ok' if ok else 'MISMATCH'}")
+    sys.exit(0 if ok else 1)
+
+MARK = "<!-- forward.sh appends rows above this line -->"
+HEADER = """## Forwarding: memif -> null, 64 B, one data-plane core (`tests/bench/forward.sh`)
+
+Generator: `dpdk-testpmd --forward-mode=txonly --txpkts=64 --txonly-multi-flow`, memif server, its forwarding lcore
+on CPU 0. Reference: `dpdk-testpmd --forward-mode=io` as the memif client, forwarding memif -> `net_null0,no-rx=1`,
+forwarding lcore on CPU 1. sluice: the same topology (`in` = memif client, `out` = `net_null0,no-rx=1`), one lcore
+`[rx, worker]` on CPU 1, forward entries in->out and out->in. Each rate is the receiver's own RX counter read over
+telemetry once a second across the measured window (after a warm-up); Mpps = 10^6 packets per second.
+The generator and the receiver each busy-poll one of the 2 vCPUs, so anything else running (builds, tests) takes
+time from one of them: the "machine" column gives the share of all CPU time that other processes used during the
+reference and the sluice windows (from /proc/stat); rows where either is above 5% are marked noisy. Only rows where
+both are near 0% compare.
+
+| date (UTC) | machine | command | reference Mpps | sluice Mpps | ratio |
+| --- | --- | --- | ---: | ---: | ---: |
+"""
+
+def record(doc, date, machine, command, ref, slu, ratio):
+    row = f"| {date} | {machine} | {command} | {ref} | {slu} | {ratio} |\n"
+    text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
+    if MARK not in text:
+        text = text.rstrip("\n") + "\n\n" + HEADER + MARK + "\n"
+    text = text.replace(MARK, row.rstrip("\n") + "\n" + MARK, 1)
+    os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
+    with open(doc + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(doc + ".tmp", doc)
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*[a if not re.fullmatch(r"[0-9.]+", a) or sys.argv[1] in ("field", "record") else float(a)
+                            for a in sys.argv[2:]])
+PY
+bench() { python3 "$WORK/bench.py" "$@"; }
+
+# start_generator NAME SOCKET: testpmd txonly as the memif server, forwarding lcore on CPU 0. Sets GEN_PID.
+start_generator() {
+    local name=$1 sock=$2 prefix="$ID-$1-gen"
+    PREFIXES+=("$prefix"); SOCKETS+=("$sock")
+    rm -f "$sock"
+    "$TESTPMD" --lcores=0@0,1@0 --no-pci --in-memory --file-prefix="$prefix" \
+        --vdev="net_memif0,role=server,socket=$sock" -- \
+        --no-mlockall --forward-mode=txonly --txpkts=64 --txonly-multi-flow --burst=32 \
+        --port-topology=loop --nb-cores=1 --total-num-mbufs=16384 --stats-period=1 \
+        </dev/null >"$WORK/$name-gen.log" 2>&1 &
+    GEN_PID=$!
+    PIDS+=("$GEN_PID")
+    # Forwarding has started once the first statistics are printed. (memif's socket is abstract by default, so
+    # no file appears at $sock.)
+    if ! wait_for "$GEN_PID" 20 grep -qs "Port statistics" "$WORK/$name-gen.log"; then
+        show_log "$WORK/$name-gen.log"; die "$name: the generator did not start"
+    fi
+}
+
+# finish_run NAME RECEIVER_PID RECEIVER_SIGNAL receiver-first|generator-first: stops both; sets RECEIVER_RC.
+# receiver-first stops the receiver under load (sluice must drain and return every mbuf then), but testpmd's memif
+# server sometimes segfaults (in librte_net_memif, ~1 run in 6) when its client disconnects while it transmits:
+# that is reported, and does not affect the figures, which were read before.
+finish_run() {
+    local name=$1 rpid=$2 rsig=$3 order=$4 grc
+    alive "$GEN_PID" || { show_log "$WORK/$name-gen.log"; die "$name: the generator died during the run"; }
+    if [[ $order == generator-first ]]; then
+        stop "$GEN_PID" INT 10; grc=$STOP_RC
+        stop "$rpid" "$rsig" 20; RECEIVER_RC=$STOP_RC
+    else
+        stop "$rpid" "$rsig" 20; RECEIVER_RC=$STOP_RC
+        stop "$GEN_PID" INT 10; grc=$STOP_RC
+    fi
+    if [[ $grc != 0 ]]; then
+        log "note: $name: the generator (testpmd txonly, memif server) exited $(describe_rc "$grc") when stopped;" \
+            "a known testpmd/memif crash on client disconnect, not the receiver's doing; figures unaffected"
+    fi
+}
+
+log "sluice binary $SLUICE ($SLUICE_ID); window ${DURATION} s after ${WARMUP} s warm-up; work dir $WORK"
+
+# sluice's config first: a config sluice rejects fails the run before any traffic.
+SOCK_SL="/run/$ID-sluice.sock"
+PREFIXES+=("$ID-sluice")
+cat >"$WORK/sluice.yaml" <<EOF
+eal:
+  - --lcores=0@0,1@1
+  - --file-prefix=$ID-sluice
+  - --in-memory
+dataplane:
+  ring_size: 4096
+  idle_sleep_us: 0
+ports:
+  - name: in
+    device: net_memif0,role=client,socket=$SOCK_SL
+  - name: out
+    device: net_null0,no-rx=1
+lcores:
+  - id: 1
+    roles: [rx, worker]
+forward:
+  - {from: in, to: out, next_hop_mac: "02:00:00:00:00:02"}
+  - {from: out, to: in, next_hop_mac: "02:00:00:00:00:01"}
+EOF
+"$WORK/sluice" --check-config "$WORK/sluice.yaml" >"$WORK/check-config.log" 2>&1 \
+    || { show_log "$WORK/check-config.log"; die "sluice rejects the benchmark config"; }
+
+# --- 1. reference: testpmd io -------------------------------------------------------------------------------
+SOCK_REF="/run/$ID-ref.sock"
+start_generator ref "$SOCK_REF"
+PREFIXES+=("$ID-ref-rcv")
+"$TESTPMD" --lcores=0@0,1@1 --no-pci --in-memory --file-prefix="$ID-ref-rcv" \
+    --vdev="net_memif0,role=client,socket=$SOCK_REF" --vdev=net_null0,no-rx=1 -- \
+    --no-mlockall --forward-mode=io --burst=32 --nb-cores=1 --total-num-mbufs=16384 --stats-period=1 \
+    </dev/null >"$WORK/ref-rcv.log" 2>&1 &
+RCV_PID=$!
+PIDS+=("$RCV_PID")
+if ! BENCH_PIDS="$GEN_PID $RCV_PID" bench sample "$RUNDIR/$ID-ref-rcv/dpdk_telemetry.v2" "$WARMUP" "$DURATION" /ethdev/stats,0 ipackets \
+        >"$WORK/ref.json"; then
+    show_log "$WORK/ref-rcv.log"; die "reference: the receiver (testpmd io) did not start or stopped answering"
+fi
+finish_run ref "$RCV_PID" INT generator-first
+[[ $RECEIVER_RC == 0 ]] || log "warning: reference: testpmd io exited $(describe_rc "$RECEIVER_RC")"
+REF_PPS=$(bench field "$WORK/ref.json" rate_pps)
+bench summary "$WORK/ref.json" "reference (testpmd io)"
+[[ $(bench field "$WORK/ref.json" packets) != 0 ]] || { show_log "$WORK/ref-rcv.log"; die "reference: no packet arrived"; }
+
+# --- 2. sluice ------------------------------------------------------------------------------------------------
+start_generator sluice "$SOCK_SL"
+"$WORK/sluice" --config "$WORK/sluice.yaml" </dev/null >"$WORK/sluice.log" 2>&1 &
+SL_PID=$!
+PIDS+=("$SL_PID")
+if ! wait_for "$SL_PID" 20 grep -qs "ready:" "$WORK/sluice.log"; then
+    show_log "$WORK/sluice.log"; die "sluice did not start"
+fi
+if ! BENCH_PIDS="$GEN_PID $SL_PID" bench sample "$RUNDIR/$ID-sluice/dpdk_telemetry.v2" "$WARMUP" "$DURATION" /sluice/stats port/in/rx_packets \
+        /ethdev/stats,0 >"$WORK/sluice.json"; then
+    show_log "$WORK/sluice.log"; die "sluice's telemetry did not answer"
+fi
+finish_run sluice "$SL_PID" TERM receiver-first
+SL_PPS=$(bench field "$WORK/sluice.json" rate_pps)
+bench summary "$WORK/sluice.json" "sluice"
+bench window_check "$WORK/sluice.json"
+FAILED=0
+if [[ $RECEIVER_RC != 0 ]]; then
+    log "FAIL: sluice exited $(describe_rc "$RECEIVER_RC") on SIGTERM (2: startup, 3: leaked mbufs)"
+    show_log "$WORK/sluice.log"; FAILED=1
+fi
+bench totals_check "$WORK/sluice.log" || { show_log "$WORK/sluice.log"; FAILED=1; }
+[[ $(bench field "$WORK/sluice.json" packets) != 0 ]] || { show_log "$WORK/sluice.log"; log "FAIL: sluice: no packet arrived"; FAILED=1; }
+
+# --- 3. report ------------------------------------------------------------------------------------------------
+read -r REF_M SL_M RATIO < <(python3 -c "r, s = $REF_PPS, $SL_PPS; print(f'{r/1e6:.2f} {s/1e6:.2f} {s/r:.3f}')")
+echo "reference ${REF_M} Mpps, sluice ${SL_M} Mpps, ratio sluice/reference ${RATIO}"
+others=$(python3 -c "import json; print('/'.join(f\"{json.load(open(p))['others_cpu']:.0%}\" for p in ('$WORK/ref.json', '$WORK/sluice.json')))")
+NOISY=0
+if python3 -c "import json, sys; sys.exit(0 if max(json.load(open(p))['others_cpu'] for p in sys.argv[1:]) > 0.05 else 1)" \
+        "$WORK/ref.json" "$WORK/sluice.json"; then
+    NOISY=1
+    log "note: other processes used $others of the CPUs during the reference/sluice windows: these figures are low" \
+        "and noisy; rerun on a quiet machine to compare"
+fi
+(( FAILED == 0 )) || die "sluice misbehaved (see above); no row recorded"
+
+if (( RECORD )); then
+    cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1 | sed 's/(R)//g; s/(TM)//g; s/  */ /g')
+    machine="$cpu, $(nproc) vCPU; others used $others CPU"
+    (( NOISY == 0 )) || machine+=": **noisy**"
+    # The commit, "-dirty" when tracked files differ from it (this table excepted: recording a row edits it).
+    rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if [[ $rev != unknown ]] && ! git -C "$REPO" diff --quiet HEAD -- . ":(exclude)${BENCH_DOC#"$REPO"/}" 2>/dev/null; then
+        rev+=-dirty
+    fi
+    cmd="\`tests/bench/forward.sh\`"
+    [[ $WARMUP == 2 && $DURATION == 8 ]] || cmd="\`WARMUP=$WARMUP DURATION=$DURATION tests/bench/forward.sh\`"
+    bench record "$BENCH_DOC" "$(date -u '+%Y-%m-%d %H:%M')" "$machine" "$cmd @ $rev, sluice binary $SLUICE_ID" "$REF_M" "$SL_M" "$RATIO"
+    log "row appended to $BENCH_DOC"
+fi
