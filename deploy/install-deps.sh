@@ -9,7 +9,7 @@ packages=(
   libdpdk-dev dpdk dpdk-dev
   libbpf-dev libxdp-dev xdp-tools clang llvm
   libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 prometheus-cpp-dev libsystemd-dev libpcap-dev
-  python3-scapy python3-pytest python3-yaml iproute2 iputils-ping ethtool tcpdump curl procps
+  python3-scapy python3-pytest python3-yaml systemd iproute2 iputils-ping ethtool tcpdump curl procps
 )
 
 say() { printf 'install-deps: %s\n' "$*"; }

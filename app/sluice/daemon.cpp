@@ -23,6 +23,7 @@
 
 #include "control/snapshot_builder.hpp"
 #include "control/status.hpp"
+#include "control/systemd_notifier.hpp"
 #include "control/telemetry.hpp"
 #include "dpdk/eal.hpp"
 #include "dpdk/mempool.hpp"
@@ -228,11 +229,19 @@ private:
         }
         spdlog::info("ready: {} port(s), {} lcore(s), {} worker(s), config {} ({})", ports_.size(),
                      config_.lcores.size(), workers, config_.path, config_.hash);
+        systemd_.ready("forwarding; config " + config_.hash);
+        if (systemd_.watchdog_enabled()) spdlog::info("systemd watchdog: pings while every lcore's heartbeat advances");
     }
 
     // Reloads the config file: parse, validate, build, publish; or keep everything as it is and say why.
     // All or nothing: a candidate that changes a restart-only setting is refused whole.
     void reload(const char* trigger) {
+        systemd_.reloading();
+        apply_reload(trigger);
+        systemd_.reloaded("forwarding; config " + config_.hash);
+    }
+
+    void apply_reload(const char* trigger) {
         spdlog::info("reload ({}): reading {}", trigger, config_.path);
         ConfigResult candidate = load_config_file(config_.path);
         std::vector<std::string> errors;
@@ -301,6 +310,12 @@ private:
                     ports_[i]->log_link();
                 }
             }
+            std::vector<uint64_t> heartbeats;
+            dataplane_->for_each_lcore([&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
+            for (std::size_t stalled : systemd_.tick(heartbeats))
+                spdlog::error("lcore {} is stalled (its poll counter stopped); withholding the systemd watchdog ping",
+                              config_.lcores[stalled].id);
+
             pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0}};
             const int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
             poll(fds, 3, timeout_ms);
@@ -342,6 +357,7 @@ private:
     // ports, pools. Returns kExitLeakedMbufs when a pool is not full again.
     int stop() {
         int exit_code = kExitOk;
+        systemd_.stopping();
         mailbox_.close_all();
         attach_telemetry(nullptr, nullptr);
         exporter_.reset();
@@ -379,6 +395,7 @@ private:
     ReloadStatus reload_status_;
     StatusView view_;
     ReloadMailbox mailbox_;
+    SystemdNotifier systemd_;
     std::unique_ptr<PrometheusExporter> exporter_;
 };
 

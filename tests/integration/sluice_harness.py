@@ -60,10 +60,10 @@ class Sluice:
         self.proc = None
         self.returncode = None
 
-    def start(self, expect_ready=True):
+    def start(self, expect_ready=True, env=None):
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen([str(SLUICE), "--config", str(self.config_path)], stdout=log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, env=env)
         log.close()
         if expect_ready:
             try:

@@ -1,0 +1,35 @@
+#include "control/systemd_notifier.hpp"
+
+#include <systemd/sd-daemon.h>
+
+namespace sluice {
+
+SystemdNotifier::SystemdNotifier() {
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) > 0) watchdog_interval_ = std::chrono::microseconds(usec / 2);
+    next_check_ = std::chrono::steady_clock::now() + watchdog_interval_;
+}
+
+void SystemdNotifier::ready(const std::string& status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str()); }
+
+void SystemdNotifier::reloading() { sd_notify(0, "RELOADING=1\nSTATUS=reloading the config"); }
+
+void SystemdNotifier::reloaded(const std::string& status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str()); }
+
+void SystemdNotifier::stopping() { sd_notify(0, "STOPPING=1\nSTATUS=stopping: draining rings, flushing TX"); }
+
+std::vector<std::size_t> SystemdNotifier::tick(const std::vector<uint64_t>& heartbeats) {
+    std::vector<std::size_t> stalled;
+    if (!watchdog_enabled()) return stalled;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_check_) return stalled;
+    next_check_ = now + watchdog_interval_;
+    if (last_heartbeats_.size() == heartbeats.size())
+        for (std::size_t i = 0; i < heartbeats.size(); ++i)
+            if (heartbeats[i] == last_heartbeats_[i]) stalled.push_back(i);
+    last_heartbeats_ = heartbeats;
+    if (stalled.empty()) sd_notify(0, "WATCHDOG=1");
+    return stalled;
+}
+
+}  // namespace sluice

@@ -1,0 +1,33 @@
+// Talks to systemd (sd_notify): READY once the first config runs, RELOADING/READY around a reload, STOPPING, and
+// watchdog pings sent only while every lcore's heartbeat (its poll counter) advances, so a stuck lcore makes
+// systemd restart sluice. Every call is a no-op when NOTIFY_SOCKET is unset. Control thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+class SystemdNotifier {
+public:
+    SystemdNotifier();
+
+    void ready(const std::string& status);
+    void reloading();
+    void reloaded(const std::string& status);
+    void stopping();
+
+    bool watchdog_enabled() const { return watchdog_interval_.count() > 0; }
+    // Call often (every control loop iteration) with each lcore's heartbeat; pings when half the watchdog period
+    // has passed and every heartbeat moved since the last ping. Returns the indexes of stalled lcores, if any.
+    std::vector<std::size_t> tick(const std::vector<uint64_t>& heartbeats);
+
+private:
+    std::chrono::microseconds watchdog_interval_{0};
+    std::chrono::steady_clock::time_point next_check_;
+    std::vector<uint64_t> last_heartbeats_;
+};
+
+}  // namespace sluice
