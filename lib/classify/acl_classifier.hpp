@@ -1,0 +1,44 @@
+// The ordered rule list of one address family compiled into an rte_acl context: first match wins (earlier rules
+// get higher rte_acl priority). Built on the control thread (can take seconds for 10k rules); classify() is
+// const, allocation-free and safe to call from any number of lcores at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "classify/rule.hpp"
+#include "common/five_tuple.hpp"
+
+struct rte_acl_ctx;
+
+namespace sluice {
+
+class AclClassifier {
+public:
+    static constexpr uint32_t kNoMatch = UINT32_MAX;
+    static constexpr uint32_t kMaxBurst = 64;  // classify() takes at most this many tuples per call
+
+    // rules must all be of `family`. name must be unique among live contexts (rte_acl names them).
+    // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure).
+    AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name);
+    ~AclClassifier();
+    AclClassifier(const AclClassifier&) = delete;
+    AclClassifier& operator=(const AclClassifier&) = delete;
+
+    // For each tuple (network byte order, as parse_frame fills it; of this classifier's family) and its ingress
+    // DPDK port id, writes the index in `rules` of the first rule that matches, or kNoMatch. count <= kMaxBurst.
+    void classify(const FiveTuple* const* tuples, const uint16_t* in_ports, uint32_t* rule_index, uint32_t count) const;
+
+    IpFamily family() const { return family_; }
+    std::size_t rule_count() const { return rule_count_; }          // rules given
+    std::size_t expanded_rule_count() const { return expanded_; }   // rte_acl rules after expanding lists
+
+private:
+    IpFamily family_;
+    rte_acl_ctx* ctx_ = nullptr;
+    std::size_t rule_count_ = 0;
+    std::size_t expanded_ = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,130 @@
+// Connection tracking for one worker: a table over rte_hash owned by that worker alone (no locks, no sharing),
+// one entry per connection found from either direction, a TCP state machine in the spirit of nf_conntrack, and
+// bounded incremental expiry. Fast-path safe (no allocation after construction); owning worker only, except
+// construction/destruction (control thread, before launch / after stop).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/compiler.hpp"
+#include "common/five_tuple.hpp"
+
+struct rte_hash;
+
+namespace sluice {
+
+enum class ConnState : uint8_t {
+    tcp_syn_sent,
+    tcp_syn_recv,
+    tcp_established,
+    tcp_fin_wait,
+    tcp_close_wait,
+    tcp_last_ack,
+    tcp_time_wait,
+    tcp_close,
+    udp_unreplied,   // only the initiator has sent
+    udp_replied,     // traffic seen both ways
+    icmp,            // echo and other ICMP/ICMPv6 query "connections"
+    other,           // any other IP protocol
+    count
+};
+
+const char* conn_state_name(ConnState state);
+
+// Seconds an entry lives after its last packet, per state. Defaults follow nf_conntrack's spirit, shortened where
+// a gateway under attack needs it.
+struct ConnTimeouts {
+    uint32_t tcp_syn_sent = 30;
+    uint32_t tcp_syn_recv = 30;
+    uint32_t tcp_established = 3600;
+    uint32_t tcp_fin_wait = 120;
+    uint32_t tcp_close_wait = 60;
+    uint32_t tcp_last_ack = 30;
+    uint32_t tcp_time_wait = 120;
+    uint32_t tcp_close = 10;
+    uint32_t udp_unreplied = 30;
+    uint32_t udp_replied = 180;
+    uint32_t icmp = 30;
+    uint32_t other = 600;
+    friend bool operator==(const ConnTimeouts&, const ConnTimeouts&) = default;
+};
+
+// One cache line. The key (the canonical tuple) lives in the rte_hash; the entry sits in a parallel array at the
+// key's rte_hash position.
+struct alignas(kCacheLine) ConnEntry {
+    uint64_t expires_tsc;
+    uint64_t packets[2];   // [0] initiator -> responder, [1] replies
+    uint64_t bytes[2];
+    uint32_t rule_index;   // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
+    uint32_t user;         // reserved for the load balancer (backend id)
+    ConnState state;
+    uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
+    uint8_t flags;
+};
+static_assert(sizeof(ConnEntry) == kCacheLine);
+
+// What a packet did to its connection.
+enum class TrackVerdict : uint8_t { ok, invalid };
+
+class ConnTable {
+public:
+    static constexpr uint32_t kMaxBurst = 64;
+
+    // capacity: entries (rte_hash rounds up internally; a full table refuses inserts). tsc_hz: rte_get_tsc_hz().
+    // Throws std::runtime_error when rte_hash cannot be created (name must be unique per process).
+    ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts, uint64_t tsc_hz);
+    ~ConnTable();
+    ConnTable(const ConnTable&) = delete;
+    ConnTable& operator=(const ConnTable&) = delete;
+
+    // Finds each tuple's connection, from either direction. hashes[i] must be symmetric_flow_hash(*tuples[i]).
+    // positions[i] = entry index, or -1. count <= kMaxBurst.
+    void lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions) const;
+
+    // Adds a connection initiated by tuple in state initial (see initial_state()); returns its index, or -1 when
+    // the table is full (the caller drops the packet and counts it; existing entries are never evicted for it).
+    int32_t insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index, uint64_t now_tsc);
+
+    ConnEntry& entry(int32_t index) { return entries_[index]; }
+    const ConnEntry& entry(int32_t index) const { return entries_[index]; }
+
+    // True when tuple travels from the responder to the initiator of connection index.
+    bool is_reply(int32_t index, const FiveTuple& tuple) const;
+
+    // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for
+    // other protocols), counts it, and pushes the expiry out by the new state's timeout. invalid: the packet makes
+    // no sense in this state (e.g. a SYN on an established connection from the wrong side); the caller drops it.
+    TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc);
+
+    // The state a connection starts in, for its first packet; invalid when that packet cannot open one (a TCP
+    // packet without SYN, or with SYN+ACK/RST/FIN) unless loose_pickup (then mid-stream TCP opens as established).
+    static TrackVerdict initial_state(const FiveTuple& tuple, uint8_t tcp_flags, bool loose_pickup, ConnState& state);
+
+    // Removes up to `budget` expired entries, scanning at most 4 x budget slots from where the previous call
+    // stopped (a bounded amount of work per poll iteration, never a full-table scan). Returns how many it removed.
+    uint32_t expire(uint64_t now_tsc, uint32_t budget);
+
+    // Removes one entry now (e.g. after a TCP RST).
+    void remove(int32_t index);
+
+    uint32_t size() const { return size_; }
+    uint32_t capacity() const { return capacity_; }
+    const ConnTimeouts& timeouts() const { return timeouts_; }
+
+private:
+    rte_hash* hash_ = nullptr;
+    ConnEntry* entries_ = nullptr;
+    uint32_t capacity_ = 0;
+    uint32_t size_ = 0;
+    uint32_t expire_cursor_ = 0;
+    uint64_t tsc_hz_ = 0;
+    uint64_t timeout_tsc_[static_cast<std::size_t>(ConnState::count)] = {};
+    ConnTimeouts timeouts_;
+};
+
+// The canonical key of a tuple: endpoints ordered as symmetric_flow_hash orders them, so both directions of a
+// connection give the same key. low_is_source tells whether tuple's source is the lower endpoint.
+FiveTuple canonical_tuple(const FiveTuple& tuple, bool& low_is_source);
+
+}  // namespace sluice
