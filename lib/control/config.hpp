@@ -9,6 +9,8 @@
 
 #include <rte_ether.h>
 
+#include "classify/rule.hpp"
+#include "conntrack/conn_table.hpp"
 #include "dpdk/port.hpp"
 
 namespace sluice {
@@ -57,6 +59,45 @@ struct MetricsConfig {
     std::string listen = "127.0.0.1:9469";  // empty: no exporter
 };
 
+// Addresses a rule matches, with prefix sets already expanded. any: no address was given.
+struct AddressMatch {
+    bool any = true;
+    std::vector<Prefix> v4;
+    std::vector<Prefix> v6;
+};
+
+struct PrefixSetConfig {
+    std::string name;
+    std::string file;         // where the prefixes came from, when not inline
+    bool early_drop = false;  // sources in this set are dropped on the RX lcores, before any ring or rule
+    std::vector<Prefix> v4;
+    std::vector<Prefix> v6;
+};
+
+struct FirewallRuleConfig {
+    std::string name;
+    std::vector<std::string> in_ports;  // port names; empty: any
+    AddressMatch source;
+    AddressMatch destination;
+    uint16_t protocol = kAnyProtocol;
+    std::vector<PortRange> source_ports;
+    std::vector<PortRange> destination_ports;
+    RuleAction action = RuleAction::allow;
+};
+
+struct FirewallConfig {
+    bool enabled = false;  // a firewall section is present: connections are tracked and rules apply
+    RuleAction default_action = RuleAction::allow;  // for new connections no rule matches (allow or deny)
+    bool loose_pickup = false;  // TCP without SYN may open a connection (after a restart)
+    uint32_t table_size = 1u << 20;  // tracked connections per worker
+    ConnTimeouts timeouts;
+    std::vector<PrefixSetConfig> prefix_sets;
+    std::vector<FirewallRuleConfig> rules;
+};
+
+// Largest prefix-set file accepted (bytes): a config author cannot make sluice read an unbounded file.
+inline constexpr std::size_t kMaxPrefixFileBytes = 64u << 20;
+
 struct Config {
     std::string path;
     std::string hash;  // FNV-1a 64 of the file's bytes, 16 hex digits: tells which config runs
@@ -64,6 +105,7 @@ struct Config {
     LogConfig log;
     DataplaneConfig dataplane;
     MetricsConfig metrics;
+    FirewallConfig firewall;
     std::vector<PortSpec> ports;
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
