@@ -1,5 +1,7 @@
 #include "metrics/prometheus_exporter.hpp"
 
+#include <deque>
+
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -20,7 +22,7 @@ public:
     SluiceCollector(const StatusView& view, std::string version) : view_(view), version_(std::move(version)) {}
 
     std::vector<MetricFamily> Collect() const override {
-        std::vector<MetricFamily> out;
+        std::deque<MetricFamily> out;  // a deque keeps the references family() hands out valid as it grows
         const auto family = [&](const char* name, const char* help, MetricType type) -> MetricFamily& {
             out.push_back(MetricFamily{name, help, type, {}});
             return out.back();
@@ -102,7 +104,7 @@ public:
         sample(family("sluice_config_last_reload_timestamp_seconds", "When the last reload was attempted (0: never)", MetricType::Gauge), {},
                reload.last_attempt_unix);
         sample(family("sluice_config_info", "The running config (hash of the file's bytes)", MetricType::Gauge), {{"hash", reload.running_hash}}, 1);
-        return out;
+        return {std::make_move_iterator(out.begin()), std::make_move_iterator(out.end())};
     }
 
 private:

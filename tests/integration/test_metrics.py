@@ -60,6 +60,10 @@ def test_metrics_match_the_packets_sent(tmp_path):
     assert value(text, "sluice_lcore_polls_total", lcore="1") > 0
     assert value(text, "sluice_ring_capacity", worker="0") == 4095
     assert value(text, "sluice_mempool_mbufs", socket="0") > 0
+    assert value(text, "sluice_mempool_mbufs_in_use", socket="0") == 0  # pcap holds none once all is sent
+    for family in ("sluice_port_rx_missed_total", "sluice_port_rx_nombuf_total", "sluice_port_rx_errors_total",
+                   "sluice_port_tx_errors_total"):
+        assert value(text, family, port="wan") == 0  # every family has its samples (not just HELP/TYPE)
     assert value(text, "sluice_config_reloads_total", result="failure") == 0
     assert re.search(r'^sluice_config_info\{hash="[0-9a-f]{16}"\} 1$', text, re.M)
     assert re.search(r'^sluice_build_info\{version="[0-9.]+"\} 1$', text, re.M)
