@@ -24,6 +24,14 @@ namespace sluice {
     X(l4_truncated, "packet ends inside its TCP, UDP or ICMP header")                             \
     X(tcp_bad_offset, "TCP data offset below 5 or beyond the packet")                             \
     X(udp_bad_length, "UDP length below 8 or beyond the packet")                                  \
+    X(icmp_bad_quote, "ICMP error quoting a truncated or malformed header")                       \
+    X(blocklisted, "source in an early-drop prefix set, dropped on the RX lcore")                 \
+    X(rule_deny, "a new connection denied by a rule or the default")                             \
+    X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)") \
+    X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")          \
+    X(ct_invalid, "packet invalid for its connection's TCP state")                                 \
+    X(ct_table_full, "connection table full: new connection refused, old ones kept")               \
+    X(icmp_unrelated, "ICMP error quoting no tracked connection")                                  \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
     X(no_route, "no forwarding entry for the ingress port")                                       \
     X(ring_full, "the owning worker's input ring was full")                                       \

@@ -28,8 +28,50 @@ constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
 uint16_t load_be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 uint16_t load_raw16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
-// Fills the ports of the tuple from the L4 header at frame[l4], which ends at frame[end].
-DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto, FiveTuple& tuple) {
+bool is_icmp_error(uint8_t proto, uint8_t type) {
+    if (proto == IPPROTO_ICMP) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+    return proto == IPPROTO_ICMPV6 && type >= 1 && type <= 4;
+}
+
+// The flow an ICMP error quotes: the IP header and at least 8 bytes of L4 header (RFC 792, RFC 4443) that the
+// endpoint of a tracked connection sent. The quote is often cut short, so only those 8 bytes are read.
+bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTuple& tuple) {
+    tuple = FiveTuple{};
+    uint32_t header_length;
+    if (family == IpFamily::ipv4) {
+        if (avail < sizeof(rte_ipv4_hdr) || (q[0] >> 4) != 4) return false;
+        header_length = (q[0] & 0x0f) * 4u;
+        if (header_length < sizeof(rte_ipv4_hdr) || header_length > avail) return false;
+        tuple.proto = q[9];
+        std::memcpy(&tuple.src.words[0], q + 12, 4);
+        std::memcpy(&tuple.dst.words[0], q + 16, 4);
+        if (load_be16(q + 6) & 0x1fff) return true;  // a later fragment quotes no ports
+    } else {
+        if (avail < sizeof(rte_ipv6_hdr) || (q[0] >> 4) != 6) return false;
+        header_length = sizeof(rte_ipv6_hdr);
+        tuple.proto = q[6];  // extension headers in a quote are not walked: such a quote matches no port-based flow
+        std::memcpy(tuple.src.bytes, q + 8, 16);
+        std::memcpy(tuple.dst.bytes, q + 24, 16);
+    }
+    tuple.family = family;
+    const uint8_t* l4 = q + header_length;
+    const uint32_t l4_avail = avail - header_length;
+    if (tuple.proto == IPPROTO_TCP || tuple.proto == IPPROTO_UDP || tuple.proto == IPPROTO_SCTP) {
+        if (l4_avail < 8) return false;
+        tuple.src_port = load_raw16(l4);
+        tuple.dst_port = load_raw16(l4 + 2);
+    } else if (tuple.proto == IPPROTO_ICMP || tuple.proto == IPPROTO_ICMPV6) {
+        if (l4_avail < 8) return false;
+        const uint8_t type = l4[0];
+        if (type == kIcmpEchoRequest || type == kIcmpEchoReply || type == kIcmp6EchoRequest || type == kIcmp6EchoReply)
+            tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+    }
+    return true;
+}
+
+// Fills the ports of the tuple from the L4 header at frame[l4], which ends at frame[end]. An ICMP error replaces the
+// tuple with the flow it quotes, so it reaches (and is judged by) that flow's worker.
+DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto, PacketMeta& meta, FiveTuple& tuple) {
     const uint32_t avail = end - l4;
     const uint8_t* h = frame + l4;
     switch (proto) {
@@ -57,6 +99,9 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
                                                 : (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
         if (echo) {  // the identifier in both slots keeps request and reply on one flow
             tuple.src_port = tuple.dst_port = load_raw16(h + 4);
+        } else if (is_icmp_error(proto, type)) {
+            if (!read_quoted_tuple(h + 8, avail - 8, tuple.family, tuple)) return DropReason::icmp_bad_quote;
+            meta.flags |= kMetaIcmpError;
         }
         return DropReason::none;
     }
@@ -97,7 +142,7 @@ DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseO
         return DropReason::none;
     }
     meta.l4_offset = static_cast<uint16_t>(l3 + header_length);
-    return parse_l4(frame, meta.l4_offset, l3 + total_length, meta.l4_proto, tuple);
+    return parse_l4(frame, meta.l4_offset, l3 + total_length, meta.l4_proto, meta, tuple);
 }
 
 DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, PacketMeta& meta, FiveTuple& tuple) {
@@ -153,10 +198,47 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
         return DropReason::none;
     }
     meta.l4_offset = static_cast<uint16_t>(offset);
-    return parse_l4(frame, offset, end, next, tuple);
+    return parse_l4(frame, offset, end, next, meta, tuple);
 }
 
 }  // namespace
+
+void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple, uint8_t& tcp_flags) {
+    tcp_flags = 0;
+    const uint8_t* l4 = meta.l4_offset ? frame + meta.l4_offset : nullptr;
+    if (meta.flags & kMetaIcmpError) {
+        read_quoted_tuple(l4 + 8, length - meta.l4_offset - 8, meta.family, tuple);  // validated by parse_frame
+        return;
+    }
+    const uint8_t* ip = frame + meta.l3_offset;
+    tuple = FiveTuple{};
+    tuple.family = meta.family;
+    tuple.proto = meta.l4_proto;
+    if (meta.family == IpFamily::ipv4) {
+        std::memcpy(&tuple.src.words[0], ip + 12, 4);
+        std::memcpy(&tuple.dst.words[0], ip + 16, 4);
+    } else {
+        std::memcpy(tuple.src.bytes, ip + 8, 16);
+        std::memcpy(tuple.dst.bytes, ip + 24, 16);
+    }
+    if (!l4 || (meta.flags & kMetaFragment)) return;  // fragments flow on addresses alone
+    switch (meta.l4_proto) {
+    case IPPROTO_TCP:
+        tcp_flags = l4[13];
+        [[fallthrough]];
+    case IPPROTO_UDP:
+        tuple.src_port = load_raw16(l4);
+        tuple.dst_port = load_raw16(l4 + 2);
+        break;
+    case IPPROTO_ICMP:
+    case IPPROTO_ICMPV6:
+        if (l4[0] == kIcmpEchoRequest || l4[0] == kIcmpEchoReply || l4[0] == kIcmp6EchoRequest || l4[0] == kIcmp6EchoReply)
+            tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+        break;
+    default:
+        break;
+    }
+}
 
 DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
                        FiveTuple& tuple) {

@@ -22,7 +22,8 @@ struct PacketMeta {
 };
 static_assert(sizeof(PacketMeta) == 12);
 
-inline constexpr uint8_t kMetaFragment = 1;  // an IPv4 or IPv6 fragment (hashed on addresses and protocol only)
+inline constexpr uint8_t kMetaFragment = 1;   // an IPv4 or IPv6 fragment (hashed on addresses and protocol only)
+inline constexpr uint8_t kMetaIcmpError = 2;  // an ICMP/ICMPv6 error: the tuple and hash are those of the quoted flow
 
 struct ParseOptions {
     bool ipv4_checksum_verified = false;  // the NIC already checked it (RTE_MBUF_F_RX_IP_CKSUM_GOOD)
@@ -31,5 +32,9 @@ struct ParseOptions {
 // Returns DropReason::none and fills meta and tuple, or the reason the frame must be dropped.
 DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
                        FiveTuple& tuple);
+
+// The worker's side: rebuilds the tuple parse_frame gave a frame it accepted, from the frame and its meta, without
+// validating again; tcp_flags gets the TCP flag byte (0 for other protocols and for ICMP errors).
+void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple, uint8_t& tcp_flags);
 
 }  // namespace sluice

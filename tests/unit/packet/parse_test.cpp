@@ -288,3 +288,43 @@ TEST_CASE("parse: malformed IPv6 frames are named", "[parse]") {
     CHECK(parse(ipv6_frame(IPPROTO_TCP, "2001:db8::1", "2001:db8::2", 1, 2, chain, IPPROTO_DSTOPTS)) ==
           DropReason::ipv6_bad_ext_header);
 }
+
+TEST_CASE("parse: an ICMP error takes the tuple and hash of the flow it quotes", "[parse]") {
+    // A UDP datagram 10.0.0.1:5000 -> 10.1.0.1:53, and the port unreachable that 10.1.0.1 sends back about it.
+    const Bytes original = ipv4_frame(IPPROTO_UDP, "10.0.0.1", "10.1.0.1", 5000, 53);
+    Bytes icmp(8, 0);
+    icmp[0] = 3;  // destination unreachable
+    icmp[1] = 3;  // port
+    icmp.insert(icmp.end(), original.begin() + 14, original.begin() + 14 + 28);  // IP header + 8 bytes
+    const Bytes error = ipv4_frame(IPPROTO_ICMP, "10.1.0.1", "10.0.0.1", 0, 0, icmp);
+
+    PacketMeta error_meta, flow_meta;
+    FiveTuple error_tuple, flow_tuple;
+    REQUIRE(parse(error, error_meta, error_tuple) == DropReason::none);
+    REQUIRE(parse(original, flow_meta, flow_tuple) == DropReason::none);
+    CHECK((error_meta.flags & kMetaIcmpError));
+    CHECK(error_tuple == flow_tuple);
+    CHECK(error_meta.flow_hash == flow_meta.flow_hash);
+
+    FiveTuple rebuilt;
+    uint8_t flags;
+    tuple_from_meta(error.data(), static_cast<uint32_t>(error.size()), error_meta, rebuilt, flags);
+    CHECK(rebuilt == flow_tuple);
+
+    Bytes short_quote(icmp.begin(), icmp.begin() + 8 + 20 + 4);  // only 4 bytes of the UDP header
+    CHECK(parse(ipv4_frame(IPPROTO_ICMP, "10.1.0.1", "10.0.0.1", 0, 0, short_quote)) == DropReason::icmp_bad_quote);
+}
+
+TEST_CASE("parse: the worker rebuilds the same tuple from the meta", "[parse]") {
+    for (const Bytes& f : {ipv4_frame(IPPROTO_TCP, "10.0.0.1", "10.0.0.2", 1234, 80),
+                           ipv4_frame(IPPROTO_ICMP, "10.0.0.1", "10.0.0.2", 99, 0),
+                           ipv6_frame(IPPROTO_UDP, "2001:db8::1", "2001:db8::2", 4000, 53)}) {
+        PacketMeta meta;
+        FiveTuple tuple, rebuilt;
+        uint8_t flags;
+        REQUIRE(parse(f, meta, tuple) == DropReason::none);
+        tuple_from_meta(f.data(), static_cast<uint32_t>(f.size()), meta, rebuilt, flags);
+        CHECK(rebuilt == tuple);
+        CHECK(flags == (meta.l4_proto == IPPROTO_TCP ? 0x02 : 0));
+    }
+}
