@@ -60,19 +60,29 @@ struct alignas(kCacheLine) ConnEntry {
     uint32_t user;         // reserved for the load balancer (backend id)
     ConnState state;
     uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
-    uint8_t flags;
+    uint8_t flags;             // kConnFlagLive, plus sub-state bits owned by the TCP state table (tcp_state.hpp)
 };
 static_assert(sizeof(ConnEntry) == kCacheLine);
+
+// The slot holds a connection (expiry scans the entry array, not the hash, and skips free slots with this bit).
+inline constexpr uint8_t kConnFlagLive = 0x01;
 
 // What a packet did to its connection.
 enum class TrackVerdict : uint8_t { ok, invalid };
 
 class ConnTable {
 public:
-    static constexpr uint32_t kMaxBurst = 64;
+    static constexpr uint32_t kMaxBurst = 64;  // RTE_HASH_LOOKUP_BULK_MAX
+    static constexpr std::size_t kMaxNameLength = 21;
 
     // capacity: entries (rte_hash rounds up internally; a full table refuses inserts). tsc_hz: rte_get_tsc_hz().
-    // Throws std::runtime_error when rte_hash cannot be created (name must be unique per process).
+    // Throws std::runtime_error when rte_hash cannot be created (name must be unique per process and at most
+    // kMaxNameLength characters: rte_hash names its rings "HT_<name>" and "HT_EXT_<name>" and truncates them
+    // silently to 28 characters, so two long names that share a prefix would collide).
+    // Memory: 64 B entry + 48 B rte_hash key slot + 8 B bucket share + 4-8 B free-slot ring per connection, about
+    // 125 B at capacity 1,000,000. When capacity is above 96% of the next power of two, the table also reserves
+    // rte_hash's extendable buckets (+9 B per connection) so that every one of the `capacity` inserts fits; below
+    // that, plain cuckoo hashing holds them (measured: the first cuckoo failure comes at >= 97.6% load).
     ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts, uint64_t tsc_hz);
     ~ConnTable();
     ConnTable(const ConnTable&) = delete;
@@ -84,6 +94,9 @@ public:
 
     // Adds a connection initiated by tuple in state initial (see initial_state()); returns its index, or -1 when
     // the table is full (the caller drops the packet and counts it; existing entries are never evicted for it).
+    // Counts nothing and expires after initial's timeout: the caller then calls track() for the opening packet
+    // like for any other (it leaves the initial state as it is). A tuple already in the table gets its existing
+    // index back, untouched. hash must be symmetric_flow_hash(tuple).
     int32_t insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index, uint64_t now_tsc);
 
     ConnEntry& entry(int32_t index) { return entries_[index]; }
@@ -95,6 +108,8 @@ public:
     // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for
     // other protocols), counts it, and pushes the expiry out by the new state's timeout. invalid: the packet makes
     // no sense in this state (e.g. a SYN on an established connection from the wrong side); the caller drops it.
+    // An invalid packet is not counted and changes nothing. A few TCP packets are let through without a state
+    // change or a new expiry (nf_conntrack's "ignore": a retransmitted SYN+ACK on an established connection).
     TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc);
 
     // The state a connection starts in, for its first packet; invalid when that packet cannot open one (a TCP
@@ -105,7 +120,7 @@ public:
     // stopped (a bounded amount of work per poll iteration, never a full-table scan). Returns how many it removed.
     uint32_t expire(uint64_t now_tsc, uint32_t budget);
 
-    // Removes one entry now (e.g. after a TCP RST).
+    // Removes one entry now (e.g. after a TCP RST). A free index is left alone.
     void remove(int32_t index);
 
     uint32_t size() const { return size_; }
@@ -116,6 +131,7 @@ private:
     rte_hash* hash_ = nullptr;
     ConnEntry* entries_ = nullptr;
     uint32_t capacity_ = 0;
+    uint32_t slots_ = 0;  // entries_ length: every position rte_hash can return is below it
     uint32_t size_ = 0;
     uint32_t expire_cursor_ = 0;
     uint64_t tsc_hz_ = 0;
@@ -124,7 +140,9 @@ private:
 };
 
 // The canonical key of a tuple: endpoints ordered as symmetric_flow_hash orders them, so both directions of a
-// connection give the same key. low_is_source tells whether tuple's source is the lower endpoint.
+// connection give the same key (same bytes: IPv4 keeps only the first address word, padding is zero) and
+// symmetric_flow_hash(key) == symmetric_flow_hash(tuple). low_is_source tells whether tuple's source is the lower
+// endpoint. Pure; fast-path safe.
 FiveTuple canonical_tuple(const FiveTuple& tuple, bool& low_is_source);
 
 }  // namespace sluice

@@ -1,0 +1,297 @@
+#include "conntrack/conn_table.hpp"
+
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+#include <memory>
+#include <stdexcept>
+
+#include <rte_common.h>
+#include <rte_errno.h>
+#include <rte_hash.h>
+#include <rte_malloc.h>
+#include <rte_prefetch.h>
+
+#include "conntrack/tcp_state.hpp"
+
+namespace sluice {
+namespace {
+
+constexpr const char* kStateNames[] = {
+    "tcp_syn_sent", "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait", "tcp_last_ack",
+    "tcp_time_wait", "tcp_close", "udp_unreplied", "udp_replied", "icmp", "other",
+};
+static_assert(std::size(kStateNames) == static_cast<std::size_t>(ConnState::count));
+
+// rte_hash refuses fewer entries than one bucket holds (RTE_HASH_BUCKET_ENTRIES, private to rte_cuckoo_hash.h).
+constexpr uint32_t kMinHashEntries = 8;
+// Above this share of the bucket slots (rte_align32pow2(entries)), plain cuckoo hashing may fail an insert
+// before the table is full: over 98 random fills of 2^10..2^20 slots the first failure came at 97.6% to 99.9%
+// load, and 5 M delete+insert operations at 95.4% load (1,000,000 in 2^20 slots) never failed. Above it the
+// table asks for rte_hash's extendable buckets, which cost 9 B per connection but always fit.
+constexpr uint32_t kPlainCuckooLoadPercent = 96;
+
+constexpr uint8_t kIpProtoTcp = 6;
+constexpr uint8_t kIpProtoUdp = 17;
+constexpr uint8_t kIpProtoIcmp = 1;
+constexpr uint8_t kIpProtoIcmpv6 = 58;
+
+// rte_hash's own hash function, used by the calls that take no precomputed hash: rte_hash_get_key_with_position()
+// re-hashes the stored key to check it. It must agree with the hashes callers pass to the *_with_hash calls, i.e.
+// be symmetric_flow_hash; rte_hash_crc over the 40 bytes would put those lookups in the wrong buckets.
+uint32_t key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
+    return symmetric_flow_hash(*static_cast<const FiveTuple*>(key));
+}
+
+// Whether the tuple's source is the lower endpoint, ordered exactly as symmetric_flow_hash orders them.
+inline bool source_is_low(const FiveTuple& t) {
+    if (t.family == IpFamily::ipv4) {
+        const uint32_t a = t.src.words[0], b = t.dst.words[0];
+        return !(a > b || (a == b && t.src_port > t.dst_port));
+    }
+    const int order = std::memcmp(t.src.bytes, t.dst.bytes, 16);
+    return !(order > 0 || (order == 0 && t.src_port > t.dst_port));
+}
+
+inline bool is_tcp_state(ConnState s) { return s <= ConnState::tcp_close; }
+
+uint32_t timeout_seconds(const ConnTimeouts& t, ConnState s) {
+    switch (s) {
+    case ConnState::tcp_syn_sent: return t.tcp_syn_sent;
+    case ConnState::tcp_syn_recv: return t.tcp_syn_recv;
+    case ConnState::tcp_established: return t.tcp_established;
+    case ConnState::tcp_fin_wait: return t.tcp_fin_wait;
+    case ConnState::tcp_close_wait: return t.tcp_close_wait;
+    case ConnState::tcp_last_ack: return t.tcp_last_ack;
+    case ConnState::tcp_time_wait: return t.tcp_time_wait;
+    case ConnState::tcp_close: return t.tcp_close;
+    case ConnState::udp_unreplied: return t.udp_unreplied;
+    case ConnState::udp_replied: return t.udp_replied;
+    case ConnState::icmp: return t.icmp;
+    case ConnState::other: return t.other;
+    case ConnState::count: break;
+    }
+    return 0;
+}
+
+}  // namespace
+
+const char* conn_state_name(ConnState state) {
+    const auto i = static_cast<std::size_t>(state);
+    return i < std::size(kStateNames) ? kStateNames[i] : "unknown";
+}
+
+FiveTuple canonical_tuple(const FiveTuple& tuple, bool& low_is_source) {
+    low_is_source = source_is_low(tuple);
+    const FiveTuple& t = tuple;
+    FiveTuple key;  // every byte zero, padding included (there is none: static_assert in five_tuple.hpp)
+    if (t.family == IpFamily::ipv4) {
+        // symmetric_flow_hash reads only the first word of an IPv4 address: so does the key.
+        key.src = IpAddress::from_v4(low_is_source ? t.src.words[0] : t.dst.words[0]);
+        key.dst = IpAddress::from_v4(low_is_source ? t.dst.words[0] : t.src.words[0]);
+    } else {
+        key.src = low_is_source ? t.src : t.dst;
+        key.dst = low_is_source ? t.dst : t.src;
+    }
+    key.src_port = low_is_source ? t.src_port : t.dst_port;
+    key.dst_port = low_is_source ? t.dst_port : t.src_port;
+    key.proto = t.proto;
+    key.family = t.family;
+    return key;
+}
+
+ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts,
+                     uint64_t tsc_hz)
+    : capacity_(capacity), tsc_hz_(tsc_hz), timeouts_(timeouts) {
+    if (capacity == 0 || capacity > RTE_HASH_ENTRIES_MAX)
+        throw std::runtime_error("conntrack table '" + name + "': capacity " + std::to_string(capacity) +
+                                 " is not within 1.." + std::to_string(RTE_HASH_ENTRIES_MAX));
+    if (name.empty() || name.size() > kMaxNameLength)
+        throw std::runtime_error("conntrack table '" + name + "': the name must have 1 to " +
+                                 std::to_string(kMaxNameLength) + " characters (rte_hash truncates ring names)");
+
+    const uint32_t entries = capacity < kMinHashEntries ? kMinHashEntries : capacity;
+    const uint64_t bucket_slots = rte_align32pow2(entries);
+    const bool extendable = uint64_t{entries} * 100 > bucket_slots * kPlainCuckooLoadPercent;
+
+    rte_hash_parameters params{};
+    params.name = name.c_str();
+    params.entries = entries;
+    params.key_len = sizeof(FiveTuple);
+    params.hash_func = key_hash;
+    params.hash_func_init_val = 0;
+    params.socket_id = socket_id;
+    // Single owner: no multi-writer (its per-lcore slot caches would also widen the position range), no
+    // read-write concurrency flags (they add locks or a table-change counter to every lookup).
+    params.extra_flag = extendable ? RTE_HASH_EXTRA_FLAGS_EXT_TABLE : 0;
+    hash_ = rte_hash_create(&params);
+    if (hash_ == nullptr)
+        throw std::runtime_error("conntrack table '" + name + "': rte_hash_create(" + std::to_string(entries) +
+                                 " entries) failed: " + rte_strerror(rte_errno));
+    // Keys of 40 bytes are compared with memcmp() (rte_hash has SSE compares for multiples of 16 only). A custom
+    // 5 x 8-byte compare through rte_hash_set_cmp_func() measured no better, so the default stays.
+
+    // Positions are key slot - 1, below rte_hash_max_key_id() (= entries without multi-writer); one spare entry
+    // because the documentation reads "max key ID that could possibly be returned" as inclusive.
+    const int32_t max_key_id = rte_hash_max_key_id(hash_);
+    slots_ = static_cast<uint32_t>(max_key_id) + 1;
+    entries_ = static_cast<ConnEntry*>(
+        rte_zmalloc_socket("sluice_conntrack", std::size_t{slots_} * sizeof(ConnEntry), kCacheLine, socket_id));
+    if (entries_ == nullptr) {
+        rte_hash_free(hash_);
+        hash_ = nullptr;
+        throw std::runtime_error("conntrack table '" + name + "': cannot allocate " + std::to_string(slots_) +
+                                 " entries of " + std::to_string(sizeof(ConnEntry)) + " B");
+    }
+
+    for (std::size_t s = 0; s < static_cast<std::size_t>(ConnState::count); ++s)
+        timeout_tsc_[s] = uint64_t{timeout_seconds(timeouts_, static_cast<ConnState>(s))} * tsc_hz_;
+}
+
+ConnTable::~ConnTable() {
+    rte_free(entries_);
+    rte_hash_free(hash_);
+}
+
+void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count,
+                            int32_t* positions) const {
+    assert(count <= kMaxBurst);
+    if (count == 0) return;
+    // Raw storage: the keys are all written below, no need to zero 2.5 KB per burst first.
+    union Keys {
+        Keys() {}
+        FiveTuple key[kMaxBurst];
+    } keys;
+    const void* key_ptrs[kMaxBurst];
+    for (uint32_t i = 0; i < count; ++i) {
+        bool low;
+        std::construct_at(&keys.key[i], canonical_tuple(*tuples[i], low));
+        key_ptrs[i] = &keys.key[i];
+    }
+    // The sig array is only read; the prototype lacks the const.
+    rte_hash_lookup_with_hash_bulk(hash_, key_ptrs, const_cast<hash_sig_t*>(hashes), count, positions);
+    for (uint32_t i = 0; i < count; ++i) {
+        if (positions[i] < 0)
+            positions[i] = -1;  // -ENOENT
+        else
+            rte_prefetch0(&entries_[positions[i]]);  // track() comes next: overlap the burst's entry misses
+    }
+}
+
+int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index,
+                          uint64_t now_tsc) {
+    assert(hash == symmetric_flow_hash(tuple));
+    if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
+    bool low;
+    const FiveTuple key = canonical_tuple(tuple, low);
+    const int32_t pos = rte_hash_add_key_with_hash(hash_, &key, hash);
+    if (SLUICE_UNLIKELY(pos < 0)) return -1;  // -ENOSPC: no cuckoo path (only without extendable buckets)
+    ConnEntry& e = entries_[pos];
+    if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return pos;  // already tracked: rte_hash returned its position
+    e.expires_tsc = now_tsc + timeout_tsc_[static_cast<std::size_t>(initial)];
+    e.packets[0] = e.packets[1] = 0;
+    e.bytes[0] = e.bytes[1] = 0;
+    e.rule_index = rule_index;
+    e.user = 0;
+    e.state = initial;
+    e.initiator_is_low = low ? 1 : 0;
+    e.flags = kConnFlagLive;
+    ++size_;
+    return pos;
+}
+
+bool ConnTable::is_reply(int32_t index, const FiveTuple& tuple) const {
+    return source_is_low(tuple) != (entries_[index].initiator_is_low != 0);
+}
+
+TrackVerdict ConnTable::track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes,
+                              uint64_t now_tsc) {
+    ConnEntry& e = entries_[index];
+    const bool reply = is_reply(index, tuple);
+    bool refresh = true;
+    if (is_tcp_state(e.state)) {
+        const tcp::Transition t = tcp::step(e.state, e.flags, reply, tcp::classify(tcp_flags));
+        if (t.step == tcp::Step::invalid) return TrackVerdict::invalid;
+        if (t.step == tcp::Step::advance) {
+            e.state = t.state;
+            e.flags = static_cast<uint8_t>((e.flags & ~tcp::kSubStateFlags) | t.flags);
+        } else {
+            refresh = false;
+        }
+    } else if (e.state == ConnState::udp_unreplied && reply) {
+        e.state = ConnState::udp_replied;
+    }
+    e.packets[reply] += 1;
+    e.bytes[reply] += bytes;
+    if (refresh) e.expires_tsc = now_tsc + timeout_tsc_[static_cast<std::size_t>(e.state)];
+    return TrackVerdict::ok;
+}
+
+TrackVerdict ConnTable::initial_state(const FiveTuple& tuple, uint8_t tcp_flags, bool loose_pickup, ConnState& state) {
+    switch (tuple.proto) {
+    case kIpProtoTcp:
+        switch (tcp::classify(tcp_flags)) {
+        case tcp::Kind::syn:
+            state = ConnState::tcp_syn_sent;
+            return TrackVerdict::ok;
+        case tcp::Kind::ack:
+            // Mid-stream pickup (nf_conntrack_tcp_loose): the first packet seen is the sender's, so the sender
+            // becomes the initiator. FIN, RST and SYN+ACK never open a connection.
+            if (!loose_pickup) return TrackVerdict::invalid;
+            state = ConnState::tcp_established;
+            return TrackVerdict::ok;
+        default:
+            return TrackVerdict::invalid;
+        }
+    case kIpProtoUdp:
+        state = ConnState::udp_unreplied;
+        return TrackVerdict::ok;
+    case kIpProtoIcmp:
+    case kIpProtoIcmpv6:
+        state = ConnState::icmp;
+        return TrackVerdict::ok;
+    default:
+        state = ConnState::other;
+        return TrackVerdict::ok;
+    }
+}
+
+uint32_t ConnTable::expire(uint64_t now_tsc, uint32_t budget) {
+    if (budget == 0 || size_ == 0) return 0;
+    // Scans the entry array rather than rte_hash_iterate(): iterate skips empty bucket slots in an unbounded
+    // loop (a nearly empty 1M table costs a full bucket scan per call), and deleting while it walks can move a
+    // key from an extendable bucket behind the cursor. The array is walked in order, so the prefetcher keeps up.
+    uint64_t scan = uint64_t{budget} * 4;
+    if (scan > slots_) scan = slots_;
+    uint32_t cursor = expire_cursor_;
+    uint32_t removed = 0;
+    for (; scan > 0 && removed < budget; --scan) {
+        const ConnEntry& e = entries_[cursor];
+        if ((e.flags & kConnFlagLive) && e.expires_tsc <= now_tsc) {
+            remove(static_cast<int32_t>(cursor));
+            ++removed;
+        }
+        if (++cursor == slots_) cursor = 0;
+    }
+    expire_cursor_ = cursor;
+    return removed;
+}
+
+void ConnTable::remove(int32_t index) {
+    ConnEntry& e = entries_[index];
+    if (!(e.flags & kConnFlagLive)) return;
+    void* key = nullptr;
+    // The key lives in rte_hash's key store; this call checks it is still there (a lookup through key_hash).
+    const int found = rte_hash_get_key_with_position(hash_, index, &key);
+    assert(found == 0);
+    if (SLUICE_LIKELY(found == 0)) {
+        const auto* k = static_cast<const FiveTuple*>(key);
+        [[maybe_unused]] const int32_t deleted = rte_hash_del_key_with_hash(hash_, k, symmetric_flow_hash(*k));
+        assert(deleted == index);
+    }
+    e.flags = 0;
+    --size_;
+}
+
+}  // namespace sluice

@@ -1,0 +1,51 @@
+// The TCP connection state machine as a lookup table, in the spirit of Linux nf_conntrack_proto_tcp.c
+// (tcp_conntracks[direction][packet kind][state]) and DPVS ip_vs_proto_tcp.c. Pure and allocation-free: any
+// thread, fast-path safe. ConnTable::track() is its only user on the fast path; it is separate so it can be read
+// and tested on its own.
+#pragma once
+
+#include <cstdint>
+
+#include "conntrack/conn_table.hpp"
+
+namespace sluice::tcp {
+
+// Raw TCP flag bits (RFC 9293 §3.1, plus ECE/CWR from RFC 3168).
+inline constexpr uint8_t kFin = 0x01;
+inline constexpr uint8_t kSyn = 0x02;
+inline constexpr uint8_t kRst = 0x04;
+inline constexpr uint8_t kPsh = 0x08;
+inline constexpr uint8_t kAck = 0x10;
+inline constexpr uint8_t kUrg = 0x20;
+inline constexpr uint8_t kEce = 0x40;
+inline constexpr uint8_t kCwr = 0x80;
+
+// What a segment means to the state machine. Precedence as in nf_conntrack's get_conntrack_index(): RST, then
+// SYN (with or without ACK), then FIN, then ACK. `bad` is a flag combination no TCP stack sends (SYN+FIN,
+// FIN without ACK, no flags at all, ...: nf_conntrack's tcp_valid_flags[]); it is invalid in every state.
+enum class Kind : uint8_t { syn, synack, fin, ack, rst, bad, count };
+
+Kind classify(uint8_t tcp_flags);
+
+// Sub-states the table needs but ConnState does not show; kept in ConnEntry::flags next to kConnFlagLive.
+inline constexpr uint8_t kFlagSimultaneousOpen = 0x02;  // tcp_syn_sent: the responder sent a SYN too
+inline constexpr uint8_t kFlagResponderFinFirst = 0x04;  // tcp_fin_wait/close_wait: the first FIN was the responder's
+inline constexpr uint8_t kSubStateFlags = kFlagSimultaneousOpen | kFlagResponderFinFirst;
+
+enum class Step : uint8_t {
+    advance,  // the packet is valid: take the new state and push the expiry out
+    ignore,   // let it through but change nothing, not even the expiry (nf_conntrack's sIG)
+    invalid,  // makes no sense here: the caller drops it (nf_conntrack's sIV)
+};
+
+struct Transition {
+    Step step;
+    ConnState state;  // the new state (advance), else the old one
+    uint8_t flags;    // the new sub-state bits (kSubStateFlags only)
+};
+
+// One segment of a connection in `state` (sub-state bits in `flags`), sent by the initiator (reply == false) or
+// the responder (reply == true).
+Transition step(ConnState state, uint8_t flags, bool reply, Kind kind);
+
+}  // namespace sluice::tcp

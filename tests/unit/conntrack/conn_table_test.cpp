@@ -1,0 +1,339 @@
+// ConnTable over rte_hash: canonical keys, lookups from both directions, a full table, bounded expiry, scale.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <rte_log.h>
+#include <rte_malloc.h>
+
+#include "conntrack/conn_table.hpp"
+#include "conntrack_test_util.hpp"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+// Looks tuples up in bursts of ConnTable::kMaxBurst, the way a worker does; returns the positions.
+std::vector<int32_t> lookup_all(const ConnTable& table, const std::vector<FiveTuple>& tuples) {
+    std::vector<int32_t> out(tuples.size());
+    const FiveTuple* ptrs[ConnTable::kMaxBurst];
+    uint32_t hashes[ConnTable::kMaxBurst];
+    for (std::size_t base = 0; base < tuples.size(); base += ConnTable::kMaxBurst) {
+        const auto n = static_cast<uint32_t>(std::min<std::size_t>(ConnTable::kMaxBurst, tuples.size() - base));
+        for (uint32_t i = 0; i < n; ++i) {
+            ptrs[i] = &tuples[base + i];
+            hashes[i] = symmetric_flow_hash(tuples[base + i]);
+        }
+        table.lookup_bulk(ptrs, hashes, n, &out[base]);
+    }
+    return out;
+}
+
+std::vector<FiveTuple> reversed_all(const std::vector<FiveTuple>& tuples) {
+    std::vector<FiveTuple> out;
+    out.reserve(tuples.size());
+    for (const auto& t : tuples) out.push_back(t.reversed());
+    return out;
+}
+
+// Bytes allocated from the DPDK heaps of every socket (what the table takes from the EAL's memory).
+std::size_t dpdk_heap_allocated() {
+    std::size_t total = 0;
+    for (int socket = 0; socket < RTE_MAX_NUMA_NODES; ++socket) {
+        rte_malloc_socket_stats stats{};
+        if (rte_malloc_get_socket_stats(socket, &stats) == 0) total += stats.heap_allocsz_bytes;
+    }
+    return total;
+}
+
+}  // namespace
+
+TEST_CASE("canonical_tuple: both directions give the same key bytes", "[conntrack]") {
+    std::mt19937_64 rng(7);
+    for (IpFamily family : {IpFamily::ipv4, IpFamily::ipv6}) {
+        for (int i = 0; i < 20000; ++i) {
+            FiveTuple t = random_tuple(rng, family, (i & 1) ? IPPROTO_TCP : IPPROTO_UDP);
+            if (i % 10 == 0) t.dst = t.src;  // same address both ends: the ports decide the order
+            INFO(to_string(t));
+            bool low_fwd = false, low_rev = false;
+            const FiveTuple fwd = canonical_tuple(t, low_fwd);
+            const FiveTuple rev = canonical_tuple(t.reversed(), low_rev);
+            REQUIRE(std::memcmp(&fwd, &rev, sizeof fwd) == 0);
+            if (t.src == t.dst && t.src_port == t.dst_port) {
+                REQUIRE(low_fwd);  // the same endpoint twice: nothing to swap
+                REQUIRE(low_rev);
+            } else {
+                REQUIRE(low_fwd != low_rev);
+            }
+            // The key names the same flow and hashes like it, so the caller's hash fits the key.
+            REQUIRE(symmetric_flow_hash(fwd) == symmetric_flow_hash(t));
+            REQUIRE(fwd.proto == t.proto);
+            REQUIRE(fwd.family == t.family);
+            REQUIRE(fwd.reserved == 0);
+            // The low endpoint is the source of the key; the key is its own canonical form.
+            const FiveTuple& expected_low_side = low_fwd ? t : t.reversed();
+            REQUIRE(fwd == expected_low_side);
+            bool low_key = false;
+            REQUIRE(canonical_tuple(fwd, low_key) == fwd);
+            REQUIRE(low_key);
+        }
+    }
+}
+
+TEST_CASE("canonical_tuple: IPv4 keys carry only the first address word", "[conntrack]") {
+    FiveTuple clean = v4_tuple(IPPROTO_UDP, 0x0a000001, 5000, 0x0a000002, 53);
+    FiveTuple dirty = clean;
+    dirty.src.words[2] = 0xdeadbeef;  // symmetric_flow_hash ignores these words: the key must too
+    dirty.dst.words[3] = 0x12345678;
+    dirty.reserved = 0x55aa;
+    bool low1 = false, low2 = false;
+    const FiveTuple a = canonical_tuple(clean, low1);
+    const FiveTuple b = canonical_tuple(dirty, low2);
+    CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+    CHECK(low1 == low2);
+}
+
+TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]") {
+    ConnTable table(unique_table_name(), 1024, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+    std::mt19937_64 rng(11);
+    std::vector<FiveTuple> flows;
+    std::set<int32_t> indices;
+    for (int i = 0; i < 600; ++i) {
+        const FiveTuple t = random_tuple(rng, (i % 3) ? IpFamily::ipv4 : IpFamily::ipv6,
+                                         (i % 2) ? IPPROTO_TCP : IPPROTO_UDP);
+        ConnState initial{};
+        REQUIRE(ConnTable::initial_state(t, 0x02, false, initial) == TrackVerdict::ok);
+        const int32_t index = table.insert(t, symmetric_flow_hash(t), initial, static_cast<uint32_t>(i), 0);
+        REQUIRE(index >= 0);
+        REQUIRE(indices.insert(index).second);  // a fresh index per connection
+        flows.push_back(t);
+    }
+    REQUIRE(table.size() == 600);
+
+    const std::vector<int32_t> forward = lookup_all(table, flows);
+    const std::vector<int32_t> backward = lookup_all(table, reversed_all(flows));
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+        INFO(to_string(flows[i]));
+        REQUIRE(forward[i] >= 0);
+        REQUIRE(forward[i] == backward[i]);
+        REQUIRE_FALSE(table.is_reply(forward[i], flows[i]));
+        REQUIRE(table.is_reply(forward[i], flows[i].reversed()));
+        REQUIRE(table.entry(forward[i]).rule_index == i);
+        REQUIRE(table.entry(forward[i]).state == (flows[i].proto == IPPROTO_TCP ? ConnState::tcp_syn_sent
+                                                                                 : ConnState::udp_unreplied));
+    }
+
+    SECTION("unknown tuples are not found") {
+        std::vector<FiveTuple> unknown;
+        for (int i = 0; i < 100; ++i) unknown.push_back(random_tuple(rng, IpFamily::ipv4, IPPROTO_TCP));
+        FiveTuple other_proto = flows[0];
+        other_proto.proto = IPPROTO_SCTP;
+        unknown.push_back(other_proto);
+        FiveTuple other_port = flows[1];
+        other_port.dst_port = static_cast<uint16_t>(other_port.dst_port + 1);
+        unknown.push_back(other_port);
+        for (int32_t p : lookup_all(table, unknown)) CHECK(p == -1);
+    }
+
+    SECTION("inserting a tracked connection again returns its index and changes nothing") {
+        const int32_t index = forward[5];
+        table.entry(index).user = 77;
+        CHECK(table.insert(flows[5].reversed(), symmetric_flow_hash(flows[5]), ConnState::other, 9, 0) == index);
+        CHECK(table.size() == 600);
+        CHECK(table.entry(index).user == 77);
+        CHECK(table.entry(index).rule_index == 5);
+    }
+
+    SECTION("a removed connection is gone from both directions and its slot is reused") {
+        const int32_t index = forward[3];
+        table.remove(index);
+        CHECK(table.size() == 599);
+        table.remove(index);  // a free index is left alone
+        CHECK(table.size() == 599);
+        CHECK(lookup_all(table, {flows[3]})[0] == -1);
+        CHECK(lookup_all(table, {flows[3].reversed()})[0] == -1);
+        CHECK(lookup_all(table, {flows[4]})[0] == forward[4]);
+        CHECK(table.insert(flows[3].reversed(), symmetric_flow_hash(flows[3]), ConnState::udp_unreplied, 0, 0) >= 0);
+        CHECK(table.size() == 600);
+    }
+
+    SECTION("a full burst of 64 and an empty burst") {
+        std::vector<FiveTuple> burst(flows.begin(), flows.begin() + ConnTable::kMaxBurst);
+        const FiveTuple* ptrs[ConnTable::kMaxBurst];
+        uint32_t hashes[ConnTable::kMaxBurst];
+        int32_t positions[ConnTable::kMaxBurst];
+        for (uint32_t i = 0; i < ConnTable::kMaxBurst; ++i) {
+            ptrs[i] = &burst[i];
+            hashes[i] = symmetric_flow_hash(burst[i]);
+        }
+        table.lookup_bulk(ptrs, hashes, ConnTable::kMaxBurst, positions);
+        for (uint32_t i = 0; i < ConnTable::kMaxBurst; ++i) CHECK(positions[i] == forward[i]);
+        positions[0] = 12345;
+        table.lookup_bulk(ptrs, hashes, 0, positions);
+        CHECK(positions[0] == 12345);
+    }
+}
+
+TEST_CASE("ConnTable: a full table refuses new connections and keeps the old ones", "[conntrack]") {
+    // 5 is below rte_hash's minimum of 8 entries; 1000 fits plain cuckoo buckets (1024 slots); 1024 and 4096 are
+    // powers of two, where the table needs rte_hash's extendable buckets to hold every one of them.
+    for (uint32_t capacity : {5u, 1000u, 1024u, 4096u}) {
+        INFO("capacity " << capacity);
+        ConnTable table(unique_table_name(), capacity, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+        REQUIRE(table.capacity() == capacity);
+        std::vector<FiveTuple> flows;
+        for (uint32_t i = 0; i < capacity; ++i) {
+            flows.push_back(nth_tuple(i));
+            REQUIRE(table.insert(flows.back(), symmetric_flow_hash(flows.back()), ConnState::tcp_syn_sent, 0, 0) >= 0);
+        }
+        REQUIRE(table.size() == capacity);
+        const FiveTuple extra = nth_tuple(capacity);
+        CHECK(table.insert(extra, symmetric_flow_hash(extra), ConnState::tcp_syn_sent, 0, 0) == -1);
+        CHECK(table.size() == capacity);
+        const std::vector<int32_t> found = lookup_all(table, flows);
+        std::set<int32_t> distinct;
+        for (int32_t p : found) {
+            REQUIRE(p >= 0);
+            distinct.insert(p);
+        }
+        CHECK(distinct.size() == capacity);
+        CHECK(lookup_all(table, {extra})[0] == -1);
+
+        // One leaves, one more fits.
+        table.remove(found[0]);
+        CHECK(table.insert(extra, symmetric_flow_hash(extra), ConnState::tcp_syn_sent, 0, 0) >= 0);
+        CHECK(table.insert(flows[0], symmetric_flow_hash(flows[0]), ConnState::tcp_syn_sent, 0, 0) == -1);
+    }
+}
+
+TEST_CASE("ConnTable: rejects bad construction parameters", "[conntrack]") {
+    CHECK_THROWS_AS(ConnTable(unique_table_name(), 0, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
+    CHECK_THROWS_AS(ConnTable("a_name_longer_than_21_chars", 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz),
+                    std::runtime_error);
+    const std::string name = unique_table_name();
+    ConnTable first(name, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+    const uint32_t log_level = rte_log_get_global_level();
+    rte_log_set_global_level(RTE_LOG_EMERG);  // rte_ring/rte_hash log the expected failure as an error
+    CHECK_THROWS_AS(ConnTable(name, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
+    rte_log_set_global_level(log_level);
+}
+
+TEST_CASE("ConnTable: entries expire after their state's timeout, a budget at a time", "[conntrack]") {
+    ConnTimeouts timeouts;
+    timeouts.udp_unreplied = 1;  // 1000 fake cycles
+    timeouts.udp_replied = 3;
+    constexpr uint32_t kFlows = 1000;
+    ConnTable table(unique_table_name(), 1024, SOCKET_ID_ANY, timeouts, kFakeTscHz);
+    std::vector<FiveTuple> flows;
+    for (uint32_t i = 0; i < kFlows; ++i) {
+        flows.push_back(v4_tuple(IPPROTO_UDP, 0x0a000001, static_cast<uint16_t>(1000 + i), 0x08080808, 53));
+        REQUIRE(table.insert(flows.back(), symmetric_flow_hash(flows.back()), ConnState::udp_unreplied, 0, 0) >= 0);
+    }
+    std::vector<int32_t> index = lookup_all(table, flows);
+    REQUIRE(table.entry(index[0]).expires_tsc == 1000);
+
+    // Nothing is due before its timeout, however many times expiry runs.
+    for (int i = 0; i < 200; ++i) REQUIRE(table.expire(999, 16) == 0);
+    REQUIRE(table.size() == kFlows);
+
+    // Every tenth flow sees traffic at t=500: a request (stays unreplied, due at 1500) or a reply (replied, 3500).
+    for (uint32_t i = 0; i < kFlows; i += 10) {
+        const bool reply = (i % 20) == 0;
+        REQUIRE(table.track(index[i], reply ? flows[i].reversed() : flows[i], 0, 100, 500) == TrackVerdict::ok);
+        REQUIRE(table.entry(index[i]).state == (reply ? ConnState::udp_replied : ConnState::udp_unreplied));
+    }
+
+    // At t=1000 the other 900 are due: each call removes at most its budget, the calls together remove all.
+    uint32_t removed = 0;
+    int calls = 0;
+    while (removed < 900 && calls < 10000) {
+        const uint32_t n = table.expire(1000, 7);
+        REQUIRE(n <= 7);
+        removed += n;
+        ++calls;
+    }
+    CHECK(removed == 900);
+    CHECK(calls >= 900 / 7);
+    CHECK(table.size() == 100);
+    for (int i = 0; i < 300; ++i) CHECK(table.expire(1000, 7) == 0);  // a few full passes: nothing else is due
+    index = lookup_all(table, flows);
+    for (uint32_t i = 0; i < kFlows; ++i) CHECK((index[i] >= 0) == (i % 10 == 0));
+
+    // At t=1500 the 50 unreplied ones go, at t=3500 the replied ones.
+    for (int i = 0; i < 300; ++i) table.expire(1500, 7);
+    CHECK(table.size() == 50);
+    for (int i = 0; i < 300; ++i) table.expire(3499, 7);
+    CHECK(table.size() == 50);
+    for (int i = 0; i < 300; ++i) table.expire(3500, 7);
+    CHECK(table.size() == 0);
+}
+
+TEST_CASE("ConnTable: one expire call looks at no more than 4 x budget slots", "[conntrack]") {
+    ConnTimeouts timeouts;
+    timeouts.udp_unreplied = 1;
+    ConnTable table(unique_table_name(), 1024, SOCKET_ID_ANY, timeouts, kFakeTscHz);
+    std::vector<FiveTuple> flows;
+    for (uint32_t i = 0; i < 1024; ++i) {
+        flows.push_back(v4_tuple(IPPROTO_UDP, 0x0a000001, static_cast<uint16_t>(1000 + i), 0x08080808, 53));
+        REQUIRE(table.insert(flows.back(), symmetric_flow_hash(flows.back()), ConnState::udp_unreplied, 0, 0) >= 0);
+    }
+    const std::vector<int32_t> index = lookup_all(table, flows);
+    // All but one are refreshed: the one left is due at 1000, the others at 1900.
+    int32_t due = -1;
+    for (uint32_t i = 0; i < flows.size(); ++i) {
+        if (i == 700) {
+            due = index[i];
+            continue;
+        }
+        table.track(index[i], flows[i], 0, 0, 900);
+    }
+    // The cursor starts at slot 0 and moves 4 slots per call with budget 1: finding slot `due` takes
+    // at least due / 4 calls.
+    int calls = 0;
+    while (table.size() == 1024 && calls < 100000) {
+        table.expire(1000, 1);
+        ++calls;
+    }
+    CHECK(table.size() == 1023);
+    CHECK(calls >= due / 4);
+    CHECK(calls <= due / 4 + 1);
+    CHECK(lookup_all(table, {flows[700]})[0] == -1);
+}
+
+TEST_CASE("ConnTable: one million connections, memory per connection", "[conntrack]") {
+    // 1,000,000 fills 95% of rte_hash's 2^20 bucket slots: plain cuckoo buckets. 2^20 exactly needs the
+    // extendable buckets as well. Both stay within the test EAL's 1 GiB (one table at a time).
+    for (uint32_t capacity : {1000000u, 1u << 20}) {
+        INFO("capacity " << capacity);
+        std::vector<FiveTuple> flows;
+        flows.reserve(capacity);
+        for (uint32_t i = 0; i < capacity; ++i) flows.push_back(nth_tuple(i));
+
+        const std::size_t before = dpdk_heap_allocated();
+        {
+            ConnTable table(unique_table_name(), capacity, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+            const std::size_t bytes = dpdk_heap_allocated() - before;
+            const double per_connection = static_cast<double>(bytes) / capacity;
+            std::printf("conntrack: capacity %u: %zu bytes of DPDK memory, %.1f B per connection\n", capacity, bytes,
+                        per_connection);
+            CHECK(per_connection <= (capacity == 1000000u ? 128.0 : 140.0));
+
+            for (uint32_t i = 0; i < capacity; ++i)
+                REQUIRE(table.insert(flows[i], symmetric_flow_hash(flows[i]), ConnState::tcp_syn_sent, i, 0) >= 0);
+            REQUIRE(table.size() == capacity);
+            const std::vector<int32_t> found = lookup_all(table, reversed_all(flows));
+            for (uint32_t i = 0; i < capacity; ++i) {
+                REQUIRE(found[i] >= 0);
+                REQUIRE(table.entry(found[i]).rule_index == i);
+            }
+        }
+        CHECK(dpdk_heap_allocated() == before);  // the destructor gives it all back
+    }
+}
