@@ -89,6 +89,9 @@ DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::
     DataplaneSpec spec;
     spec.ring_size = config.dataplane.ring_size;
     spec.idle_sleep_us = config.dataplane.idle_sleep_us;
+    spec.conntrack = config.firewall.enabled;
+    spec.conn_table_size = config.firewall.table_size;
+    spec.conn_timeouts = config.firewall.timeouts;
     for (const auto& port : ports) spec.tx_port_ids.push_back(port->id());
     const auto queues = assign_rx_queues(config);
     for (std::size_t i = 0; i < config.lcores.size(); ++i) {
@@ -104,6 +107,15 @@ DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::
         spec.lcores.push_back(std::move(plan));
     }
     return spec;
+}
+
+void log_tables(const Snapshot& snapshot) {
+    const FirewallTables& fw = snapshot.firewall;
+    if (!fw.enabled) return;
+    spdlog::info("firewall: {} rule(s) ({} IPv4 / {} IPv6 rte_acl rules after expansion), default {}, {} early-drop prefix(es)",
+                 fw.actions.size(), fw.acl_v4 ? fw.acl_v4->expanded_rule_count() : 0,
+                 fw.acl_v6 ? fw.acl_v6->expanded_rule_count() : 0,
+                 fw.default_action == RuleAction::allow ? "allow" : "deny", fw.blocklist_prefixes);
 }
 
 void log_totals(const CounterTotals& totals, const std::vector<std::unique_ptr<Port>>& ports) {
@@ -206,14 +218,21 @@ private:
         pools_ = create_pools(config_, ports_, workers);
         for (auto& port : ports_) port->start(workers, pools_.at(port->socket()));
         for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
-        dataplane_ = std::make_unique<Dataplane>(build_dataplane_spec(config_, ports_),
-                                                 build_snapshot(config_, port_identities_));
+        std::unique_ptr<Snapshot> first;
+        try {
+            first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket());
+        } catch (const std::exception& e) {
+            throw StartupError(std::string("tables: ") + e.what());
+        }
+        log_tables(*first);
+        dataplane_ = std::make_unique<Dataplane>(build_dataplane_spec(config_, ports_), std::move(first));
         dataplane_->launch();
 
         view_.dataplane = dataplane_.get();
         for (const auto& port : ports_) view_.ports.push_back({port->name(), port->id()});
         for (const auto& [socket, pool] : pools_) view_.pools.push_back({socket, pool});
         view_.reload = &reload_status_;
+        view_.rules = &rule_stats_;
         reload_status_.update([&](ReloadRecord& r) {
             r.running_hash = config_.hash;
             r.running_path = config_.path;
@@ -253,7 +272,11 @@ private:
         std::unique_ptr<Snapshot> snapshot;
         if (errors.empty()) {
             try {
-                snapshot = build_snapshot(*candidate.config, port_identities_);
+                const auto started = std::chrono::steady_clock::now();
+                snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket());
+                spdlog::info("reload: tables built in {} ms",
+                             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+                log_tables(*snapshot);
             } catch (const std::exception& e) {
                 errors.push_back(config_.path + ": " + e.what());
             }
@@ -269,7 +292,7 @@ private:
             });
             return;
         }
-        dataplane_->publish(std::move(snapshot));
+        fold_rule_hits(*dataplane_->publish(std::move(snapshot)));  // the old snapshot is unreachable now
         if (candidate.config->log.level != config_.log.level)
             spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
         const std::string previous = config_.hash;
@@ -282,6 +305,41 @@ private:
             r.running_hash = config_.hash;
         });
         spdlog::info("reload applied: config {} replaces {}", config_.hash, previous);
+    }
+
+    // Sums a snapshot's per-lcore rule counters by rule name.
+    static std::map<std::string, uint64_t> rule_hits_of(const Snapshot& snapshot, uint64_t& default_hits) {
+        std::map<std::string, uint64_t> by_name;
+        const FirewallTables& fw = snapshot.firewall;
+        default_hits = 0;
+        if (!fw.hits) return by_name;
+        const std::size_t stride = fw.hits->rule_count + 1;
+        for (std::size_t slot = 0; slot * stride < fw.hits->hits.size(); ++slot) {
+            for (std::size_t r = 0; r < fw.hits->rule_count; ++r)
+                by_name[fw.rule_names[r]] += counter_read(fw.hits->hits[slot * stride + r]);
+            default_hits += counter_read(fw.hits->hits[slot * stride + fw.hits->rule_count]);
+        }
+        return by_name;
+    }
+
+    // A retired snapshot's counts carry over, so a rule's counter never goes back when the config is reloaded.
+    void fold_rule_hits(const Snapshot& retired) {
+        uint64_t default_hits;
+        for (const auto& [name, hits] : rule_hits_of(retired, default_hits)) carried_rule_hits_[name] += hits;
+        carried_default_hits_ += default_hits;
+    }
+
+    // Control thread: publishes the current totals for telemetry and metrics.
+    void refresh_rule_stats() {
+        RuleHitsRecord record;
+        const Snapshot& current = dataplane_->snapshot();
+        const auto live = rule_hits_of(current, record.default_hits);
+        record.default_hits += carried_default_hits_;
+        for (const std::string& name : current.firewall.rule_names) {
+            const auto carried = carried_rule_hits_.find(name);
+            record.rules.emplace_back(name, live.at(name) + (carried == carried_rule_hits_.end() ? 0 : carried->second));
+        }
+        rule_stats_.write(std::move(record));
     }
 
     // Waits for signals, reload requests and config file changes; logs link changes.
@@ -310,6 +368,7 @@ private:
                     ports_[i]->log_link();
                 }
             }
+            refresh_rule_stats();
             std::vector<uint64_t> heartbeats;
             dataplane_->for_each_lcore([&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
             for (std::size_t stalled : systemd_.tick(heartbeats))
@@ -393,6 +452,9 @@ private:
     std::map<int, rte_mempool*> pools_;
     std::unique_ptr<Dataplane> dataplane_;
     ReloadStatus reload_status_;
+    RuleStats rule_stats_;
+    std::map<std::string, uint64_t> carried_rule_hits_;
+    uint64_t carried_default_hits_ = 0;
     StatusView view_;
     ReloadMailbox mailbox_;
     SystemdNotifier systemd_;

@@ -89,7 +89,7 @@ struct FirewallConfig {
     bool enabled = false;  // a firewall section is present: connections are tracked and rules apply
     RuleAction default_action = RuleAction::allow;  // for new connections no rule matches (allow or deny)
     bool loose_pickup = false;  // TCP without SYN may open a connection (after a restart)
-    uint32_t table_size = 1u << 20;  // tracked connections per worker
+    uint32_t table_size = 1000000;  // tracked connections per worker (not a power of two: see conn_table.hpp)
     ConnTimeouts timeouts;
     std::vector<PrefixSetConfig> prefix_sets;
     std::vector<FirewallRuleConfig> rules;

@@ -1,22 +1,127 @@
 #include "control/snapshot_builder.hpp"
 
+#include <atomic>
+#include <set>
 #include <stdexcept>
 
-namespace sluice {
+#include <rte_errno.h>
+#include <rte_lpm.h>
+#include <rte_lpm6.h>
 
-std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports) {
-    const auto port_named = [&](const std::string& name) -> const PortIdentity& {
-        for (const PortIdentity& p : ports)
-            if (p.name == name) return p;
-        throw std::invalid_argument("no running port named '" + name + "'");
-    };
+namespace sluice {
+namespace {
+
+// rte_lpm and rte_acl name their tables; every snapshot gets fresh names.
+std::atomic<uint64_t> g_generation{0};
+
+const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
+    for (const PortIdentity& p : ports)
+        if (p.name == name) return p;
+    throw std::invalid_argument("no running port named '" + name + "'");
+}
+
+// The rule as rte_acl sees it for one family: lists of that family's prefixes, port names resolved to ids.
+Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::vector<PortIdentity>& ports) {
+    Rule rule;
+    rule.name = config.name;
+    rule.family = family;
+    for (const std::string& port : config.in_ports) rule.in_ports.push_back(port_named(ports, port).id);
+    const auto pick = [&](const AddressMatch& m) { return m.any ? std::vector<Prefix>{} : (family == IpFamily::ipv4 ? m.v4 : m.v6); };
+    rule.sources = pick(config.source);
+    rule.destinations = pick(config.destination);
+    rule.protocol = config.protocol;
+    rule.source_ports = config.source_ports;
+    rule.destination_ports = config.destination_ports;
+    rule.action = config.action;
+    return rule;
+}
+
+bool matches_family(const FirewallRuleConfig& rule, IpFamily family) {
+    if (rule.protocol == IPPROTO_ICMP && family == IpFamily::ipv6) return false;
+    if (rule.protocol == IPPROTO_ICMPV6 && family == IpFamily::ipv4) return false;
+    const auto allows = [&](const AddressMatch& m) { return m.any || !(family == IpFamily::ipv4 ? m.v4 : m.v6).empty(); };
+    return allows(rule.source) && allows(rule.destination);
+}
+
+void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int socket, uint64_t generation) {
+    std::vector<Prefix> v4, v6;
+    for (const PrefixSetConfig& set : config.prefix_sets) {
+        if (!set.early_drop) continue;
+        v4.insert(v4.end(), set.v4.begin(), set.v4.end());
+        v6.insert(v6.end(), set.v6.begin(), set.v6.end());
+    }
+    fw.blocklist_prefixes = v4.size() + v6.size();
+    if (!v4.empty()) {
+        // DIR-24-8: a prefix longer than /24 needs a tbl8 group for its /24; count the groups exactly.
+        std::set<uint32_t> groups;
+        for (const Prefix& p : v4)
+            if (p.length > 24) groups.insert(rte_be_to_cpu_32(p.address.words[0]) >> 8);
+        rte_lpm_config lpm_config{};
+        lpm_config.max_rules = static_cast<uint32_t>(v4.size());
+        lpm_config.number_tbl8s = static_cast<uint32_t>(groups.size()) + 16;
+        const std::string name = "sl_bl4_" + std::to_string(generation);
+        fw.blocklist_v4 = rte_lpm_create(name.c_str(), socket, &lpm_config);
+        if (!fw.blocklist_v4) throw std::runtime_error("blocklist (IPv4): rte_lpm_create: " + std::string(rte_strerror(rte_errno)));
+        for (const Prefix& p : v4)
+            if (rte_lpm_add(fw.blocklist_v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
+                throw std::runtime_error("blocklist (IPv4): cannot add a prefix (out of memory?)");
+    }
+    if (!v6.empty()) {
+        rte_lpm6_config lpm_config{};
+        lpm_config.max_rules = static_cast<uint32_t>(v6.size());
+        // Each prefix can need up to (length - 24) / 8 tbl8 groups beyond the first 24 bits.
+        uint64_t groups = 0;
+        for (const Prefix& p : v6) groups += p.length > 24 ? (p.length - 24 + 7) / 8 : 0;
+        lpm_config.number_tbl8s = static_cast<uint32_t>(std::min<uint64_t>(groups + 16, 1u << 24));
+        const std::string name = "sl_bl6_" + std::to_string(generation);
+        fw.blocklist_v6 = rte_lpm6_create(name.c_str(), socket, &lpm_config);
+        if (!fw.blocklist_v6) throw std::runtime_error("blocklist (IPv6): rte_lpm6_create: " + std::string(rte_strerror(rte_errno)));
+        for (const Prefix& p : v6)
+            if (rte_lpm6_add(fw.blocklist_v6, p.address.bytes, p.length, 1) < 0)
+                throw std::runtime_error("blocklist (IPv6): cannot add a prefix (out of memory?)");
+    }
+}
+
+}  // namespace
+
+std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
+                                         int socket) {
     auto snapshot = std::make_unique<Snapshot>();
+    for (const PortIdentity& p : ports) snapshot->port_mac[p.id] = p.mac;
     for (const ForwardConfig& f : config.forward) {
-        const PortIdentity& in = port_named(f.from);
-        const PortIdentity& out = port_named(f.to);
+        const PortIdentity& in = port_named(ports, f.from);
+        const PortIdentity& out = port_named(ports, f.to);
         snapshot->forward_by_in_port[in.id] =
             ForwardEntry{.dst_mac = f.next_hop_mac, .src_mac = out.mac, .out_port = out.id, .valid = true};
     }
+
+    const FirewallConfig& fc = config.firewall;
+    FirewallTables& fw = snapshot->firewall;
+    fw.enabled = fc.enabled;
+    if (!fc.enabled) return snapshot;
+    fw.loose_pickup = fc.loose_pickup;
+    fw.default_action = fc.default_action;
+    const uint64_t generation = g_generation.fetch_add(1);
+    std::vector<Rule> v4, v6;
+    for (uint32_t id = 0; id < fc.rules.size(); ++id) {
+        const FirewallRuleConfig& rule = fc.rules[id];
+        fw.actions.push_back(rule.action);
+        fw.rule_names.push_back(rule.name);
+        if (matches_family(rule, IpFamily::ipv4)) {
+            v4.push_back(compile_rule(rule, IpFamily::ipv4, ports));
+            fw.v4_rule_ids.push_back(id);
+        }
+        if (matches_family(rule, IpFamily::ipv6)) {
+            v6.push_back(compile_rule(rule, IpFamily::ipv6, ports));
+            fw.v6_rule_ids.push_back(id);
+        }
+    }
+    if (!v4.empty()) fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation));
+    if (!v6.empty()) fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation));
+    build_blocklists(fc, fw, socket, generation);
+    fw.hits = std::make_unique<RuleHits>();
+    fw.hits->rule_count = fc.rules.size();
+    fw.hits->hits.assign(lcore_count * (fc.rules.size() + 1), 0);
     return snapshot;
 }
 

@@ -1,4 +1,4 @@
-// Builds the immutable Snapshot the lcores read from a validated config. Pure (no EAL); control thread.
+// Builds the immutable Snapshot the lcores read from a validated config. Control thread.
 #pragma once
 
 #include <memory>
@@ -19,8 +19,11 @@ struct PortIdentity {
     rte_ether_addr mac{};
 };
 
-// Throws std::invalid_argument when the config names a port that is not in ports (the validator prevents it for a
-// config the running ports were built from).
-std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports);
+// Builds the forwarding table, the firewall's rte_acl contexts and early-drop LPM tables (on socket), and room for
+// the per-lcore rule counters of lcore_count lcores. Needs the EAL when the firewall is on. Throws
+// std::invalid_argument when the config names a port that is not in ports, std::runtime_error when a table cannot
+// be built.
+std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
+                                         std::size_t lcore_count = 1, int socket = 0);
 
 }  // namespace sluice

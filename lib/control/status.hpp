@@ -47,11 +47,35 @@ private:
     ReloadRecord record_;
 };
 
+// New connections decided by each rule (and the default), summed over lcores and over the snapshots a rule has
+// lived in, by name. Refreshed by the control thread; read by telemetry and the exporter.
+struct RuleHitsRecord {
+    std::vector<std::pair<std::string, uint64_t>> rules;  // in rule order
+    uint64_t default_hits = 0;
+};
+
+class RuleStats {
+public:
+    RuleHitsRecord read() const {
+        std::lock_guard lock(mutex_);
+        return record_;
+    }
+    void write(RuleHitsRecord record) {
+        std::lock_guard lock(mutex_);
+        record_ = std::move(record);
+    }
+
+private:
+    mutable std::mutex mutex_;
+    RuleHitsRecord record_;
+};
+
 struct StatusView {
     const Dataplane* dataplane = nullptr;
     std::vector<StatusPort> ports;
     std::vector<std::pair<int, const rte_mempool*>> pools;  // (socket, pool)
     const ReloadStatus* reload = nullptr;
+    const RuleStats* rules = nullptr;
 };
 
 }  // namespace sluice

@@ -69,6 +69,33 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
     uint64_t in_use = 0;
     for (const auto& [socket, pool] : g_view->pools) in_use += mbufs_in_use(pool);
     rte_tel_data_add_dict_u64(d, "mbufs_in_use", in_use);
+    uint64_t capacity = 0;
+    g_view->dataplane->for_each_lcore([&](const LcoreContext& ctx) { capacity += ctx.conn_table ? ctx.conn_table->capacity() : 0; });
+    rte_tel_data_add_dict_u64(d, "conn_entries", totals.conn_inserts - totals.conn_expired);
+    rte_tel_data_add_dict_u64(d, "conn_capacity", capacity);
+    rte_tel_data_add_dict_u64(d, "conn_inserts", totals.conn_inserts);
+    rte_tel_data_add_dict_u64(d, "conn_expired", totals.conn_expired);
+    rte_tel_data_add_dict_u64(d, "rejects_sent", totals.rejects_sent);
+    return 0;
+}
+
+// /sluice/rules: rule names and their hits as two parallel arrays (names may hold characters dict keys may not).
+int rules_command(const char*, const char*, rte_tel_data* d) {
+    std::lock_guard lock(g_mutex);
+    if (!g_view || !g_view->rules) return -1;
+    const RuleHitsRecord record = g_view->rules->read();
+    rte_tel_data* names = rte_tel_data_alloc();
+    rte_tel_data* hits = rte_tel_data_alloc();
+    rte_tel_data_start_array(names, RTE_TEL_STRING_VAL);
+    rte_tel_data_start_array(hits, RTE_TEL_U64_VAL);
+    for (const auto& [name, count] : record.rules) {
+        rte_tel_data_add_array_string(names, name.c_str());
+        rte_tel_data_add_array_u64(hits, count);
+    }
+    rte_tel_data_start_dict(d);
+    rte_tel_data_add_dict_container(d, "names", names, 0);
+    rte_tel_data_add_dict_container(d, "hits", hits, 0);
+    rte_tel_data_add_dict_u64(d, "default_hits", record.default_hits);
     return 0;
 }
 
@@ -100,6 +127,8 @@ int reload_command(const char*, const char*, rte_tel_data* d) {
 void register_telemetry_commands() {
     rte_telemetry_register_cmd("/sluice/stats", stats_command,
                                "sluice counters: per-port packets and bytes, drops by reason, lcore polls. No parameters");
+    rte_telemetry_register_cmd("/sluice/rules", rules_command,
+                               "Firewall rules in order with the new connections each decided. No parameters");
     rte_telemetry_register_cmd("/sluice/config", config_command,
                                "The running config's path and hash, and reload counts. No parameters");
     rte_telemetry_register_cmd("/sluice/reload", reload_command,

@@ -96,6 +96,28 @@ public:
             sample(size, {{"socket", std::to_string(socket)}}, pool->size);
         }
 
+        MetricFamily& entries = family("sluice_conntrack_entries", "Connections a worker tracks", MetricType::Gauge);
+        MetricFamily& capacity = family("sluice_conntrack_capacity", "Connections a worker can track", MetricType::Gauge);
+        MetricFamily& inserts = family("sluice_conntrack_inserts_total", "Connections a worker started tracking", MetricType::Counter);
+        MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out)", MetricType::Counter);
+        MetricFamily& rejects = family("sluice_rejects_sent_total", "TCP RSTs and ICMP unreachables sent for reject rules", MetricType::Counter);
+        dp.for_each_lcore([&](const LcoreContext& ctx) {
+            if (!ctx.worker) return;
+            const std::string w = std::to_string(ctx.worker_index);
+            const uint64_t opened = counter_read(ctx.counters.conn_inserts), gone = counter_read(ctx.counters.conn_expired);
+            sample(rejects, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.rejects_sent)));
+            if (!ctx.conn_table) return;
+            sample(entries, {{"worker", w}}, static_cast<double>(opened - gone));
+            sample(capacity, {{"worker", w}}, ctx.conn_table->capacity());
+            sample(inserts, {{"worker", w}}, static_cast<double>(opened));
+            sample(expired, {{"worker", w}}, static_cast<double>(gone));
+        });
+        const RuleHitsRecord hits = view_.rules->read();
+        MetricFamily& rule_hits = family("sluice_rule_hits_total", "New connections (first packets) decided by a firewall rule", MetricType::Counter);
+        for (const auto& [name, count] : hits.rules) sample(rule_hits, {{"rule", name}}, static_cast<double>(count));
+        sample(family("sluice_firewall_default_hits_total", "New connections no rule matched (the default action decided)", MetricType::Counter),
+               {}, static_cast<double>(hits.default_hits));
+
         const ReloadRecord reload = view_.reload->read();
         MetricFamily& reloads = family("sluice_config_reloads_total", "Config reloads, by result", MetricType::Counter);
         sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));

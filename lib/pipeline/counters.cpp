@@ -8,6 +8,9 @@ void CounterTotals::add(const LcoreCounters& c) {
     busy_polls += counter_read(c.busy_polls);
     ring_enqueued += counter_read(c.ring_enqueued);
     ring_dequeued += counter_read(c.ring_dequeued);
+    conn_inserts += counter_read(c.conn_inserts);
+    conn_expired += counter_read(c.conn_expired);
+    rejects_sent += counter_read(c.rejects_sent);
     for (std::size_t p = 0; p < ports.size(); ++p) {
         ports[p].rx_packets += counter_read(c.ports[p].rx_packets);
         ports[p].rx_bytes += counter_read(c.ports[p].rx_bytes);

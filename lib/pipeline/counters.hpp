@@ -25,6 +25,9 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t busy_polls = 0;    // iterations that moved at least one packet
     uint64_t ring_enqueued = 0; // handed to another worker
     uint64_t ring_dequeued = 0;
+    uint64_t conn_inserts = 0;    // connections this worker started tracking
+    uint64_t conn_expired = 0;    // and stopped tracking (timed out); live = inserts - expired
+    uint64_t rejects_sent = 0;    // RSTs and ICMP unreachables sent for reject rules
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
@@ -37,6 +40,9 @@ struct CounterTotals {
     uint64_t busy_polls = 0;
     uint64_t ring_enqueued = 0;
     uint64_t ring_dequeued = 0;
+    uint64_t conn_inserts = 0;
+    uint64_t conn_expired = 0;
+    uint64_t rejects_sent = 0;
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void add(const LcoreCounters& c);

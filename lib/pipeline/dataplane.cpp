@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <rte_lcore.h>
+#include <rte_cycles.h>
 #include <rte_malloc.h>
 
 #include <spdlog/spdlog.h>
@@ -76,6 +77,14 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
 
         ctx->worker_index = next_worker;
         ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
+        if (spec.conntrack) {
+            try {
+                ctx->conn_table = new ConnTable("sluice_ct" + std::to_string(next_worker), spec.conn_table_size, socket,
+                                                spec.conn_timeouts, rte_get_tsc_hz());
+            } catch (const std::exception& e) {
+                throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " + e.what());
+            }
+        }
         ++next_worker;
         for (uint16_t port : spec.tx_port_ids) {
             auto* buffer = static_cast<rte_eth_dev_tx_buffer*>(
@@ -98,6 +107,7 @@ Dataplane::~Dataplane() {
 void Dataplane::release() {
     for (LcoreContext* ctx : contexts_) {
         for (uint16_t i = 0; i < ctx->tx_port_count; ++i) rte_free(ctx->tx_buffers[ctx->tx_ports[i]]);
+        delete ctx->conn_table;
         ctx->~LcoreContext();
         rte_free(ctx);
     }
@@ -144,12 +154,12 @@ void Dataplane::stop() {
     }
 }
 
-void Dataplane::publish(std::unique_ptr<Snapshot> next) {
+std::unique_ptr<Snapshot> Dataplane::publish(std::unique_ptr<Snapshot> next) {
     const Snapshot* previous = shared_->snapshot.exchange(next.release(), std::memory_order_acq_rel);
     // Offline lcores (not launched yet, or returned) do not hold the token back.
     const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
     rte_rcu_qsbr_check(shared_->qsbr, token, true);
-    delete previous;
+    return std::unique_ptr<Snapshot>(const_cast<Snapshot*>(previous));
 }
 
 CounterTotals Dataplane::totals() const {

@@ -24,6 +24,9 @@ struct DataplaneSpec {
     std::vector<uint16_t> tx_port_ids;  // every port; each worker owns TX queue <worker index> on each
     uint32_t ring_size = 4096;          // per worker, a power of two
     uint32_t idle_sleep_us = 0;
+    bool conntrack = false;             // one connection table per worker (the firewall is on)
+    uint32_t conn_table_size = 0;
+    ConnTimeouts conn_timeouts;
 };
 
 class Dataplane {
@@ -39,9 +42,10 @@ public:
     // Stops RX, lets workers empty their rings and flush TX, and waits for every lcore to return. Idempotent.
     void stop();
 
-    // Publishes next with one atomic store and frees the previous snapshot once every lcore has passed a quiescent
-    // state. Blocks the control thread for about one loop iteration of the slowest lcore; lcores never wait.
-    void publish(std::unique_ptr<Snapshot> next);
+    // Publishes next with one atomic store and hands back the previous snapshot once every lcore has passed a
+    // quiescent state (no lcore can touch it any more). Blocks the control thread for about one loop iteration of
+    // the slowest lcore; lcores never wait.
+    std::unique_ptr<Snapshot> publish(std::unique_ptr<Snapshot> next);
     const Snapshot& snapshot() const { return *shared_->snapshot.load(std::memory_order_acquire); }
 
     // Sums every lcore's counters; any thread.
@@ -52,6 +56,7 @@ public:
         for (const LcoreContext* ctx : contexts_) visit(*ctx);
     }
     uint16_t worker_count() const { return static_cast<uint16_t>(rings_.size()); }
+    std::size_t lcore_count() const { return contexts_.size(); }
     uint64_t ring_slots() const;
     // Packets waiting in worker rings right now.
     uint64_t ring_backlog() const;

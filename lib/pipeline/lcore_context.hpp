@@ -12,6 +12,7 @@
 #include <rte_ring.h>
 
 #include "common/compiler.hpp"
+#include "conntrack/conn_table.hpp"
 #include "dpdk/mempool.hpp"
 #include "pipeline/counters.hpp"
 #include "pipeline/snapshot.hpp"
@@ -63,6 +64,7 @@ struct alignas(kCacheLine) LcoreContext {
     std::array<rte_eth_dev_tx_buffer*, RTE_MAX_ETHPORTS> tx_buffers{};
     std::array<TxDropSink, RTE_MAX_ETHPORTS> tx_drop_sinks{};
     SharedState* shared = nullptr;
+    ConnTable* conn_table = nullptr;  // workers, when the firewall is on
 
     // Written by the lcore.
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};

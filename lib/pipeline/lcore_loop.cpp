@@ -6,6 +6,7 @@
 #include <rte_pause.h>
 
 #include "packet/packet_meta.hpp"
+#include "pipeline/firewall_stage.hpp"
 #include "pipeline/forward_stage.hpp"
 #include "pipeline/lcore_context.hpp"
 
@@ -14,22 +15,29 @@ namespace {
 
 constexpr uint32_t kIdleStreakBeforeSleep = 64;
 constexpr uint64_t kDrainIntervalUs = 100;
+constexpr uint32_t kExpiryBudget = 8;  // connections expired per loop iteration at most (bounded work)
 
 // Maps a 32-bit hash onto [0, n) without a division (Lemire's multiply-shift).
 inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
     return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
 }
 
+// The worker's pipeline over one burst: firewall (when on), then forwarding. Takes ownership of every mbuf.
+void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc) {
+    if (snapshot.firewall.enabled && ctx.conn_table) count = firewall_burst(ctx, snapshot, pkts, count, now_tsc);
+    if (count) forward_burst(ctx, snapshot, pkts, count);
+}
+
 // Sends each pending burst to its worker: straight into this lcore's own pipeline when it is that worker (no ring
 // hop), else into the worker's ring. What a full ring refuses is dropped and counted.
-void flush_pending(LcoreContext& ctx, const Snapshot& snapshot) {
+void flush_pending(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
     for (uint16_t w = 0; w < ctx.worker_count; ++w) {
         const uint16_t n = ctx.pending_count[w];
         if (n == 0) continue;
         ctx.pending_count[w] = 0;
         rte_mbuf** burst = ctx.pending[w].data();
         if (ctx.worker && w == ctx.worker_index) {
-            forward_burst(ctx, snapshot, burst, n);
+            run_pipeline(ctx, snapshot, burst, n, now_tsc);
             continue;
         }
         const unsigned sent = rte_ring_enqueue_burst(ctx.worker_rings[w], reinterpret_cast<void**>(burst), n, nullptr);
@@ -41,7 +49,7 @@ void flush_pending(LcoreContext& ctx, const Snapshot& snapshot) {
     }
 }
 
-uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot) {
+uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
     uint32_t received = 0;
     rte_mbuf* pkts[kBurst];
     DropReason verdicts[kBurst];
@@ -58,29 +66,35 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot) {
 
         parse_burst(pkts, n, verdicts);
         rte_mbuf* dropped[kBurst];
-        uint16_t dropped_count = 0;
+        uint16_t dropped_count = 0, valid = 0;
         for (uint16_t i = 0; i < n; ++i) {
             if (SLUICE_UNLIKELY(verdicts[i] != DropReason::none)) {
                 ctx.counters.drop(verdicts[i]);
                 dropped[dropped_count++] = pkts[i];
-                continue;
+            } else {
+                pkts[valid++] = pkts[i];
             }
+        }
+        if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
+        // Blocklisted sources go before they cost a ring slot.
+        if (snapshot.firewall.blocklist_v4 || snapshot.firewall.blocklist_v6)
+            valid = blocklist_burst(ctx, snapshot.firewall, pkts, valid);
+        for (uint16_t i = 0; i < valid; ++i) {
             const uint16_t w = worker_for_hash(packet_meta(pkts[i])->flow_hash, ctx.worker_count);
             ctx.pending[w][ctx.pending_count[w]++] = pkts[i];
         }
-        if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
-        flush_pending(ctx, snapshot);  // a pending burst never outlives one RX burst, so it never overflows
+        flush_pending(ctx, snapshot, now_tsc);  // a pending burst never outlives one RX burst, so it never overflows
     }
     return received;
 }
 
-uint32_t worker_stage(LcoreContext& ctx, const Snapshot& snapshot) {
+uint32_t worker_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
     rte_mbuf* pkts[kBurst];
     const unsigned n = rte_ring_dequeue_burst(ctx.worker_rings[ctx.worker_index], reinterpret_cast<void**>(pkts), kBurst,
                                               nullptr);
     if (n == 0) return 0;
     counter_add(ctx.counters.ring_dequeued, n);
-    forward_burst(ctx, snapshot, pkts, static_cast<uint16_t>(n));
+    run_pipeline(ctx, snapshot, pkts, static_cast<uint16_t>(n), now_tsc);
     return n;
 }
 
@@ -103,15 +117,19 @@ int lcore_main(void* arg) {
     for (;;) {
         const Phase phase = shared.phase.load(std::memory_order_acquire);
         const Snapshot& snapshot = *shared.snapshot.load(std::memory_order_acquire);
+        const uint64_t now = rte_rdtsc();
         uint32_t moved = 0;
 
         if (ctx.rx) {
             if (SLUICE_LIKELY(phase == Phase::running))
-                moved += rx_stage(ctx, snapshot);
+                moved += rx_stage(ctx, snapshot, now);
             else if (!ctx.rx_quiesced.load(std::memory_order_relaxed))
                 ctx.rx_quiesced.store(true, std::memory_order_release);  // nothing of ours is pending any more
         }
-        if (ctx.worker) moved += worker_stage(ctx, snapshot);
+        if (ctx.worker) {
+            moved += worker_stage(ctx, snapshot, now);
+            if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
+        }
 
         if (SLUICE_UNLIKELY(phase == Phase::draining) && moved == 0) {
             // No producer is left (every RX lcore quiesced before this phase), so an empty ring stays empty.
@@ -120,7 +138,6 @@ int lcore_main(void* arg) {
             return 0;
         }
 
-        const uint64_t now = rte_rdtsc();
         if (ctx.worker && now >= ctx.next_drain_tsc) {
             drain_tx(ctx);
             ctx.next_drain_tsc = now + ctx.drain_interval_tsc;

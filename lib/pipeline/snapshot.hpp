@@ -1,12 +1,22 @@
 // The immutable tables the lcores read: built by the control thread, published with one atomic store, read once
-// per loop iteration. Nothing in a Snapshot changes after publication.
+// per loop iteration, freed by the control thread after an RCU grace period. Nothing in a Snapshot changes after
+// publication except the per-lcore rule counters, each written by its own lcore only.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <rte_ether.h>
 #include <rte_ethdev.h>
+
+#include "classify/acl_classifier.hpp"
+#include "classify/rule.hpp"
+
+struct rte_lpm;
+struct rte_lpm6;
 
 namespace sluice {
 
@@ -18,8 +28,38 @@ struct ForwardEntry {
     bool valid = false;
 };
 
+// New connections (or refused first packets) decided by each rule, per lcore: lcore slot s writes
+// hits[s * rule_count + rule] only. The last index, rule_count, counts the default action.
+struct RuleHits {
+    std::vector<uint64_t> hits;
+    std::size_t rule_count = 0;
+};
+
+struct FirewallTables {
+    bool enabled = false;
+    bool loose_pickup = false;
+    RuleAction default_action = RuleAction::allow;
+    std::unique_ptr<AclClassifier> acl_v4;
+    std::unique_ptr<AclClassifier> acl_v6;
+    std::vector<uint32_t> v4_rule_ids;  // index in acl_v4's rules -> rule id (its place in the config)
+    std::vector<uint32_t> v6_rule_ids;
+    std::vector<RuleAction> actions;    // by rule id
+    std::vector<std::string> rule_names;
+    rte_lpm* blocklist_v4 = nullptr;    // early-drop prefix sets, matched on source addresses by RX lcores
+    rte_lpm6* blocklist_v6 = nullptr;
+    std::size_t blocklist_prefixes = 0;
+    std::unique_ptr<RuleHits> hits;     // mutable counters, see RuleHits
+
+    FirewallTables() = default;
+    FirewallTables(const FirewallTables&) = delete;
+    FirewallTables& operator=(const FirewallTables&) = delete;
+    ~FirewallTables();
+};
+
 struct Snapshot {
     std::array<ForwardEntry, RTE_MAX_ETHPORTS> forward_by_in_port{};
+    std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
+    FirewallTables firewall;
 };
 
 }  // namespace sluice

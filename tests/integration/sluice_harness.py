@@ -47,7 +47,8 @@ class Telemetry:
 class Sluice:
     """A sluice process under test. `config` is a dict dumped to YAML; EAL gets a unique file prefix."""
 
-    def __init__(self, tmp_path, config, lcores="0@0,1@1"):
+    def __init__(self, tmp_path, config, lcores="0@0,1@1", netns=None):
+        self.netns = netns
         self.prefix = f"sltest-{os.getpid()}-{next(_counter)}"
         eal = [f"--lcores={lcores}", f"--file-prefix={self.prefix}"]
         config = dict(config)
@@ -62,7 +63,10 @@ class Sluice:
 
     def start(self, expect_ready=True, env=None):
         log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([str(SLUICE), "--config", str(self.config_path)], stdout=log,
+        command = [str(SLUICE), "--config", str(self.config_path)]
+        if self.netns:  # ip netns exec execs in place, so the pid is sluice's own
+            command = self.netns.prefix() + command
+        self.proc = subprocess.Popen(command, stdout=log,
                                      stderr=subprocess.STDOUT, env=env)
         log.close()
         if expect_ready:

@@ -1,0 +1,159 @@
+#include "packet/reject.hpp"
+
+#include <netinet/in.h>
+
+#include <cstring>
+
+#include <rte_icmp.h>
+#include <rte_ip.h>
+#include <rte_tcp.h>
+
+namespace sluice {
+namespace {
+
+constexpr uint8_t kReplyTtl = 64;
+constexpr uint16_t kIpv6MinMtu = 1280;
+
+void write_ethernet(uint8_t* at, const rte_ether_addr& dst, const rte_ether_addr& src, uint16_t ether_type_be) {
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(at);
+    eth->dst_addr = dst;
+    eth->src_addr = src;
+    eth->ether_type = ether_type_be;
+}
+
+bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
+    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    auto* tcp = reinterpret_cast<rte_tcp_hdr*>(frame + meta.l4_offset);
+    if (tcp->tcp_flags & RTE_TCP_RST_FLAG) return false;  // never answer a RST
+    const rte_ether_addr peer = reinterpret_cast<rte_ether_hdr*>(frame)->src_addr;
+    uint32_t payload;
+    uint8_t* l3 = frame + meta.l3_offset;
+    if (meta.family == IpFamily::ipv4) {
+        const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(l3);
+        payload = rte_be_to_cpu_16(ip->total_length) - (meta.l4_offset - meta.l3_offset) - (tcp->data_off >> 4) * 4u;
+    } else {
+        const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
+        payload = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr) - (meta.l4_offset - meta.l3_offset) -
+                  (tcp->data_off >> 4) * 4u;
+    }
+    // RFC 9293 3.10.7.1: with an ACK, <SEQ=SEG.ACK><CTL=RST>; without, <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
+    const bool had_ack = tcp->tcp_flags & RTE_TCP_ACK_FLAG;
+    const uint32_t seg_len = payload + ((tcp->tcp_flags & RTE_TCP_SYN_FLAG) ? 1 : 0) + ((tcp->tcp_flags & RTE_TCP_FIN_FLAG) ? 1 : 0);
+    const uint32_t seq = had_ack ? rte_be_to_cpu_32(tcp->recv_ack) : 0;
+    const uint32_t ack = had_ack ? 0 : rte_be_to_cpu_32(tcp->sent_seq) + seg_len;
+    const uint16_t src_port = tcp->src_port;  // packed fields: no std::swap
+    tcp->src_port = tcp->dst_port;
+    tcp->dst_port = src_port;
+    tcp->sent_seq = rte_cpu_to_be_32(seq);
+    tcp->recv_ack = rte_cpu_to_be_32(ack);
+    tcp->data_off = 5 << 4;
+    tcp->tcp_flags = had_ack ? RTE_TCP_RST_FLAG : (RTE_TCP_RST_FLAG | RTE_TCP_ACK_FLAG);
+    tcp->rx_win = 0;
+    tcp->cksum = 0;
+    tcp->tcp_urp = 0;
+
+    // Plain Ethernet right before the IP header (VLAN tags are not kept), then trim to the headers.
+    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
+    const uint32_t l4_from_l3 = meta.l4_offset - meta.l3_offset;
+    if (meta.family == IpFamily::ipv4) {
+        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+        const uint32_t src = ip->src_addr;
+        ip->src_addr = ip->dst_addr;
+        ip->dst_addr = src;
+        ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(l4_from_l3 + sizeof(rte_tcp_hdr)));
+        ip->time_to_live = kReplyTtl;
+        ip->fragment_offset = 0;
+        ip->packet_id = 0;
+        ip->hdr_checksum = 0;
+        ip->hdr_checksum = rte_ipv4_cksum(ip);
+        tcp->cksum = rte_ipv4_udptcp_cksum(ip, tcp);
+        write_ethernet(l3 - sizeof(rte_ether_hdr), peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV4));
+    } else {
+        auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
+        uint8_t tmp[16];
+        std::memcpy(tmp, ip->src_addr, 16);
+        std::memcpy(ip->src_addr, ip->dst_addr, 16);
+        std::memcpy(ip->dst_addr, tmp, 16);
+        ip->payload_len = rte_cpu_to_be_16(static_cast<uint16_t>(l4_from_l3 - sizeof(rte_ipv6_hdr) + sizeof(rte_tcp_hdr)));
+        ip->hop_limits = kReplyTtl;
+        tcp->cksum = rte_ipv6_udptcp_cksum(ip, tcp);
+        write_ethernet(l3 - sizeof(rte_ether_hdr), peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV6));
+    }
+    rte_pktmbuf_adj(m, strip);
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - (sizeof(rte_ether_hdr) + l4_from_l3 + sizeof(rte_tcp_hdr))));
+    return true;
+}
+
+// [eth][new IP][ICMP 8][the offending packet's IP header + what fits]: prepend the new headers before the old IP
+// header, which stays where it is.
+bool icmp_unreachable(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
+    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    const rte_ether_addr peer = reinterpret_cast<rte_ether_hdr*>(frame)->src_addr;
+    const bool v4 = meta.family == IpFamily::ipv4;
+    const uint16_t ip_len = v4 ? sizeof(rte_ipv4_hdr) : sizeof(rte_ipv6_hdr);
+    const uint16_t head = static_cast<uint16_t>(sizeof(rte_ether_hdr) + ip_len + 8);
+    const uint16_t old_l3 = meta.l3_offset;
+    // Where the quoted packet starts once the new headers are in front of it.
+    if (old_l3 < head && !rte_pktmbuf_prepend(m, static_cast<uint16_t>(head - old_l3))) return false;
+    if (old_l3 > head) rte_pktmbuf_adj(m, static_cast<uint16_t>(old_l3 - head));
+    frame = rte_pktmbuf_mtod(m, uint8_t*);
+    uint8_t* quote = frame + head;
+    const uint32_t available = rte_pktmbuf_pkt_len(m) - head;
+    uint32_t quoted;
+    if (v4) {
+        quoted = std::min<uint32_t>(available, (quote[0] & 0x0f) * 4u + 8);  // RFC 792: header + 64 bits
+    } else {
+        quoted = std::min<uint32_t>(available, kIpv6MinMtu - (ip_len + 8));  // RFC 4443: as much as fits in 1280
+    }
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(available - quoted));
+
+    uint8_t* l3 = frame + sizeof(rte_ether_hdr);
+    auto* icmp = reinterpret_cast<rte_icmp_hdr*>(l3 + ip_len);
+    icmp->icmp_type = v4 ? 3 : 1;       // destination unreachable
+    icmp->icmp_code = v4 ? 13 : 1;      // administratively prohibited
+    icmp->icmp_cksum = 0;
+    icmp->icmp_ident = 0;
+    icmp->icmp_seq_nb = 0;
+    if (v4) {
+        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+        const auto* original = reinterpret_cast<const rte_ipv4_hdr*>(quote);
+        ip->version_ihl = RTE_IPV4_VHL_DEF;
+        ip->type_of_service = 0;
+        ip->total_length = rte_cpu_to_be_16(static_cast<uint16_t>(ip_len + 8 + quoted));
+        ip->packet_id = 0;
+        ip->fragment_offset = 0;
+        ip->time_to_live = kReplyTtl;
+        ip->next_proto_id = IPPROTO_ICMP;
+        ip->src_addr = original->dst_addr;  // answered as the destination (sluice has no address of its own here)
+        ip->dst_addr = original->src_addr;
+        ip->hdr_checksum = 0;
+        ip->hdr_checksum = rte_ipv4_cksum(ip);
+        icmp->icmp_cksum = static_cast<uint16_t>(~rte_raw_cksum(icmp, 8 + quoted));
+        write_ethernet(frame, peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV4));
+    } else {
+        auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
+        const auto* original = reinterpret_cast<const rte_ipv6_hdr*>(quote);
+        ip->vtc_flow = rte_cpu_to_be_32(6u << 28);
+        ip->payload_len = rte_cpu_to_be_16(static_cast<uint16_t>(8 + quoted));
+        ip->proto = IPPROTO_ICMPV6;
+        ip->hop_limits = kReplyTtl;
+        std::memcpy(ip->src_addr, original->dst_addr, 16);
+        std::memcpy(ip->dst_addr, original->src_addr, 16);
+        icmp->icmp_cksum = rte_ipv6_udptcp_cksum(ip, icmp);  // the pseudo-header rule is the same for ICMPv6
+        write_ethernet(frame, peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV6));
+    }
+    return true;
+}
+
+}  // namespace
+
+bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
+    if (meta.flags & (kMetaIcmpError | kMetaFragment)) {
+        // No error about an error (RFC 1122 3.2.2); a fragment is refused silently (the first one carries the tuple).
+        return false;
+    }
+    if (meta.l4_proto == IPPROTO_TCP && meta.l4_offset) return tcp_rst(m, meta, own_mac);
+    return icmp_unreachable(m, meta, own_mac);
+}
+
+}  // namespace sluice

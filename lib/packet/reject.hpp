@@ -1,0 +1,18 @@
+// Turns a packet into the refusal a `reject` rule sends back: a TCP RST for TCP (RFC 9293 §3.10.7.1), an ICMP
+// destination unreachable "administratively prohibited" (RFC 792 / RFC 1812 code 13) or ICMPv6 code 1 (RFC 4443)
+// for the rest. The reply is built in place in the same mbuf, from the packet's destination to its source, with
+// the ingress port's MAC as source. Fast-path safe (no allocation); owning worker only.
+#pragma once
+
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+
+#include "packet/parse.hpp"
+
+namespace sluice {
+
+// False when no reply may be sent (the packet is itself a RST or an ICMP error, or a non-first fragment); the
+// caller then only drops it.
+bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac);
+
+}  // namespace sluice

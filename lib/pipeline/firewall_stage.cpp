@@ -1,0 +1,183 @@
+#include "pipeline/firewall_stage.hpp"
+
+#include <rte_lpm.h>
+#include <rte_lpm6.h>
+
+#include "packet/packet_meta.hpp"
+#include "packet/reject.hpp"
+
+namespace sluice {
+namespace {
+
+enum class Fate : uint8_t { pass, drop, reject, classify };
+
+}  // namespace
+
+uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc) {
+    if (count == 0) return 0;
+    const FirewallTables& fw = snapshot.firewall;
+    ConnTable& table = *ctx.conn_table;
+    FiveTuple tuples[kBurst];
+    const FiveTuple* tuple_ptrs[kBurst] = {};  // {}: GCC cannot see that count >= 1 fills them
+    uint32_t hashes[kBurst] = {};
+    uint8_t tcp_flags[kBurst];
+    int32_t positions[kBurst];
+    Fate fate[kBurst];
+    DropReason reason[kBurst];
+    ConnState opening[kBurst];
+
+    for (uint16_t i = 0; i < count; ++i) {
+        const PacketMeta& meta = *packet_meta(pkts[i]);
+        tuple_from_meta(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), meta, tuples[i], tcp_flags[i]);
+        tuple_ptrs[i] = &tuples[i];
+        hashes[i] = meta.flow_hash;
+    }
+    table.lookup_bulk(tuple_ptrs, hashes, count, positions);
+
+    // Known connections and ICMP errors are settled here; the rest wait for the rule set.
+    uint16_t v4_new[kBurst], v6_new[kBurst], v4_count = 0, v6_count = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        const bool icmp_error = packet_meta(pkts[i])->flags & kMetaIcmpError;
+        if (positions[i] >= 0) {
+            if (icmp_error) {
+                fate[i] = Fate::pass;  // related to a tracked connection
+            } else if (table.track(positions[i], tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) ==
+                       TrackVerdict::ok) {
+                fate[i] = Fate::pass;
+            } else {
+                fate[i] = Fate::drop;
+                reason[i] = DropReason::ct_invalid;
+            }
+            continue;
+        }
+        if (icmp_error) {
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::icmp_unrelated;
+            continue;
+        }
+        if (ConnTable::initial_state(tuples[i], tcp_flags[i], fw.loose_pickup, opening[i]) != TrackVerdict::ok) {
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::ct_no_connection;
+            continue;
+        }
+        fate[i] = Fate::classify;
+        if (tuples[i].family == IpFamily::ipv4) v4_new[v4_count++] = i;
+        else v6_new[v6_count++] = i;
+    }
+
+    // One rte_acl call per family over the whole burst's new connections.
+    const std::size_t hit_base = static_cast<std::size_t>(ctx.qsbr_thread_id) * (fw.hits ? fw.hits->rule_count + 1 : 0);
+    const auto decide = [&](const AclClassifier* acl, const std::vector<uint32_t>& rule_ids, const uint16_t* which, uint16_t n) {
+        if (n == 0) return;
+        const FiveTuple* batch[kBurst];
+        uint16_t in_ports[kBurst];
+        uint32_t matched[kBurst];
+        for (uint16_t k = 0; k < n; ++k) {
+            batch[k] = &tuples[which[k]];
+            in_ports[k] = pkts[which[k]]->port;
+            matched[k] = AclClassifier::kNoMatch;
+        }
+        if (acl) acl->classify(batch, in_ports, matched, n);
+        for (uint16_t k = 0; k < n; ++k) {
+            const uint16_t i = which[k];
+            const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
+            const RuleAction action = rule == UINT32_MAX ? fw.default_action : fw.actions[rule];
+            if (fw.hits) counter_add(fw.hits->hits[hit_base + (rule == UINT32_MAX ? fw.hits->rule_count : rule)]);
+            if (action == RuleAction::allow) {
+                // A second new packet of the same flow in this burst finds the entry the first one made.
+                int32_t position;
+                table.lookup_bulk(&batch[k], &hashes[i], 1, &position);
+                if (position < 0) {
+                    position = table.insert(tuples[i], hashes[i], opening[i], rule, now_tsc);
+                    if (position >= 0) counter_add(ctx.counters.conn_inserts);
+                }
+                if (position < 0) {
+                    fate[i] = Fate::drop;
+                    reason[i] = DropReason::ct_table_full;
+                } else {
+                    table.track(position, tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc);
+                    fate[i] = Fate::pass;
+                }
+            } else {
+                fate[i] = action == RuleAction::reject ? Fate::reject : Fate::drop;
+                reason[i] = action == RuleAction::reject ? DropReason::rule_reject : DropReason::rule_deny;
+            }
+        }
+    };
+    decide(fw.acl_v4.get(), fw.v4_rule_ids, v4_new, v4_count);
+    decide(fw.acl_v6.get(), fw.v6_rule_ids, v6_new, v6_count);
+
+    rte_mbuf* dropped[kBurst];
+    uint16_t kept = 0, dropped_count = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        switch (fate[i]) {
+        case Fate::pass:
+        case Fate::classify:  // unreachable: every new packet was decided
+            pkts[kept++] = m;
+            break;
+        case Fate::reject:
+            ctx.counters.drop(DropReason::rule_reject);
+            if (make_reject(m, *packet_meta(m), snapshot.port_mac[m->port])) {
+                PortCounters& out = ctx.counters.ports[m->port];
+                counter_add(out.tx_packets);
+                counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
+                counter_add(ctx.counters.rejects_sent);
+                rte_eth_tx_buffer(m->port, ctx.tx_queue, ctx.tx_buffers[m->port], m);
+            } else {
+                dropped[dropped_count++] = m;
+            }
+            break;
+        case Fate::drop:
+            ctx.counters.drop(reason[i]);
+            dropped[dropped_count++] = m;
+            break;
+        }
+    }
+    if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
+    return kept;
+}
+
+uint16_t blocklist_burst(LcoreContext& ctx, const FirewallTables& fw, rte_mbuf** pkts, uint16_t count) {
+    uint32_t v4_sources[kBurst];
+    uint32_t v4_hops[kBurst];
+    uint16_t v4_index[kBurst], v4_count = 0;
+    uint8_t v6_sources[kBurst][16];
+    int32_t v6_hops[kBurst];
+    uint16_t v6_index[kBurst], v6_count = 0;
+    bool blocked[kBurst] = {};
+    for (uint16_t i = 0; i < count; ++i) {
+        const PacketMeta& meta = *packet_meta(pkts[i]);
+        const uint8_t* ip = rte_pktmbuf_mtod_offset(pkts[i], const uint8_t*, meta.l3_offset);
+        if (meta.family == IpFamily::ipv4 && fw.blocklist_v4) {
+            uint32_t be;
+            std::memcpy(&be, ip + 12, 4);
+            v4_sources[v4_count] = rte_be_to_cpu_32(be);  // rte_lpm works in host byte order
+            v4_index[v4_count++] = i;
+        } else if (meta.family == IpFamily::ipv6 && fw.blocklist_v6) {
+            std::memcpy(v6_sources[v6_count], ip + 8, 16);
+            v6_index[v6_count++] = i;
+        }
+    }
+    if (v4_count) {
+        rte_lpm_lookup_bulk(fw.blocklist_v4, v4_sources, v4_hops, v4_count);
+        for (uint16_t k = 0; k < v4_count; ++k) blocked[v4_index[k]] = v4_hops[k] & RTE_LPM_LOOKUP_SUCCESS;
+    }
+    if (v6_count) {
+        rte_lpm6_lookup_bulk_func(fw.blocklist_v6, v6_sources, v6_hops, v6_count);
+        for (uint16_t k = 0; k < v6_count; ++k) blocked[v6_index[k]] = v6_hops[k] >= 0;
+    }
+    rte_mbuf* dropped[kBurst];
+    uint16_t kept = 0, dropped_count = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        if (blocked[i]) dropped[dropped_count++] = pkts[i];
+        else pkts[kept++] = pkts[i];
+    }
+    if (dropped_count) {
+        ctx.counters.drop(DropReason::blocklisted, dropped_count);
+        rte_pktmbuf_free_bulk(dropped, dropped_count);
+    }
+    return kept;
+}
+
+}  // namespace sluice

@@ -1,0 +1,194 @@
+"""The stateful firewall on live packets: frames are injected into veth pairs inside a namespace of the test's own,
+sluice reads them with net_pcap (rx_iface) and writes what it sends to pcap files, which scapy checks field by field.
+
+lan (inside) may open anything; wan (outside) gets replies only, except what a rule rejects; the default denies."""
+
+import logging
+import os
+import random
+import time
+
+import pytest
+
+logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+from scapy.all import ICMP, IP, TCP, UDP, Ether, IPerror, TCPerror, UDPerror, Raw, rdpcap
+
+from netns import Netns
+from sluice_harness import Sluice, wait_until
+
+LAN_PEER = "02:00:00:00:01:01"   # the inside host
+WAN_PEER = "02:00:00:00:02:01"   # the outside router
+INSIDE, OUTSIDE, BLOCKED = "10.0.0.1", "203.0.113.5", "198.51.100.7"
+
+
+def lan(ip_layer):
+    return Ether(src=LAN_PEER, dst="02:00:00:00:00:aa") / ip_layer
+
+
+def wan(ip_layer):
+    return Ether(src=WAN_PEER, dst="02:00:00:00:00:bb") / ip_layer
+
+
+@pytest.fixture
+def ns():
+    namespace = Netns(f"slfw{os.getpid()}", ["lan0", "wan0"])
+    yield namespace
+    namespace.delete()
+
+
+def firewall_config(tmp_path, **firewall):
+    config = {
+        "dataplane": {"idle_sleep_us": 50},
+        "ports": [
+            {"name": "lan", "device": f"net_pcap0,rx_iface=lan0,tx_pcap={tmp_path}/lan_out.pcap"},
+            {"name": "wan", "device": f"net_pcap1,rx_iface=wan0,tx_pcap={tmp_path}/wan_out.pcap"},
+        ],
+        "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+        "forward": [
+            {"from": "lan", "to": "wan", "next_hop_mac": WAN_PEER},
+            {"from": "wan", "to": "lan", "next_hop_mac": LAN_PEER},
+        ],
+        "firewall": {
+            "default": "deny",
+            "rules": [
+                {"name": "inside-out", "in_ports": ["lan"], "action": "allow"},
+                {"name": "no-telnet", "in_ports": ["wan"], "protocol": "tcp", "destination_ports": 23, "action": "reject"},
+                {"name": "no-tftp", "in_ports": ["wan"], "protocol": "udp", "destination_ports": "69", "action": "reject"},
+            ],
+        },
+    }
+    config["firewall"].update(firewall)
+    return config
+
+
+def run(sluice, phases, before_stop=None):
+    """phases: (interface, frames, pause after) in order; waits until sluice accounted for every frame."""
+    sent = 0
+    for ifname, frames, pause in phases:
+        sluice.netns.inject(ifname, frames, sluice.config_path.parent)
+        sent += len(frames)
+        wait_until(lambda: sluice.stats()["rx_packets"] >= sent, timeout=10, what=f"{sent} frames in")
+        time.sleep(pause)
+    stats = sluice.wait_accounted(sent)
+    if before_stop:
+        before_stop()
+    assert sluice.stop() == 0, sluice.log()
+    return stats
+
+
+def test_replies_pass_unsolicited_traffic_does_not(tmp_path, ns):
+    syn = lan(IP(src=INSIDE, dst=OUTSIDE) / TCP(sport=40000, dport=80, flags="S", seq=1000))
+    dns = lan(IP(src=INSIDE, dst=OUTSIDE) / UDP(sport=5000, dport=53) / Raw(b"query"))
+    ping = lan(IP(src=INSIDE, dst=OUTSIDE) / ICMP(type=8, id=77, seq=1))
+    syn_ack = wan(IP(src=OUTSIDE, dst=INSIDE) / TCP(sport=80, dport=40000, flags="SA", seq=5000, ack=1001))
+    dns_reply = wan(IP(src=OUTSIDE, dst=INSIDE) / UDP(sport=53, dport=5000) / Raw(b"answer"))
+    pong = wan(IP(src=OUTSIDE, dst=INSIDE) / ICMP(type=0, id=77, seq=1))
+    related = wan(IP(src="192.0.2.1", dst=INSIDE) / ICMP(type=3, code=4) / bytes(dns[IP])[:28])  # frag needed, quoting dns
+    unsolicited_syn = wan(IP(src="203.0.113.99", dst=INSIDE) / TCP(sport=1234, dport=22, flags="S"))
+    stray_ack = wan(IP(src="203.0.113.99", dst=INSIDE) / TCP(sport=1234, dport=22, flags="A"))
+    unrelated = wan(IP(src="192.0.2.1", dst=INSIDE) / ICMP(type=3, code=3) /
+                    bytes(IP(src=INSIDE, dst="203.0.113.77") / UDP(sport=1, dport=2))[:28])
+    second_syn = lan(IP(src=INSIDE, dst=OUTSIDE) / TCP(sport=40001, dport=80, flags="S"))
+    # In SYN_SENT, a SYN-ACK from the side that sent the SYN is invalid (nf_conntrack's table agrees).
+    wrong_side_syn_ack = lan(IP(src=INSIDE, dst=OUTSIDE) / TCP(sport=40001, dport=80, flags="SA"))
+
+    sluice = Sluice(tmp_path, firewall_config(tmp_path), netns=ns)
+    rules = {}
+
+    def read_rules():  # refreshed by the control thread every 250 ms
+        time.sleep(0.6)
+        rules.update(sluice.telemetry.query("/sluice/rules"))
+
+    with sluice:
+        stats = run(sluice, [
+            ("lan0", [syn, dns, ping, second_syn], 0.2),
+            ("wan0", [syn_ack, dns_reply, pong, related, unsolicited_syn, stray_ack, unrelated], 0.2),
+            ("lan0", [wrong_side_syn_ack], 0),
+        ], before_stop=read_rules)
+    assert dict(zip(rules["names"], rules["hits"])) == {"inside-out": 4, "no-telnet": 0, "no-tftp": 0}
+    assert rules["default_hits"] == 1  # the unsolicited SYN
+    assert stats["conn_entries"] == 4 and stats["conn_inserts"] == 4
+
+    out_lan = rdpcap(str(tmp_path / "lan_out.pcap"))
+    out_wan = rdpcap(str(tmp_path / "wan_out.pcap"))
+    assert [p[IP].src for p in out_wan] == [INSIDE] * 4  # syn, dns, ping, second syn went out; not the bad SYN-ACK
+    assert out_wan[0][TCP].flags == "S" and out_wan[1].haslayer(UDP) and out_wan[2][ICMP].type == 8
+    assert len(out_lan) == 4, [p.summary() for p in out_lan]
+    assert out_lan[0][TCP].flags == "SA"
+    assert bytes(out_lan[1][UDP].payload) == b"answer"
+    assert out_lan[2][ICMP].type == 0
+    assert out_lan[3][ICMP].type == 3 and out_lan[3][IPerror].src == INSIDE  # related error passed
+    assert stats["drop/rule_deny"] == 1
+    assert stats["drop/ct_no_connection"] == 1
+    assert stats["drop/icmp_unrelated"] == 1
+    assert stats["drop/ct_invalid"] == 1  # a SYN-ACK from the side that sent the SYN
+
+
+def test_reject_sends_a_valid_rst_and_icmp_unreachable(tmp_path, ns):
+    telnet = wan(IP(src=OUTSIDE, dst=INSIDE, ttl=50) / TCP(sport=33333, dport=23, flags="S", seq=424242))
+    tftp = wan(IP(src=OUTSIDE, dst=INSIDE) / UDP(sport=4444, dport=69) / Raw(b"\x00\x01file\x00octet\x00"))
+    sluice = Sluice(tmp_path, firewall_config(tmp_path), netns=ns)
+    with sluice:
+        stats = run(sluice, [("wan0", [telnet, tftp], 0)])
+    out_wan = rdpcap(str(tmp_path / "wan_out.pcap"))
+    assert len(out_wan) == 2, [p.summary() for p in out_wan]
+    rst, unreachable = out_wan
+    assert rst.dst == WAN_PEER and rst[IP].src == INSIDE and rst[IP].dst == OUTSIDE
+    assert rst[TCP].sport == 23 and rst[TCP].dport == 33333
+    assert rst[TCP].flags == "RA" and rst[TCP].seq == 0 and rst[TCP].ack == 424243
+    for layer in (IP, TCP):  # checksums recomputed by scapy must equal what sluice wrote
+        fresh = rst.copy()
+        del fresh[layer].chksum
+        assert Ether(bytes(fresh))[layer].chksum == rst[layer].chksum
+    assert unreachable.dst == WAN_PEER and unreachable[IP].dst == OUTSIDE
+    assert unreachable[ICMP].type == 3 and unreachable[ICMP].code == 13
+    assert unreachable[IPerror].src == OUTSIDE and unreachable[UDPerror].dport == 69
+    fresh = unreachable.copy()
+    del fresh[ICMP].chksum
+    del fresh[IP].chksum
+    assert bytes(Ether(bytes(fresh))) == bytes(unreachable)
+    assert stats["drop/rule_reject"] == 2
+    assert not os.path.exists(tmp_path / "lan_out.pcap") or len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 0
+
+
+def test_expired_connection_is_new_again(tmp_path, ns):
+    config = firewall_config(tmp_path, timeouts={"udp_unreplied": 1, "udp_replied": 1})
+    out = lan(IP(src=INSIDE, dst=OUTSIDE) / UDP(sport=6000, dport=123))
+    reply = wan(IP(src=OUTSIDE, dst=INSIDE) / UDP(sport=123, dport=6000))
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("lan0", [out], 0.3), ("wan0", [reply], 2.5), ("wan0", [reply], 0)])
+    assert len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 1  # the first reply only
+    assert stats["drop/rule_deny"] == 1
+
+
+def test_full_table_drops_new_connections_never_old_ones(tmp_path, ns):
+    config = firewall_config(tmp_path, table_size=1024)
+    opens = [lan(IP(src=INSIDE, dst=OUTSIDE) / UDP(sport=10000 + i, dport=53)) for i in range(1100)]
+    replies = [wan(IP(src=OUTSIDE, dst=INSIDE) / UDP(sport=53, dport=10000 + i)) for i in range(0, 1100, 10)]
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("lan0", opens, 0.2), ("wan0", replies, 0)])
+    assert stats["drop/ct_table_full"] == 1100 - 1024
+    out_lan = rdpcap(str(tmp_path / "lan_out.pcap"))
+    passed_ports = sorted(p[UDP].dport for p in out_lan)
+    assert passed_ports == [10000 + i for i in range(0, 1024, 10)]  # every tracked flow's reply, nothing else
+    assert stats["drop/rule_deny"] == len(replies) - len(passed_ports)
+
+
+def test_blocklist_of_100k_prefixes_drops_before_the_rules(tmp_path, ns):
+    rng = random.Random(5)
+    lines = [f"{rng.randrange(1, 223)}.{rng.randrange(256)}.{rng.randrange(256)}.0/24" for _ in range(100_000)]
+    lines.append("198.51.100.0/24")
+    (tmp_path / "blocklist.txt").write_text("# test blocklist\n" + "\n".join(lines) + "\n")
+    config = firewall_config(tmp_path, prefix_sets=[{"name": "bad", "file": str(tmp_path / "blocklist.txt"), "early_drop": True}])
+    config["firewall"]["rules"].insert(0, {"name": "web-in", "in_ports": ["wan"], "protocol": "tcp",
+                                           "destination_ports": 80, "action": "allow"})
+    blocked = [wan(IP(src=BLOCKED, dst=INSIDE) / TCP(sport=1000 + i, dport=80, flags="S")) for i in range(20)]
+    allowed = [wan(IP(src="192.0.2.50", dst=INSIDE) / TCP(sport=2000 + i, dport=80, flags="S")) for i in range(5)]
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("wan0", blocked + allowed, 0)])
+    assert stats["drop/blocklisted"] == 20
+    assert len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 5
+    assert "100001 early-drop prefix(es)" in sluice.log()
