@@ -220,7 +220,7 @@ private:
         for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
         std::unique_ptr<Snapshot> first;
         try {
-            first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket());
+            first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket(), workers);
         } catch (const std::exception& e) {
             throw StartupError(std::string("tables: ") + e.what());
         }
@@ -273,7 +273,8 @@ private:
         if (errors.empty()) {
             try {
                 const auto started = std::chrono::steady_clock::now();
-                snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket());
+                snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
+                                          dataplane_->worker_count());
                 spdlog::info("reload: tables built in {} ms",
                              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
                 log_tables(*snapshot);

@@ -31,6 +31,7 @@ namespace sluice {
     X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")          \
     X(ct_invalid, "packet invalid for its connection's TCP state")                                 \
     X(ct_table_full, "connection table full: new connection refused, old ones kept")               \
+    X(rate_limited, "a new connection over its rule's rate limit")                                 \
     X(icmp_unrelated, "ICMP error quoting no tracked connection")                                  \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
     X(no_route, "no forwarding entry for the ingress port")                                       \

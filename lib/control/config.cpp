@@ -433,7 +433,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
     std::set<std::string> names;
     for (const YAML::Node& r : node) {
         if (!d.map(r, "a firewall rule", {"name", "in_ports", "source", "destination", "protocol", "source_ports",
-                                          "destination_ports", "action"}))
+                                          "destination_ports", "action", "rate_limit"}))
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();
@@ -471,6 +471,22 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
             else if (text == "deny") rule.action = RuleAction::deny;
             else if (text == "reject") rule.action = RuleAction::reject;
             else d.error(v, what + ": action '" + text + "' is not allow, deny or reject");
+        });
+        d.field(r, "rate_limit", what, false, [&](const YAML::Node& v) {
+            if (!d.map(v, what + " rate_limit", {"rate", "burst", "per"})) return;
+            RateLimitConfig& limit = rule.rate_limit;
+            d.field(v, "rate", what + " rate_limit", true,
+                    [&](const YAML::Node& n) { d.integer(n, what + " rate_limit rate (new connections per second)", limit.rate, 1, 100000000); });
+            limit.burst = limit.rate;
+            d.field(v, "burst", what + " rate_limit", false,
+                    [&](const YAML::Node& n) { d.integer(n, what + " rate_limit burst", limit.burst, 1, 100000000); });
+            d.field(v, "per", what + " rate_limit", false, [&](const YAML::Node& n) {
+                const std::string per = n.IsScalar() ? n.Scalar() : "";
+                if (per == "source") limit.per_source = true;
+                else if (per != "rule") d.error(n, what + ": rate_limit per '" + per + "' is not rule or source");
+            });
+            if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
+                d.error(v, what + ": rate_limit goes with action allow only");
         });
         const bool ported = rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
         if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)

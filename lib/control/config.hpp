@@ -74,6 +74,13 @@ struct PrefixSetConfig {
     std::vector<Prefix> v6;
 };
 
+// New connections a rule admits per second (token bucket); rate 0: unlimited.
+struct RateLimitConfig {
+    uint32_t rate = 0;
+    uint32_t burst = 0;
+    bool per_source = false;  // one bucket per source address instead of one for the rule
+};
+
 struct FirewallRuleConfig {
     std::string name;
     std::vector<std::string> in_ports;  // port names; empty: any
@@ -83,6 +90,7 @@ struct FirewallRuleConfig {
     std::vector<PortRange> source_ports;
     std::vector<PortRange> destination_ports;
     RuleAction action = RuleAction::allow;
+    RateLimitConfig rate_limit;
 };
 
 struct FirewallConfig {

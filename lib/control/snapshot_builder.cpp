@@ -1,9 +1,11 @@
 #include "control/snapshot_builder.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <stdexcept>
 
+#include <rte_cycles.h>
 #include <rte_errno.h>
 #include <rte_lpm.h>
 #include <rte_lpm6.h>
@@ -82,10 +84,35 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
     }
 }
 
+void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::size_t lcore_count, std::size_t worker_count) {
+    const double tsc_hz = static_cast<double>(rte_get_tsc_hz());
+    const double workers = static_cast<double>(std::max<std::size_t>(worker_count, 1));
+    auto state = std::make_unique<RateLimiterState>();
+    for (const FirewallRuleConfig& rule : config.rules) {
+        RateLimit limit;
+        state->first_bucket.push_back(static_cast<uint32_t>(state->buckets_per_slot));
+        if (rule.rate_limit.rate) {
+            limit.tokens_per_tsc = rule.rate_limit.rate / workers / tsc_hz;
+            limit.burst = std::max(1.0, rule.rate_limit.burst / workers);
+            limit.per_source = rule.rate_limit.per_source;
+            state->buckets_per_slot += limit.per_source ? kSourceBuckets : 1;
+        }
+        fw.limits.push_back(limit);
+    }
+    if (state->buckets_per_slot == 0) return;
+    // Buckets start full, and a per-source slot starts owned by nobody.
+    state->buckets.assign(state->buckets_per_slot * lcore_count, TokenBucket{0, 0, UINT32_MAX, 0});
+    for (std::size_t slot = 0; slot < lcore_count; ++slot)
+        for (uint32_t id = 0; id < fw.limits.size(); ++id)
+            if (fw.limits[id].tokens_per_tsc > 0 && !fw.limits[id].per_source)
+                state->buckets[slot * state->buckets_per_slot + state->first_bucket[id]].tokens = fw.limits[id].burst;
+    fw.limiter = std::move(state);
+}
+
 }  // namespace
 
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
-                                         int socket) {
+                                         int socket, std::size_t worker_count) {
     auto snapshot = std::make_unique<Snapshot>();
     for (const PortIdentity& p : ports) snapshot->port_mac[p.id] = p.mac;
     for (const ForwardConfig& f : config.forward) {
@@ -119,6 +146,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     if (!v4.empty()) fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation));
     if (!v6.empty()) fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation));
     build_blocklists(fc, fw, socket, generation);
+    build_rate_limits(fc, fw, lcore_count, worker_count);
     fw.hits = std::make_unique<RuleHits>();
     fw.hits->rule_count = fc.rules.size();
     fw.hits->hits.assign(lcore_count * (fc.rules.size() + 1), 0);

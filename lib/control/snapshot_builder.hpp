@@ -24,6 +24,6 @@ struct PortIdentity {
 // std::invalid_argument when the config names a port that is not in ports, std::runtime_error when a table cannot
 // be built.
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
-                                         std::size_t lcore_count = 1, int socket = 0);
+                                         std::size_t lcore_count = 1, int socket = 0, std::size_t worker_count = 1);
 
 }  // namespace sluice

@@ -1,5 +1,8 @@
 #include "pipeline/firewall_stage.hpp"
 
+#include <algorithm>
+
+#include <rte_hash_crc.h>
 #include <rte_lpm.h>
 #include <rte_lpm6.h>
 
@@ -10,6 +13,24 @@ namespace sluice {
 namespace {
 
 enum class Fate : uint8_t { pass, drop, reject, classify };
+
+// Takes a token from the rule's bucket (or its source's), refilled for the time since the bucket's last use.
+bool admit(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTuple& tuple, uint64_t now_tsc) {
+    const RateLimit& limit = fw.limits[rule];
+    RateLimiterState& state = *fw.limiter;
+    TokenBucket* bucket = &state.buckets[slot * state.buckets_per_slot + state.first_bucket[rule]];
+    if (limit.per_source) {
+        const uint32_t tag = tuple.family == IpFamily::ipv4 ? rte_hash_crc_4byte(tuple.src.words[0], 0)
+                                                            : rte_hash_crc(tuple.src.bytes, 16, 0);
+        bucket += tag % kSourceBuckets;
+        if (bucket->source_tag != tag) *bucket = TokenBucket{limit.burst, now_tsc, tag, 0};  // a new source: full bucket
+    }
+    bucket->tokens = std::min(limit.burst, bucket->tokens + static_cast<double>(now_tsc - bucket->last_tsc) * limit.tokens_per_tsc);
+    bucket->last_tsc = now_tsc;
+    if (bucket->tokens < 1.0) return false;
+    bucket->tokens -= 1.0;
+    return true;
+}
 
 }  // namespace
 
@@ -69,8 +90,8 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     const std::size_t hit_base = static_cast<std::size_t>(ctx.qsbr_thread_id) * (fw.hits ? fw.hits->rule_count + 1 : 0);
     const auto decide = [&](const AclClassifier* acl, const std::vector<uint32_t>& rule_ids, const uint16_t* which, uint16_t n) {
         if (n == 0) return;
-        const FiveTuple* batch[kBurst];
-        uint16_t in_ports[kBurst];
+        const FiveTuple* batch[kBurst] = {};  // {}: GCC cannot see that n >= 1 fills them
+        uint16_t in_ports[kBurst] = {};
         uint32_t matched[kBurst];
         for (uint16_t k = 0; k < n; ++k) {
             batch[k] = &tuples[which[k]];
@@ -83,7 +104,11 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
             const RuleAction action = rule == UINT32_MAX ? fw.default_action : fw.actions[rule];
             if (fw.hits) counter_add(fw.hits->hits[hit_base + (rule == UINT32_MAX ? fw.hits->rule_count : rule)]);
-            if (action == RuleAction::allow) {
+            if (action == RuleAction::allow && rule != UINT32_MAX && fw.limiter && fw.limits[rule].tokens_per_tsc > 0 &&
+                !admit(fw, rule, ctx.qsbr_thread_id, tuples[i], now_tsc)) {
+                fate[i] = Fate::drop;
+                reason[i] = DropReason::rate_limited;
+            } else if (action == RuleAction::allow) {
                 // A second new packet of the same flow in this burst finds the entry the first one made.
                 int32_t position;
                 table.lookup_bulk(&batch[k], &hashes[i], 1, &position);

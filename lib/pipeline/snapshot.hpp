@@ -35,6 +35,29 @@ struct RuleHits {
     std::size_t rule_count = 0;
 };
 
+// Token buckets of rate-limited rules, one set per lcore slot (written by that lcore only). Each worker admits
+// rate / workers connections per second, since a rule's (or a source's) flows spread over the workers.
+struct RateLimit {
+    double tokens_per_tsc = 0;  // 0: the rule is not limited
+    double burst = 0;
+    bool per_source = false;
+};
+
+struct TokenBucket {
+    double tokens;
+    uint64_t last_tsc;
+    uint32_t source_tag;  // per-source buckets: which source holds this slot (a new one takes it over)
+    uint32_t reserved;
+};
+
+inline constexpr std::size_t kSourceBuckets = 1024;  // per limited rule and lcore, indexed by a hash of the source
+
+struct RateLimiterState {
+    std::vector<uint32_t> first_bucket;  // by rule id: index of its buckets in a slot's range (limited rules only)
+    std::size_t buckets_per_slot = 0;
+    std::vector<TokenBucket> buckets;    // slot s owns [s * buckets_per_slot, (s + 1) * buckets_per_slot)
+};
+
 struct FirewallTables {
     bool enabled = false;
     bool loose_pickup = false;
@@ -49,6 +72,8 @@ struct FirewallTables {
     rte_lpm6* blocklist_v6 = nullptr;
     std::size_t blocklist_prefixes = 0;
     std::unique_ptr<RuleHits> hits;     // mutable counters, see RuleHits
+    std::vector<RateLimit> limits;      // by rule id
+    std::unique_ptr<RateLimiterState> limiter;  // mutable, per lcore slot; null when no rule is limited
 
     FirewallTables() = default;
     FirewallTables(const FirewallTables&) = delete;
