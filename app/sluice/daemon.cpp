@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <csignal>
 #include <filesystem>
 #include <map>
@@ -21,6 +23,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "control/explain.hpp"
 #include "control/snapshot_builder.hpp"
 #include "control/status.hpp"
 #include "control/systemd_notifier.hpp"
@@ -139,31 +142,39 @@ struct Fd {
     Fd& operator=(const Fd&) = delete;
 };
 
-// Reload requests from the telemetry thread, run on the control thread; the requester waits for the outcome.
-class ReloadMailbox {
+// Jobs from the telemetry thread (reload, explain) run on the control thread, which owns the config and the
+// snapshot; the requester waits for its job to finish.
+class ControlMailbox {
 public:
-    ReloadMailbox() : event_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+    ControlMailbox() : event_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
     int fd() const { return event_.fd; }
 
-    // Telemetry thread.
-    ReloadRecord request(const ReloadStatus& status) {
+    // Telemetry thread. False when the daemon stopped or the job did not finish in time.
+    bool run(std::function<void()> job) {
         std::unique_lock lock(mutex_);
+        if (closed_) return false;
         const uint64_t ticket = ++requested_;
+        jobs_.push_back(std::move(job));
         const uint64_t one = 1;
         if (write(event_.fd, &one, sizeof one) < 0) {
-            // The counter cannot overflow in practice; the control loop still sees the earlier signal.
+            // Only fails when the counter would overflow; the control loop still sees the earlier wake-up.
         }
-        done_.wait_for(lock, kReloadRequestTimeout, [&] { return completed_ >= ticket || closed_; });
-        return status.read();
+        return done_.wait_for(lock, kReloadRequestTimeout, [&] { return completed_ >= ticket || closed_; }) &&
+               completed_ >= ticket;
     }
-    // Control thread: true when a request is waiting.
-    bool take() {
+    // Control thread: runs every waiting job.
+    void drain() {
         uint64_t value;
-        return read(event_.fd, &value, sizeof value) == sizeof value;
-    }
-    void complete() {
-        std::lock_guard lock(mutex_);
-        completed_ = requested_;
+        if (read(event_.fd, &value, sizeof value) != sizeof value) return;
+        std::unique_lock lock(mutex_);
+        while (!jobs_.empty()) {
+            auto job = std::move(jobs_.front());
+            jobs_.pop_front();
+            lock.unlock();
+            job();
+            lock.lock();
+            ++completed_;
+        }
         done_.notify_all();
     }
     void close_all() {
@@ -176,6 +187,7 @@ private:
     Fd event_;
     std::mutex mutex_;
     std::condition_variable done_;
+    std::deque<std::function<void()>> jobs_;
     uint64_t requested_ = 0;
     uint64_t completed_ = 0;
     bool closed_ = false;
@@ -237,7 +249,21 @@ private:
             r.running_hash = config_.hash;
             r.running_path = config_.path;
         });
-        attach_telemetry(&view_, [this] { return mailbox_.request(reload_status_); });
+        attach_telemetry(
+            &view_,
+            [this] {
+                mailbox_.run([this] { reload("telemetry"); });
+                return reload_status_.read();
+            },
+            [this](const std::string& text) {
+                ExplainQuery query;
+                std::string error;
+                if (!parse_explain_query(text, query, error)) return std::vector<std::string>{"error: " + error};
+                std::vector<std::string> lines;
+                if (!mailbox_.run([&] { lines = explain(dataplane_->snapshot(), port_identities_, dataplane_->worker_count(), query); }))
+                    return std::vector<std::string>{"error: sluice is stopping"};
+                return lines;
+            });
         if (!config_.metrics.listen.empty()) {
             try {
                 exporter_ = std::make_unique<PrometheusExporter>(config_.metrics.listen, view_, SLUICE_VERSION);
@@ -406,10 +432,7 @@ private:
                 file_changed = false;
                 reload("file changed");
             }
-            if (mailbox_.take()) {
-                reload("telemetry");
-                mailbox_.complete();
-            }
+            mailbox_.drain();
         }
     }
 
@@ -419,7 +442,7 @@ private:
         int exit_code = kExitOk;
         systemd_.stopping();
         mailbox_.close_all();
-        attach_telemetry(nullptr, nullptr);
+        attach_telemetry(nullptr, nullptr, nullptr);
         exporter_.reset();
         if (dataplane_) {
             dataplane_->stop();
@@ -457,7 +480,7 @@ private:
     std::map<std::string, uint64_t> carried_rule_hits_;
     uint64_t carried_default_hits_ = 0;
     StatusView view_;
-    ReloadMailbox mailbox_;
+    ControlMailbox mailbox_;
     SystemdNotifier systemd_;
     std::unique_ptr<PrometheusExporter> exporter_;
 };

@@ -219,3 +219,29 @@ def test_rate_limit_per_rule_and_per_source(tmp_path, ns):
     for src, count in ssh_by_source.items():
         assert 3 <= count <= 3 + int(elapsed) + 1, (src, count, elapsed)  # each source its own bucket
     assert stats["drop/rate_limited"] == 30 + 20 - web_passed - sum(ssh_by_source.values())
+
+
+def test_sluicectl_explain_runs_the_live_lookups(tmp_path, ns):
+    import subprocess
+    from sluice_harness import ROOT
+    config = firewall_config(tmp_path, prefix_sets=[{"name": "bad", "prefixes": ["198.51.100.0/24"], "early_drop": True}])
+    sluice = Sluice(tmp_path, config, netns=ns)
+    explain = lambda *args: subprocess.run([str(ROOT / "app/sluicectl/sluicectl"), "--prefix", sluice.prefix, "explain", *args],
+                                           capture_output=True, text=True, timeout=30)
+    with sluice:
+        telnet = explain("tcp", f"{OUTSIDE}:33333", f"{INSIDE}:23", "--port", "wan")
+        ssh = explain("tcp", f"{OUTSIDE}:33333", f"{INSIDE}:22", "--port", "wan")
+        out = explain("udp", f"{INSIDE}:5000", f"{OUTSIDE}:53", "--port", "lan")
+        blocked = explain("tcp", f"{BLOCKED}:1000", f"{INSIDE}:80", "--port", "wan")
+        v6 = explain("udp", "[2001:db8::1]:5000", "[2001:db8::2]:53", "--port", "lan")
+        bad = explain("tcp", "10.0.0.1", f"{INSIDE}:80")
+        assert sluice.stop() == 0
+    assert telnet.returncode == 0, telnet.stderr
+    assert "rule #2 'no-telnet' matches: reject" in telnet.stdout and "TCP RST" in telnet.stdout
+    assert "no rule matches: the default, deny" in ssh.stdout
+    assert "rule #1 'inside-out' matches: allow" in out.stdout
+    assert f"forward: from lan out on wan to {WAN_PEER}" in out.stdout
+    assert "worker: 0 of 1" in out.stdout
+    assert "early-drop prefix set: dropped" in blocked.stdout
+    assert "rule #1 'inside-out' matches: allow" in v6.stdout
+    assert bad.returncode == 1 and "error: source '10.0.0.1' is not ADDRESS:PORT" in bad.stdout

@@ -1,0 +1,135 @@
+#include "control/explain.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <sstream>
+
+#include <rte_lpm.h>
+#include <rte_lpm6.h>
+
+#include <spdlog/fmt/fmt.h>
+
+namespace sluice {
+namespace {
+
+bool parse_endpoint(const std::string& text, IpFamily& family, IpAddress& address, uint16_t& port) {
+    std::string host, port_text;
+    if (text.starts_with("[")) {
+        const auto close = text.find("]:");
+        if (close == std::string::npos) return false;
+        host = text.substr(1, close - 1);
+        port_text = text.substr(close + 2);
+    } else {
+        const auto colon = text.rfind(':');
+        if (colon == std::string::npos) return false;
+        host = text.substr(0, colon);
+        port_text = text.substr(colon + 1);
+    }
+    if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) return false;
+    const unsigned long value = std::stoul(port_text);
+    if (value > 65535) return false;
+    port = htons(static_cast<uint16_t>(value));
+    address = IpAddress{};
+    if (inet_pton(AF_INET, host.c_str(), address.bytes) == 1) family = IpFamily::ipv4;
+    else if (inet_pton(AF_INET6, host.c_str(), address.bytes) == 1) family = IpFamily::ipv6;
+    else return false;
+    return true;
+}
+
+const char* action_name(RuleAction action) {
+    return action == RuleAction::allow ? "allow" : action == RuleAction::deny ? "deny" : "reject";
+}
+
+}  // namespace
+
+bool parse_explain_query(const std::string& text, ExplainQuery& query, std::string& error) {
+    std::istringstream in(text);
+    std::string proto, src, dst;
+    in >> proto >> src >> dst >> query.in_port;
+    query.tuple = FiveTuple{};
+    if (proto == "tcp") query.tuple.proto = IPPROTO_TCP;
+    else if (proto == "udp") query.tuple.proto = IPPROTO_UDP;
+    else if (proto == "icmp") query.tuple.proto = IPPROTO_ICMP;
+    else if (proto == "icmpv6") query.tuple.proto = IPPROTO_ICMPV6;
+    else if (!proto.empty() && proto.size() <= 3 && proto.find_first_not_of("0123456789") == std::string::npos && std::stoul(proto) < 256)
+        query.tuple.proto = static_cast<uint8_t>(std::stoul(proto));
+    else return error = "protocol '" + proto + "' is not tcp, udp, icmp, icmpv6 or a number", false;
+    IpFamily src_family, dst_family;
+    if (!parse_endpoint(src, src_family, query.tuple.src, query.tuple.src_port))
+        return error = "source '" + src + "' is not ADDRESS:PORT ([v6]:PORT)", false;
+    if (!parse_endpoint(dst, dst_family, query.tuple.dst, query.tuple.dst_port))
+        return error = "destination '" + dst + "' is not ADDRESS:PORT ([v6]:PORT)", false;
+    if (src_family != dst_family) return error = "source and destination are of different families", false;
+    query.tuple.family = src_family;
+    return true;
+}
+
+std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, uint16_t worker_count,
+                                 const ExplainQuery& query) {
+    std::vector<std::string> lines;
+    const FiveTuple& t = query.tuple;
+    const PortIdentity* in = nullptr;
+    for (const PortIdentity& p : ports)
+        if (p.name == query.in_port) in = &p;
+    if (!query.in_port.empty() && !in) return {"no port named '" + query.in_port + "'"};
+    lines.push_back("packet: " + to_string(t) + (in ? " in on " + in->name : " (no ingress port given)"));
+    const uint32_t hash = symmetric_flow_hash(t);
+    lines.push_back(fmt::format("worker: {} of {} (symmetric hash {:08x}; replies go to the same worker)",
+                                (uint64_t{hash} * worker_count) >> 32, worker_count, hash));
+
+    const FirewallTables& fw = snapshot.firewall;
+    bool blocked = false;
+    if (t.family == IpFamily::ipv4 && fw.blocklist_v4) {
+        uint32_t hop;
+        blocked = rte_lpm_lookup(fw.blocklist_v4, rte_be_to_cpu_32(t.src.words[0]), &hop) == 0;
+    } else if (t.family == IpFamily::ipv6 && fw.blocklist_v6) {
+        uint32_t hop;
+        blocked = rte_lpm6_lookup(fw.blocklist_v6, t.src.bytes, &hop) == 0;
+    }
+    if (blocked) {
+        lines.push_back("early drop: the source is in an early-drop prefix set: dropped on the RX lcore (blocklisted)");
+        return lines;
+    }
+    if (fw.blocklist_v4 || fw.blocklist_v6) lines.push_back("early drop: the source is in no early-drop set");
+
+    if (!fw.enabled) {
+        lines.push_back("firewall: off (no connection tracking, no rules)");
+    } else {
+        const AclClassifier* acl = t.family == IpFamily::ipv4 ? fw.acl_v4.get() : fw.acl_v6.get();
+        const auto& ids = t.family == IpFamily::ipv4 ? fw.v4_rule_ids : fw.v6_rule_ids;
+        uint32_t matched = AclClassifier::kNoMatch;
+        const FiveTuple* tuple = &t;
+        const uint16_t in_port = in ? in->id : UINT16_MAX;
+        if (acl) acl->classify(&tuple, &in_port, &matched, 1);
+        lines.push_back("firewall: a packet of a tracked connection passes (replies too); a new one is decided by the rules:");
+        if (matched == AclClassifier::kNoMatch) {
+            lines.push_back(std::string("  no rule matches: the default, ") + action_name(fw.default_action));
+        } else {
+            const uint32_t id = ids[matched];
+            std::string line = fmt::format("  rule #{} '{}' matches: {}", id + 1, fw.rule_names[id], action_name(fw.actions[id]));
+            if (id < fw.limits.size() && fw.limits[id].tokens_per_tsc > 0) line += " (rate limited)";
+            lines.push_back(line);
+            if (fw.actions[id] == RuleAction::reject)
+                lines.push_back(t.proto == IPPROTO_TCP ? "  a TCP RST goes back out of the ingress port"
+                                                       : "  an ICMP unreachable goes back out of the ingress port");
+        }
+        if (t.proto == IPPROTO_TCP) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
+    }
+
+    const auto forward_line = [&](const PortIdentity& from) {
+        const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
+        if (!e.valid) return "forward: from " + from.name + ": no forward entry: dropped (no_route)";
+        std::string out = "?";
+        for (const PortIdentity& p : ports)
+            if (p.id == e.out_port) out = p.name;
+        const auto& m = e.dst_mac.addr_bytes;
+        return fmt::format("forward: from {} out on {} to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, TTL/hop limit - 1",
+                           from.name, out, m[0], m[1], m[2], m[3], m[4], m[5]);
+    };
+    if (in) lines.push_back(forward_line(*in));
+    else for (const PortIdentity& p : ports) lines.push_back(forward_line(p));
+    return lines;
+}
+
+}  // namespace sluice
