@@ -1,0 +1,1387 @@
+// In-process benchmark of sluice's firewall path, in one invocation: parse, classify (rte_acl behind
+// AclClassifier), the firewall stage for packets of tracked connections and for new connections, and the memory a
+// tracked connection takes. Every figure is printed beside a reference and the ratio sluice/reference. Nothing
+// asserts a speed: this is a measuring tool, not a test (no test runs it).
+//
+//   sluice_bench [options] [-- EAL arguments]
+//     --only LIST          sections to run, comma-separated: parse,classify,established,new,memory (default: all)
+//     --rules FILE         classify this ClassBench rule file instead of the generated 10 / 1k / 10k rule sets
+//     --trace FILE         ... over this trace (both formats are dpdk-test-acl's, see below); needs --rules
+//     --write-acl-files DIR  write the generated rule sets and their traces as DIR/rules-N.txt, DIR/trace-N.txt
+//                          (N = 10, 1000, 10000) and exit; tests/bench/firewall.sh feeds them to dpdk-test-acl
+//     --reps N             repetitions of each measurement; the median is reported (default 7)
+//     --packets N          packets per repetition of parse and established (default 65536)
+//     --conns LIST         live connections for `established` (default 1000,100000,1000000)
+//     --new-conns N        connections opened per repetition of `new` (default 262144)
+//     --seed N             generator seed (default 1)
+//     --results FILE       also write the table as tab-separated values (for firewall.sh)
+//     --lcore N            the CPU to run on (default 0; firewall.sh picks the idlest)
+//     --eal-add ARG        one more argument for the default EAL arguments (repeatable), e.g.
+//                          --eal-add=--force-max-simd-bitwidth=512 to let rte_acl use AVX-512 with 32 lanes
+//
+// Without EAL arguments the EAL gets `-l <lcore> --no-pci --in-memory --file-prefix=bench-<pid> --no-telemetry`, on
+// hugepages when at least 300 free 2 MiB pages are reserved, else `--no-huge -m 1024` (no --in-memory then:
+// the two do not combine). A `--vdev=net_null0,no-rx=1` is added unless the arguments name a net_null device:
+// forward_burst needs a real port to transmit on.
+//
+// How it measures: bursts of 32 mbufs are allocated, written (60-byte IPv4 TCP/UDP frames) and parsed outside the
+// timed region; only the stage call is timed, with rte_rdtsc_precise() around it (its own cost, measured at start,
+// is subtracted). A burst the OS preempted (longer than 100 us and 20x the pass's median burst) is left out and
+// counted. A repetition is one pass over a packet stream; variants that are compared are interleaved (A B A B ...)
+// so that a noisy stretch of the shared machine hits both; the median of the repetitions is reported, with the
+// spread. Classification is timed the same way, per burst of 32 trace tuples (dpdk-test-acl times its whole run
+// instead). Mbufs the stage keeps ownership of are freed after the timed region, and every section checks that the
+// pool is full again.
+//
+// File formats (dpdk-test-acl's, app/test-acl/main.c in DPDK): a rule is
+//   @<src a.b.c.d>/<len> <dst a.b.c.d>/<len> <sport lo> : <sport hi> <dport lo> : <dport hi> <proto>/<mask>
+// and a trace line is `<src> <dst> <sport> <dport> <proto>`, each an unsigned number (0x... hex allowed, addresses as
+// 32-bit values in host order). sluice's rules have an ingress-port field that ClassBench rules lack: it is left
+// wild (any port). sluice matches ports only for TCP/UDP/SCTP rules, so a rule file whose other rules name ports
+// is refused rather than measured with a different meaning.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <new>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <rte_acl.h>
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <rte_mbuf.h>
+#include <rte_net.h>
+#include <rte_tcp.h>
+#include <rte_udp.h>
+
+#include "classify/acl_classifier.hpp"
+#include "conntrack/conn_table.hpp"
+#include "control/config.hpp"
+#include "control/snapshot_builder.hpp"
+#include "dpdk/mempool.hpp"
+#include "packet/packet_meta.hpp"
+#include "pipeline/firewall_stage.hpp"
+#include "pipeline/forward_stage.hpp"
+#include "pipeline/lcore_context.hpp"
+#include "pipeline/snapshot.hpp"
+
+namespace sluice::bench {
+namespace {
+
+constexpr uint16_t kFrameLength = 60;  // 64 B on the wire with the CRC
+constexpr uint8_t kTcpSyn = 0x02, kTcpAck = 0x10;
+constexpr double kTargetNewConnsPerSecond = 2e6;  // the firewall issue's goal, per worker
+// ConnTable's own estimate (conn_table.hpp) at capacity 1,000,000 (below 96% of 2^20: no extendable buckets).
+constexpr double kConnTableEstimateBytes = 125;
+
+// The EAL runtime directory of our own file prefix (/var/run/dpdk/bench-<pid>), removed at exit: the EAL leaves
+// it behind even with --in-memory. Empty until the EAL runs, or when the EAL arguments came from the command line.
+std::string g_runtime_dir;
+
+void remove_runtime_dir() {
+    if (g_runtime_dir.empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(g_runtime_dir, ignored);
+    g_runtime_dir.clear();
+}
+
+[[noreturn]] void fail(const std::string& message) {
+    std::fprintf(stderr, "sluice_bench: %s\n", message.c_str());
+    remove_runtime_dir();
+    std::exit(1);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Options
+
+struct Options {
+    std::set<std::string> sections{"parse", "classify", "established", "new", "memory"};
+    std::string rules_file, trace_file, write_dir, results_file;
+    unsigned reps = 7;
+    uint32_t packets = 65536;
+    std::vector<uint32_t> conns{1000, 100000, 1000000};
+    uint32_t new_conns = 262144;
+    uint64_t seed = 1;
+    std::vector<std::string> eal;      // after --, verbatim
+    std::vector<std::string> eal_add;  // --eal-add, appended to the defaults
+    unsigned lcore = 0;
+};
+
+std::vector<std::string> split(const std::string& s, char delimiter) {
+    std::vector<std::string> out;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, delimiter);)
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+uint64_t parse_number(const std::string& s, const std::string& option) {
+    errno = 0;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+    if (errno != 0 || end == s.c_str() || *end != '\0') fail("option " + option + ": '" + s + "' is not a number");
+    return v;
+}
+
+Options parse_options(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--") {
+            for (++i; i < argc; ++i) o.eal.emplace_back(argv[i]);
+            break;
+        }
+        if (a == "-h" || a == "--help") {
+            std::printf("usage: %s [--only LIST] [--rules FILE --trace FILE] [--write-acl-files DIR] [--reps N]\n"
+                        "       [--packets N] [--conns LIST] [--new-conns N] [--seed N] [--results FILE]\n"
+                        "       [--lcore N] [--eal-add ARG]... [-- EAL args]\n"
+                        "(the comment at the top of tests/bench/sluice_bench.cpp explains each)\n",
+                        argv[0]);
+            std::exit(0);
+        }
+        if (a.rfind("--eal-add=", 0) == 0) {
+            o.eal_add.push_back(a.substr(std::strlen("--eal-add=")));
+            continue;
+        }
+        if (i + 1 >= argc) fail("option " + a + " needs a value (or is unknown; see --help)");
+        const std::string v = argv[++i];
+        if (a == "--only") {
+            o.sections.clear();
+            for (const std::string& s : split(v, ',')) {
+                if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "memory")
+                    fail("--only: unknown section '" + s + "' (parse, classify, established, new, memory)");
+                o.sections.insert(s);
+            }
+        } else if (a == "--rules") {
+            o.rules_file = v;
+        } else if (a == "--trace") {
+            o.trace_file = v;
+        } else if (a == "--write-acl-files") {
+            o.write_dir = v;
+        } else if (a == "--lcore") {
+            o.lcore = static_cast<unsigned>(std::min<uint64_t>(parse_number(v, a), RTE_MAX_LCORE - 1));
+        } else if (a == "--eal-add") {
+            o.eal_add.push_back(v);
+        } else if (a == "--results") {
+            o.results_file = v;
+        } else if (a == "--reps") {
+            o.reps = static_cast<unsigned>(std::clamp<uint64_t>(parse_number(v, a), 1, 1000));
+        } else if (a == "--packets") {
+            o.packets = static_cast<uint32_t>(std::clamp<uint64_t>(parse_number(v, a), kBurst, 1u << 24));
+        } else if (a == "--conns") {
+            o.conns.clear();
+            for (const std::string& s : split(v, ',')) o.conns.push_back(static_cast<uint32_t>(parse_number(s, a)));
+        } else if (a == "--new-conns") {
+            o.new_conns = static_cast<uint32_t>(std::clamp<uint64_t>(parse_number(v, a), kBurst, 1u << 22));
+        } else if (a == "--seed") {
+            o.seed = parse_number(v, a);
+        } else {
+            fail("unknown option " + a + " (see --help)");
+        }
+    }
+    if (o.rules_file.empty() != o.trace_file.empty()) fail("--rules and --trace go together");
+    for (uint32_t c : o.conns)
+        if (c < 1 || c > 16'000'000) fail("--conns: each count must be within 1..16000000");
+    return o;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The machine and its load
+
+std::string cpu_model() {
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("model name", 0) == 0) {
+            const auto colon = line.find(':');
+            std::string m = line.substr(colon + 2);
+            for (const char* noise : {"(R)", "(TM)"})
+                for (std::size_t p; (p = m.find(noise)) != std::string::npos;) m.erase(p, std::strlen(noise));
+            return m;
+        }
+    return "unknown CPU";
+}
+
+std::string loadavg() {
+    std::ifstream f("/proc/loadavg");
+    std::string a, b, c;
+    f >> a >> b >> c;
+    return a + " " + b + " " + c;
+}
+
+std::string utc_now() {
+    const std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+    return buf;
+}
+
+// CPU time of the whole machine and of this process, to tell how much other processes took meanwhile.
+struct CpuSample {
+    uint64_t busy = 0, total = 0, ours = 0;  // jiffies
+};
+
+CpuSample cpu_sample() {
+    CpuSample s;
+    std::ifstream stat("/proc/stat");
+    std::string cpu;
+    uint64_t v[8] = {};  // user nice system idle iowait irq softirq steal
+    stat >> cpu;
+    for (uint64_t& x : v) stat >> x;
+    for (uint64_t x : v) s.total += x;
+    s.busy = s.total - v[3] - v[4];
+    std::ifstream self("/proc/self/stat");
+    std::string line;
+    std::getline(self, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));
+    std::vector<std::string> f;
+    for (std::string x; fields >> x;) f.push_back(x);
+    if (f.size() > 12) s.ours = std::stoull(f[11]) + std::stoull(f[12]);  // utime, stime
+    return s;
+}
+
+// Share of all CPU time that other processes used between two samples.
+double others_share(const CpuSample& a, const CpuSample& b) {
+    const double total = static_cast<double>(b.total - a.total);
+    if (total <= 0) return 0;
+    const double others = static_cast<double>(b.busy - a.busy) - static_cast<double>(b.ours - a.ours);
+    return std::max(0.0, others / total);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Statistics and the result table
+
+struct Stat {
+    double median = 0, min = 0, max = 0;
+};
+
+Stat stat_of(std::vector<double> v) {
+    Stat s;
+    if (v.empty()) return s;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    s.min = v.front();
+    s.max = v.back();
+    return s;
+}
+
+struct Row {
+    std::string id;           // stable key for firewall.sh
+    std::string measurement;  // what sluice does
+    std::string unit;
+    std::string reference;    // what it is compared with
+    Stat ref, sluice;
+    bool has_ref = true;
+    std::string note;         // printed under the table
+};
+
+std::string fmt(double v) {
+    char buf[32];
+    if (v >= 1000) std::snprintf(buf, sizeof buf, "%.0f", v);
+    else if (v >= 100) std::snprintf(buf, sizeof buf, "%.1f", v);
+    else std::snprintf(buf, sizeof buf, "%.2f", v);
+    return buf;
+}
+
+std::string spread(const Stat& s) { return fmt(s.min) + ".." + fmt(s.max); }
+
+class Table {
+public:
+    void add(Row row) { rows_.push_back(std::move(row)); }
+    void note(const std::string& line) { notes_.push_back(line); }
+
+    void print() const {
+        std::printf("\n%-58s %-44s %10s %10s %7s  %s\n", "measurement", "reference", "reference", "sluice", "ratio",
+                    "unit");
+        for (const Row& r : rows_) {
+            const std::string ratio = r.has_ref && r.ref.median > 0 ? fmt(r.sluice.median / r.ref.median) : "-";
+            std::printf("%-58s %-44s %10s %10s %7s  %s\n", r.measurement.c_str(), r.reference.c_str(),
+                        r.has_ref ? fmt(r.ref.median).c_str() : "-", fmt(r.sluice.median).c_str(), ratio.c_str(),
+                        r.unit.c_str());
+        }
+        std::printf("\nspread (min..max over the repetitions):\n");
+        for (const Row& r : rows_)
+            std::printf("  %-56s ref %-17s sluice %s\n", r.measurement.c_str(),
+                        r.has_ref ? spread(r.ref).c_str() : "-", spread(r.sluice).c_str());
+        for (const std::string& n : notes_) std::printf("%s\n", n.c_str());
+    }
+
+    void write_tsv(const std::string& path, const std::vector<std::pair<std::string, std::string>>& meta) const {
+        std::ofstream f(path);
+        if (!f) fail("cannot write " + path);
+        for (const auto& [k, v] : meta) f << "#" << k << "\t" << v << "\n";
+        f << "id\tmeasurement\tunit\treference\tref_median\tref_min\tref_max\tsluice_median\tsluice_min\tsluice_max\n";
+        for (const Row& r : rows_)
+            f << r.id << "\t" << r.measurement << "\t" << r.unit << "\t" << r.reference << "\t"
+              << (r.has_ref ? fmt(r.ref.median) : "-") << "\t" << (r.has_ref ? fmt(r.ref.min) : "-") << "\t"
+              << (r.has_ref ? fmt(r.ref.max) : "-") << "\t" << fmt(r.sluice.median) << "\t" << fmt(r.sluice.min)
+              << "\t" << fmt(r.sluice.max) << "\n";
+    }
+
+private:
+    std::vector<Row> rows_;
+    std::vector<std::string> notes_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// ClassBench-like rules and traces (after Taylor & Turner, "ClassBench: a packet classification benchmark",
+// INFOCOM 2005: prefixes of varied lengths, port ranges of the classes WC/HI/LO/EM/AR, a protocol mix, and a trace
+// whose headers mostly fall inside some rule). Host byte order throughout.
+
+struct RuleSpec {
+    uint32_t src = 0, dst = 0;
+    uint8_t src_len = 0, dst_len = 0;
+    uint16_t sport_lo = 0, sport_hi = 65535, dport_lo = 0, dport_hi = 65535;
+    uint8_t proto = 0, proto_mask = 0;  // mask 0: any protocol
+};
+
+struct TraceTuple {
+    uint32_t src = 0, dst = 0;
+    uint16_t sport = 0, dport = 0;
+    uint8_t proto = 0;
+};
+
+uint32_t prefix_mask(unsigned len) { return len == 0 ? 0 : ~uint32_t{0} << (32 - len); }
+
+bool has_ports(uint8_t proto) { return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP; }
+
+using Rng = std::mt19937_64;
+
+uint32_t uniform(Rng& rng, uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); }
+
+// ClassBench's port classes: wildcard, >= 1024, < 1024, exact, arbitrary range.
+void random_ports(Rng& rng, bool destination, uint16_t& lo, uint16_t& hi) {
+    static constexpr uint16_t kWellKnown[] = {22, 25, 53, 80, 123, 161, 389, 443, 993, 3306, 5432, 8080, 8443};
+    const uint32_t pick = uniform(rng, 0, 99);
+    // source ports: WC 70 HI 10 EM 10 AR 10; destination ports: WC 30 HI 10 LO 10 EM 35 AR 15
+    const uint32_t wc = destination ? 30 : 70, high = wc + 10, low = destination ? high + 10 : high,
+                   exact = low + (destination ? 35 : 10);
+    if (pick < wc) {
+        lo = 0, hi = 65535;
+    } else if (pick < high) {
+        lo = 1024, hi = 65535;
+    } else if (pick < low) {
+        lo = 0, hi = 1023;
+    } else if (pick < exact) {
+        lo = hi = destination && uniform(rng, 0, 1) ? kWellKnown[uniform(rng, 0, std::size(kWellKnown) - 1)]
+                                                    : static_cast<uint16_t>(uniform(rng, 1, 65535));
+    } else {
+        lo = static_cast<uint16_t>(uniform(rng, 0, 65000));
+        hi = static_cast<uint16_t>(std::min<uint32_t>(65535, lo + uniform(rng, 1, 8192)));
+    }
+}
+
+std::vector<RuleSpec> generate_rules(std::size_t count, uint64_t seed) {
+    Rng rng(seed * 1'000'003 + count);
+    std::vector<RuleSpec> rules(count);
+    for (RuleSpec& r : rules) {
+        r.src_len = static_cast<uint8_t>(uniform(rng, 8, 32));
+        r.dst_len = static_cast<uint8_t>(uniform(rng, 8, 32));
+        r.src = static_cast<uint32_t>(rng()) & prefix_mask(r.src_len);
+        r.dst = static_cast<uint32_t>(rng()) & prefix_mask(r.dst_len);
+        const uint32_t p = uniform(rng, 0, 99);  // TCP 45, UDP 25, ICMP 5, any 25
+        if (p < 45) r.proto = IPPROTO_TCP, r.proto_mask = 0xff;
+        else if (p < 70) r.proto = IPPROTO_UDP, r.proto_mask = 0xff;
+        else if (p < 75) r.proto = IPPROTO_ICMP, r.proto_mask = 0xff;
+        if (r.proto_mask && has_ports(r.proto)) {
+            random_ports(rng, false, r.sport_lo, r.sport_hi);
+            random_ports(rng, true, r.dport_lo, r.dport_hi);
+        }
+    }
+    return rules;
+}
+
+// 90% of the headers fall inside a random rule (a random point of its box), 10% are random TCP/UDP.
+std::vector<TraceTuple> generate_trace(const std::vector<RuleSpec>& rules, std::size_t count, uint64_t seed) {
+    Rng rng(seed * 7'000'003 + rules.size());
+    std::vector<TraceTuple> trace(count);
+    for (TraceTuple& t : trace) {
+        if (!rules.empty() && uniform(rng, 0, 9) != 0) {
+            const RuleSpec& r = rules[uniform(rng, 0, static_cast<uint32_t>(rules.size() - 1))];
+            t.src = r.src | (static_cast<uint32_t>(rng()) & ~prefix_mask(r.src_len));
+            t.dst = r.dst | (static_cast<uint32_t>(rng()) & ~prefix_mask(r.dst_len));
+            t.sport = static_cast<uint16_t>(uniform(rng, r.sport_lo, r.sport_hi));
+            t.dport = static_cast<uint16_t>(uniform(rng, r.dport_lo, r.dport_hi));
+            t.proto = r.proto_mask ? r.proto : static_cast<uint8_t>(uniform(rng, 0, 1) ? IPPROTO_TCP : IPPROTO_UDP);
+        } else {
+            t.src = static_cast<uint32_t>(rng());
+            t.dst = static_cast<uint32_t>(rng());
+            t.sport = static_cast<uint16_t>(rng());
+            t.dport = static_cast<uint16_t>(rng());
+            t.proto = uniform(rng, 0, 1) ? IPPROTO_TCP : IPPROTO_UDP;
+        }
+    }
+    return trace;
+}
+
+std::string dotted(uint32_t a) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%u.%u.%u.%u", a >> 24, (a >> 16) & 0xff, (a >> 8) & 0xff, a & 0xff);
+    return buf;
+}
+
+void write_rules(const std::string& path, const std::vector<RuleSpec>& rules) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) fail("cannot write " + path + ": " + std::strerror(errno));
+    std::fprintf(f, "# %zu ClassBench-style IPv4 rules written by sluice_bench (dpdk-test-acl --rulesf format)\n",
+                 rules.size());
+    for (const RuleSpec& r : rules)
+        std::fprintf(f, "@%s/%u\t%s/%u\t%u : %u\t%u : %u\t0x%02x/0x%02x\n", dotted(r.src).c_str(), r.src_len,
+                     dotted(r.dst).c_str(), r.dst_len, r.sport_lo, r.sport_hi, r.dport_lo, r.dport_hi, r.proto,
+                     r.proto_mask);
+    if (std::fclose(f) != 0) fail("cannot write " + path);
+}
+
+void write_trace(const std::string& path, const std::vector<TraceTuple>& trace) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) fail("cannot write " + path + ": " + std::strerror(errno));
+    std::fprintf(f, "# %zu IPv4 headers written by sluice_bench (dpdk-test-acl --tracef format)\n", trace.size());
+    for (const TraceTuple& t : trace)
+        std::fprintf(f, "0x%08x\t0x%08x\t%u\t%u\t%u\n", t.src, t.dst, t.sport, t.dport, t.proto);
+    if (std::fclose(f) != 0) fail("cannot write " + path);
+}
+
+bool skip_line(const std::string& line) {
+    const auto p = line.find_first_not_of(" \t\r\n");
+    return p == std::string::npos || line[p] == '#';
+}
+
+unsigned long field_number(const std::string& token, unsigned long limit, const std::string& where) {
+    errno = 0;
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(token.c_str(), &end, 0);
+    if (errno != 0 || end == token.c_str() || *end != '\0' || v > limit)
+        throw std::runtime_error(where + ": '" + token + "' is not a number up to " + std::to_string(limit));
+    return v;
+}
+
+void parse_net(const std::string& token, uint32_t& addr, uint8_t& len, const std::string& where) {
+    const auto slash = token.find('/');
+    in_addr a{};
+    if (slash == std::string::npos || inet_pton(AF_INET, token.substr(0, slash).c_str(), &a) != 1)
+        throw std::runtime_error(where + ": '" + token + "' is not an IPv4 prefix a.b.c.d/len");
+    len = static_cast<uint8_t>(field_number(token.substr(slash + 1), 32, where));
+    addr = ntohl(a.s_addr) & prefix_mask(len);
+}
+
+std::vector<RuleSpec> read_rules(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) fail("cannot read " + path);
+    std::vector<RuleSpec> rules;
+    int line_no = 0;
+    try {
+        for (std::string line; std::getline(f, line);) {
+            ++line_no;
+            if (skip_line(line)) continue;
+            const std::string where = path + ":" + std::to_string(line_no);
+            const auto at = line.find_first_not_of(" \t");
+            if (line[at] != '@') throw std::runtime_error(where + ": a rule starts with '@'");
+            std::istringstream in(line.substr(at + 1));
+            std::vector<std::string> t;
+            for (std::string x; in >> x;) t.push_back(x);
+            if (t.size() != 9 || t[3] != ":" || t[6] != ":")
+                throw std::runtime_error(where + ": expected '@src/len dst/len lo : hi lo : hi proto/mask'");
+            RuleSpec r;
+            parse_net(t[0], r.src, r.src_len, where);
+            parse_net(t[1], r.dst, r.dst_len, where);
+            r.sport_lo = static_cast<uint16_t>(field_number(t[2], 65535, where));
+            r.sport_hi = static_cast<uint16_t>(field_number(t[4], 65535, where));
+            r.dport_lo = static_cast<uint16_t>(field_number(t[5], 65535, where));
+            r.dport_hi = static_cast<uint16_t>(field_number(t[7], 65535, where));
+            const auto slash = t[8].find('/');
+            if (slash == std::string::npos) throw std::runtime_error(where + ": protocol must be value/mask");
+            r.proto = static_cast<uint8_t>(field_number(t[8].substr(0, slash), 255, where));
+            r.proto_mask = static_cast<uint8_t>(field_number(t[8].substr(slash + 1), 255, where));
+            if (r.proto_mask != 0 && r.proto_mask != 0xff)
+                throw std::runtime_error(where + ": protocol mask must be 0x00 or 0xff for sluice");
+            if (r.sport_lo > r.sport_hi || r.dport_lo > r.dport_hi)
+                throw std::runtime_error(where + ": empty port range");
+            const bool wild_ports = r.sport_lo == 0 && r.sport_hi == 65535 && r.dport_lo == 0 && r.dport_hi == 65535;
+            if (!wild_ports && !(r.proto_mask && has_ports(r.proto)))
+                throw std::runtime_error(where + ": port ranges on a rule that is not TCP/UDP/SCTP: sluice would "
+                                                 "ignore them, dpdk-test-acl would not");
+            rules.push_back(r);
+        }
+    } catch (const std::runtime_error& e) {
+        fail(e.what());
+    }
+    return rules;
+}
+
+std::vector<TraceTuple> read_trace(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) fail("cannot read " + path);
+    std::vector<TraceTuple> trace;
+    int line_no = 0;
+    try {
+        for (std::string line; std::getline(f, line);) {
+            ++line_no;
+            if (skip_line(line)) continue;
+            const std::string where = path + ":" + std::to_string(line_no);
+            std::istringstream in(line);
+            std::vector<std::string> t;
+            for (std::string x; in >> x;) t.push_back(x);
+            if (t.size() < 5) throw std::runtime_error(where + ": expected 'src dst sport dport proto'");
+            TraceTuple tt;
+            tt.src = static_cast<uint32_t>(field_number(t[0], UINT32_MAX, where));
+            tt.dst = static_cast<uint32_t>(field_number(t[1], UINT32_MAX, where));
+            tt.sport = static_cast<uint16_t>(field_number(t[2], 65535, where));
+            tt.dport = static_cast<uint16_t>(field_number(t[3], 65535, where));
+            tt.proto = static_cast<uint8_t>(field_number(t[4], 255, where));
+            trace.push_back(tt);
+        }
+    } catch (const std::runtime_error& e) {
+        fail(e.what());
+    }
+    if (trace.empty()) fail(path + ": no trace records");
+    return trace;
+}
+
+// The rule as sluice compiles it: ingress port wild, /0 is "any", ports only for TCP/UDP/SCTP.
+Rule to_rule(const RuleSpec& s, std::size_t index) {
+    Rule r;
+    r.name = "r" + std::to_string(index);
+    r.family = IpFamily::ipv4;
+    if (s.src_len) r.sources = {Prefix{IpAddress::from_v4(htonl(s.src)), s.src_len}};
+    if (s.dst_len) r.destinations = {Prefix{IpAddress::from_v4(htonl(s.dst)), s.dst_len}};
+    r.protocol = s.proto_mask ? s.proto : kAnyProtocol;
+    if (s.sport_lo != 0 || s.sport_hi != 65535) r.source_ports = {PortRange{s.sport_lo, s.sport_hi}};
+    if (s.dport_lo != 0 || s.dport_hi != 65535) r.destination_ports = {PortRange{s.dport_lo, s.dport_hi}};
+    r.action = RuleAction::allow;
+    return r;
+}
+
+// The same rule as a config entry, for build_snapshot.
+FirewallRuleConfig to_rule_config(const RuleSpec& s, std::size_t index) {
+    FirewallRuleConfig r;
+    r.name = "r" + std::to_string(index);
+    if (s.src_len) r.source = AddressMatch{false, {Prefix{IpAddress::from_v4(htonl(s.src)), s.src_len}}, {}};
+    if (s.dst_len) r.destination = AddressMatch{false, {Prefix{IpAddress::from_v4(htonl(s.dst)), s.dst_len}}, {}};
+    r.protocol = s.proto_mask ? s.proto : kAnyProtocol;
+    if (s.sport_lo != 0 || s.sport_hi != 65535) r.source_ports = {PortRange{s.sport_lo, s.sport_hi}};
+    if (s.dport_lo != 0 || s.dport_hi != 65535) r.destination_ports = {PortRange{s.dport_lo, s.dport_hi}};
+    r.action = RuleAction::allow;
+    return r;
+}
+
+FiveTuple to_tuple(const TraceTuple& t) {
+    FiveTuple f;
+    f.src = IpAddress::from_v4(htonl(t.src));
+    f.dst = IpAddress::from_v4(htonl(t.dst));
+    f.src_port = htons(t.sport);
+    f.dst_port = htons(t.dport);
+    f.proto = t.proto;
+    f.family = IpFamily::ipv4;
+    return f;
+}
+
+// First-match over the rule list, the meaning both sluice and dpdk-test-acl give the file.
+uint32_t linear_match(const std::vector<RuleSpec>& rules, const TraceTuple& t) {
+    for (uint32_t i = 0; i < rules.size(); ++i) {
+        const RuleSpec& r = rules[i];
+        if (r.proto_mask && r.proto != t.proto) continue;
+        if ((t.src & prefix_mask(r.src_len)) != r.src || (t.dst & prefix_mask(r.dst_len)) != r.dst) continue;
+        if (t.sport < r.sport_lo || t.sport > r.sport_hi || t.dport < r.dport_lo || t.dport > r.dport_hi) continue;
+        return i;
+    }
+    return AclClassifier::kNoMatch;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The DPDK side: EAL, a pool, a net_null port, one worker's context
+
+struct Dpdk {
+    rte_mempool* pool = nullptr;
+    uint16_t port = 0;
+    rte_ether_addr port_mac{};
+    LcoreContext* ctx = nullptr;
+    uint64_t tsc_hz = 0;
+    uint64_t rdtsc_overhead = 0;  // cycles rte_rdtsc_precise() pairs add to a timed region
+    std::string eal_line;
+    bool hugepages = false;
+    bool own_prefix = false;  // the EAL arguments are ours: remove the runtime directory at exit
+};
+
+unsigned free_hugepages_2m() {
+    std::ifstream f("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+    unsigned n = 0;
+    f >> n;
+    return n;
+}
+
+void start_eal(Dpdk& d, const Options& o, const char* argv0) {
+    std::vector<std::string> args{argv0};
+    if (o.eal.empty()) {
+        d.own_prefix = true;
+        args.insert(args.end(), {"-l", std::to_string(o.lcore), "--no-pci", "--no-telemetry", "--log-level=error",
+                                 "--file-prefix=bench-" + std::to_string(getpid())});
+        // 1M connections take ~125 MiB, the 10k-rule contexts ~40 MiB each, the pool ~20 MiB: 300 pages leave room.
+        d.hugepages = free_hugepages_2m() >= 300;
+        if (d.hugepages) args.emplace_back("--in-memory");
+        else args.insert(args.end(), {"--no-huge", "-m", "1024"});
+        args.insert(args.end(), o.eal_add.begin(), o.eal_add.end());
+    } else {
+        args.insert(args.end(), o.eal.begin(), o.eal.end());
+        d.hugepages = std::none_of(o.eal.begin(), o.eal.end(), [](const std::string& a) { return a == "--no-huge"; });
+    }
+    if (std::none_of(args.begin(), args.end(), [](const std::string& a) { return a.find("net_null") != std::string::npos; }))
+        args.emplace_back("--vdev=net_null0,no-rx=1");
+    for (std::size_t i = 1; i < args.size(); ++i) d.eal_line += (i > 1 ? " " : "") + args[i];
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (rte_eal_init(static_cast<int>(args.size()), argv.data()) < 0)
+        fail("rte_eal_init(" + d.eal_line + "): " + rte_strerror(rte_errno));
+    const std::string runtime_dir = rte_eal_get_runtime_dir();
+    if (d.own_prefix && runtime_dir.find("/bench-" + std::to_string(getpid())) != std::string::npos)
+        g_runtime_dir = runtime_dir;
+    if (!register_packet_meta()) fail(std::string("cannot register the PacketMeta dynfield: ") + rte_strerror(rte_errno));
+    d.tsc_hz = rte_get_tsc_hz();
+}
+
+void start_port(Dpdk& d) {
+    const int socket = static_cast<int>(rte_socket_id());
+    d.pool = rte_pktmbuf_pool_create("bench_pool", 8191, kMempoolCache, 0, RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+    if (!d.pool) fail(std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno));
+
+    uint16_t port = RTE_MAX_ETHPORTS;
+    uint16_t id;
+    RTE_ETH_FOREACH_DEV(id) {
+        rte_eth_dev_info info{};
+        if (rte_eth_dev_info_get(id, &info) == 0 && info.driver_name && std::strstr(info.driver_name, "null")) {
+            port = id;
+            break;
+        }
+    }
+    if (port == RTE_MAX_ETHPORTS) fail("no net_null port (is librte_net_null installed? add --vdev=net_null0)");
+    d.port = port;
+    rte_eth_conf conf{};
+    int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, 256, socket, nullptr, d.pool);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, 1024, socket, nullptr);
+    if (rc == 0) rc = rte_eth_dev_start(port);
+    if (rc != 0) fail("net_null port " + std::to_string(port) + ": " + rte_strerror(-rc));
+    rte_eth_macaddr_get(port, &d.port_mac);
+
+    // One worker's context, the way Dataplane::build makes one (lib/pipeline/dataplane.cpp).
+    d.ctx = static_cast<LcoreContext*>(rte_zmalloc_socket("bench_lcore", sizeof(LcoreContext), kCacheLine, socket));
+    if (!d.ctx) fail("out of memory for the lcore context");
+    new (d.ctx) LcoreContext{};
+    LcoreContext& ctx = *d.ctx;
+    ctx.lcore_id = rte_lcore_id();
+    ctx.rx = ctx.worker = true;
+    ctx.worker_count = 1;
+    ctx.tx_queue = 0;
+    ctx.qsbr_thread_id = 0;
+    auto* buffer = static_cast<rte_eth_dev_tx_buffer*>(
+        rte_zmalloc_socket("bench_txbuf", RTE_ETH_TX_BUFFER_SIZE(kBurst), kCacheLine, socket));
+    if (!buffer) fail("out of memory for the TX buffer");
+    rte_eth_tx_buffer_init(buffer, kBurst);
+    ctx.tx_drop_sinks[port] = TxDropSink{&ctx.counters, port};
+    rte_eth_tx_buffer_set_err_callback(buffer, count_tx_drops, &ctx.tx_drop_sinks[port]);
+    ctx.tx_buffers[port] = buffer;
+    ctx.tx_ports[ctx.tx_port_count++] = port;
+}
+
+void stop_dpdk(Dpdk& d) {
+    if (d.ctx) {
+        rte_eth_tx_buffer_flush(d.port, 0, d.ctx->tx_buffers[d.port]);
+        rte_free(d.ctx->tx_buffers[d.port]);
+        d.ctx->~LcoreContext();
+        rte_free(d.ctx);
+    }
+    rte_eth_dev_stop(d.port);
+    rte_eth_dev_close(d.port);
+    rte_mempool_free(d.pool);
+    rte_eal_cleanup();
+    remove_runtime_dir();
+}
+
+void measure_rdtsc_overhead(Dpdk& d) {
+    std::vector<double> v;
+    for (int i = 0; i < 1001; ++i) {
+        const uint64_t t0 = rte_rdtsc_precise();
+        const uint64_t t1 = rte_rdtsc_precise();
+        v.push_back(static_cast<double>(t1 - t0));
+    }
+    d.rdtsc_overhead = static_cast<uint64_t>(stat_of(v).median);
+}
+
+// A packet of a stream: its tuple (network byte order) and, for TCP, its flags.
+struct PacketSpec {
+    FiveTuple tuple;
+    uint8_t tcp_flags = 0;
+};
+
+// A 60-byte Ethernet/IPv4 frame: TCP without options, or UDP with 18 bytes of payload; valid IPv4 checksum.
+void write_frame(rte_mbuf* m, const PacketSpec& p, uint16_t port, bool checksum_good) {
+    auto* data = rte_pktmbuf_mtod(m, uint8_t*);
+    std::memset(data, 0, kFrameLength);
+    m->data_len = m->pkt_len = kFrameLength;
+    m->port = port;
+    m->ol_flags = checksum_good ? RTE_MBUF_F_RX_IP_CKSUM_GOOD : 0;
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(data);
+    eth->dst_addr = rte_ether_addr{{0x02, 0, 0, 0, 0, 0x01}};
+    eth->src_addr = rte_ether_addr{{0x02, 0, 0, 0, 0, 0x02}};
+    eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV4);
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
+    const FiveTuple& t = p.tuple;
+    const bool tcp = t.proto == IPPROTO_TCP;
+    const uint16_t l4_length = tcp ? sizeof(rte_tcp_hdr) : kFrameLength - sizeof(rte_ether_hdr) - sizeof(rte_ipv4_hdr);
+    ip->version_ihl = 0x45;
+    ip->total_length = htons(static_cast<uint16_t>(sizeof(rte_ipv4_hdr) + l4_length));
+    ip->fragment_offset = RTE_BE16(RTE_IPV4_HDR_DF_FLAG);
+    ip->time_to_live = 64;
+    ip->next_proto_id = t.proto;
+    ip->src_addr = t.src.words[0];
+    ip->dst_addr = t.dst.words[0];
+    ip->hdr_checksum = rte_ipv4_cksum(ip);
+    if (tcp) {
+        auto* th = reinterpret_cast<rte_tcp_hdr*>(ip + 1);
+        th->src_port = t.src_port;
+        th->dst_port = t.dst_port;
+        th->sent_seq = RTE_BE32(1);
+        th->data_off = 0x50;
+        th->tcp_flags = p.tcp_flags;
+        th->rx_win = RTE_BE16(65535);
+    } else {
+        auto* uh = reinterpret_cast<rte_udp_hdr*>(ip + 1);
+        uh->src_port = t.src_port;
+        uh->dst_port = t.dst_port;
+        uh->dgram_len = htons(l4_length);
+    }
+}
+
+// The stage under test takes a burst and returns how many mbufs at the front of pkts it handed back (the harness
+// frees those after the timed region).
+using Stage = std::function<uint16_t(rte_mbuf** pkts, uint16_t count)>;
+
+struct PassOptions {
+    bool parse_first = true;     // run parse_burst (untimed) before the stage
+    bool checksum_good = false;  // frames carry RTE_MBUF_F_RX_IP_CKSUM_GOOD
+};
+
+// Bursts the OS preempted: on a shared machine a context switch inside a timed region adds milliseconds (millions
+// of cycles) to one burst. A burst longer than both 100 us and 20 times the pass's median burst is left out of
+// the figure and counted here; what is left still carries interrupts, cache and TLB misses.
+struct PreemptionCount {
+    uint64_t excluded = 0, bursts = 0;
+};
+PreemptionCount g_preempted;
+
+// One pass over the stream: stage cycles per packet over the bursts that were not preempted (the rte_rdtsc_precise
+// pair's own cost subtracted per burst).
+double timed_pass(Dpdk& d, const std::vector<PacketSpec>& stream, const Stage& stage, PassOptions po = {}) {
+    rte_mbuf* pkts[kBurst];
+    DropReason verdicts[kBurst];
+    uint64_t malformed = 0;
+    std::vector<std::pair<uint64_t, uint16_t>> bursts;  // cycles, packets
+    bursts.reserve(stream.size() / kBurst + 1);
+    for (std::size_t off = 0; off < stream.size(); off += kBurst) {
+        const auto n = static_cast<uint16_t>(std::min<std::size_t>(kBurst, stream.size() - off));
+        if (rte_pktmbuf_alloc_bulk(d.pool, pkts, n) != 0)
+            fail("mbuf pool exhausted (" + std::to_string(mbufs_in_use(d.pool)) + " in use): a stage leaks mbufs");
+        for (uint16_t i = 0; i < n; ++i) write_frame(pkts[i], stream[off + i], d.port, po.checksum_good);
+        if (po.parse_first) {
+            parse_burst(pkts, n, verdicts);
+            for (uint16_t i = 0; i < n; ++i) malformed += verdicts[i] != DropReason::none;
+        }
+        const uint64_t t0 = rte_rdtsc_precise();
+        const uint16_t back = stage(pkts, n);
+        const uint64_t t1 = rte_rdtsc_precise();
+        bursts.emplace_back(t1 - t0 > d.rdtsc_overhead ? t1 - t0 - d.rdtsc_overhead : 0, n);
+        if (back) rte_pktmbuf_free_bulk(pkts, back);
+    }
+    if (malformed) fail(std::to_string(malformed) + " benchmark frames failed to parse (a bug in sluice_bench)");
+    std::vector<uint64_t> sorted;
+    for (const auto& b : bursts) sorted.push_back(b.first);
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    const uint64_t limit = std::max(20 * sorted[sorted.size() / 2], d.tsc_hz / 10'000);
+    uint64_t cycles = 0, packets = 0;
+    for (const auto& [c, n] : bursts) {
+        ++g_preempted.bursts;
+        if (c > limit) {
+            ++g_preempted.excluded;
+            continue;
+        }
+        cycles += c;
+        packets += n;
+    }
+    return packets ? static_cast<double>(cycles) / static_cast<double>(packets) : 0;
+}
+
+// Runs the variants interleaved, reps times each, after one warm-up pass each; per-packet cycles of each.
+std::vector<std::vector<double>> interleaved(unsigned reps, const std::vector<std::function<double()>>& variants) {
+    std::vector<std::vector<double>> out(variants.size());
+    for (const auto& v : variants) v();
+    for (unsigned r = 0; r < reps; ++r)
+        for (std::size_t k = 0; k < variants.size(); ++k) out[k].push_back(variants[k]());
+    return out;
+}
+
+void check_pool(Dpdk& d, const char* section) {
+    rte_eth_tx_buffer_flush(d.port, d.ctx->tx_queue, d.ctx->tx_buffers[d.port]);
+    const uint32_t in_use = mbufs_in_use(d.pool);
+    if (in_use != 0)
+        std::printf("WARNING: after %s, %u mbufs are not back in the pool (a stage leaked them)\n", section, in_use);
+}
+
+// Drop counters of the worker, to tell what the stages did with the packets.
+std::array<uint64_t, kDropReasonCount> drops_of(const Dpdk& d) { return d.ctx->counters.drops; }
+
+std::string drops_since(const Dpdk& d, const std::array<uint64_t, kDropReasonCount>& before) {
+    std::string out;
+    for (std::size_t r = 0; r < kDropReasonCount; ++r) {
+        const uint64_t n = d.ctx->counters.drops[r] - before[r];
+        if (n) out += (out.empty() ? "" : ", ") + std::string(drop_reason_name(static_cast<DropReason>(r))) + " " +
+                      std::to_string(n);
+    }
+    return out;
+}
+
+std::unique_ptr<Snapshot> make_snapshot(const Dpdk& d, const std::vector<RuleSpec>& rules) {
+    Config config;
+    config.forward.push_back(ForwardConfig{"null", "null", rte_ether_addr{{0x02, 0, 0, 0, 0, 0x09}}});
+    config.firewall.enabled = true;
+    config.firewall.default_action = RuleAction::allow;
+    for (std::size_t i = 0; i < rules.size(); ++i) config.firewall.rules.push_back(to_rule_config(rules[i], i));
+    const std::vector<PortIdentity> ports{PortIdentity{"null", d.port, d.port_mac}};
+    try {
+        return build_snapshot(config, ports, 1, static_cast<int>(rte_socket_id()));
+    } catch (const std::exception& e) {
+        fail(std::string("build_snapshot: ") + e.what());
+    }
+}
+
+std::string ordinal_count(uint64_t n) {
+    if (n >= 1'000'000 && n % 1'000'000 == 0) return std::to_string(n / 1'000'000) + "M";
+    if (n >= 1000 && n % 1000 == 0) return std::to_string(n / 1000) + "k";
+    return std::to_string(n);
+}
+
+uint32_t table_counter = 0;
+std::string table_name() { return "bench_ct" + std::to_string(table_counter++); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sections
+
+// Canonical tuples in a hash set, to make streams of distinct connections.
+struct TupleHash {
+    std::size_t operator()(const FiveTuple& t) const { return symmetric_flow_hash(t); }
+};
+
+// Random TCP/UDP tuples, distinct as connections (both directions count as one).
+std::vector<FiveTuple> distinct_flows(std::size_t count, Rng& rng, uint32_t tcp_percent) {
+    std::vector<FiveTuple> flows;
+    flows.reserve(count);
+    std::unordered_set<FiveTuple, TupleHash> seen;
+    seen.reserve(count * 2);
+    while (flows.size() < count) {
+        TraceTuple t;
+        t.src = static_cast<uint32_t>(rng());
+        t.dst = static_cast<uint32_t>(rng());
+        t.sport = static_cast<uint16_t>(uniform(rng, 1024, 65535));
+        t.dport = static_cast<uint16_t>(uniform(rng, 1, 65535));
+        t.proto = uniform(rng, 0, 99) < tcp_percent ? IPPROTO_TCP : IPPROTO_UDP;
+        FiveTuple f = to_tuple(t);
+        bool low;
+        if (seen.insert(canonical_tuple(f, low)).second) flows.push_back(f);
+    }
+    return flows;
+}
+
+void section_parse(Dpdk& d, const Options& o, Table& table) {
+    Rng rng(o.seed);
+    const std::vector<FiveTuple> flows = distinct_flows(4096, rng, 70);
+    std::vector<PacketSpec> stream(o.packets);
+    for (PacketSpec& p : stream) {
+        p.tuple = flows[uniform(rng, 0, static_cast<uint32_t>(flows.size() - 1))];
+        p.tcp_flags = kTcpAck;
+    }
+    DropReason verdicts[kBurst];
+    const Stage parse = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
+        parse_burst(pkts, n, verdicts);
+        return n;
+    };
+    uint32_t ptypes = 0;  // kept live so the reference loop is not optimised away
+    const Stage ptype = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
+        rte_net_hdr_lens lens;
+        for (uint16_t i = 0; i < n; ++i) ptypes += rte_net_get_ptype(pkts[i], &lens, RTE_PTYPE_ALL_MASK);
+        return n;
+    };
+    for (const bool good : {false, true}) {
+        const PassOptions po{.parse_first = false, .checksum_good = good};
+        auto r = interleaved(o.reps, {[&] { return timed_pass(d, stream, ptype, po); },
+                                         [&] { return timed_pass(d, stream, parse, po); }});
+        table.add(Row{.id = good ? "parse-csum-good" : "parse",
+                      .measurement = good ? "parse_burst, IPv4 checksum flagged good by the NIC"
+                                          : "parse_burst, IPv4 checksum verified in software",
+                      .unit = "cycles/pkt",
+                      .reference = "rte_net_get_ptype (DPDK's parser)",
+                      .ref = stat_of(r[0]),
+                      .sluice = stat_of(r[1])});
+    }
+    if (ptypes == 0) std::printf("(rte_net_get_ptype returned no type)\n");
+    check_pool(d, "parse");
+}
+
+// sluice's rte_acl search key (lib/classify/acl_classifier.cpp, private there), for the in-process reference:
+// rte_acl_classify on the same context with keys built beforehand. If the layout drifts, the results disagree
+// with AclClassifier's and the reference is dropped with a warning.
+struct Ipv4AclKey {
+    uint8_t proto;
+    uint8_t pad[3];
+    uint32_t in_port;
+    uint32_t src;
+    uint32_t dst;
+    uint16_t src_port;
+    uint16_t dst_port;
+};
+static_assert(sizeof(Ipv4AclKey) == 20);
+
+struct AlgName {
+    enum rte_acl_classify_alg alg;  // `enum`: a function of the same name hides the type in C++
+    const char* name;
+};
+// rte_acl's own order of preference (acl_get_best_alg in lib/acl/rte_acl.c): the first one the CPU and the EAL's
+// max SIMD bitwidth allow is what rte_acl_create picks, hence what sluice runs.
+constexpr AlgName kAlgs[] = {
+    {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32"}, {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16"},
+    {RTE_ACL_CLASSIFY_AVX2, "avx2"},           {RTE_ACL_CLASSIFY_SSE, "sse"},
+    {RTE_ACL_CLASSIFY_SCALAR, "scalar"},
+};
+
+void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<RuleSpec>& specs,
+                  const std::vector<TraceTuple>& trace, const std::string& label,
+                  std::vector<std::pair<std::string, std::string>>& meta) {
+    std::vector<Rule> rules;
+    for (std::size_t i = 0; i < specs.size(); ++i) rules.push_back(to_rule(specs[i], i));
+    const std::string name = "bench_acl_" + std::to_string(specs.size()) + "_" + std::to_string(table_counter++);
+    const uint64_t build_start = rte_rdtsc();
+    std::unique_ptr<AclClassifier> acl;
+    try {
+        acl = std::make_unique<AclClassifier>(IpFamily::ipv4, rules, static_cast<int>(rte_socket_id()), name);
+    } catch (const std::exception& e) {
+        fail(std::string("AclClassifier: ") + e.what());
+    }
+    const double build_s = static_cast<double>(rte_rdtsc() - build_start) / static_cast<double>(d.tsc_hz);
+    rte_acl_ctx* ctx = rte_acl_find_existing(name.c_str());
+    if (!ctx) fail("rte_acl_find_existing(" + name + ") found nothing");
+
+    const std::size_t n = trace.size();
+    std::vector<FiveTuple> tuples(n);
+    std::vector<const FiveTuple*> tuple_ptrs(n);
+    std::vector<Ipv4AclKey> keys(n);
+    std::vector<const uint8_t*> key_ptrs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        tuples[i] = to_tuple(trace[i]);
+        tuple_ptrs[i] = &tuples[i];
+        keys[i] = Ipv4AclKey{tuples[i].proto, {0, 0, 0}, rte_cpu_to_be_32(0), tuples[i].src.words[0],
+                             tuples[i].dst.words[0], tuples[i].src_port, tuples[i].dst_port};
+        key_ptrs[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
+    }
+    const std::vector<uint16_t> in_ports(kBurst, 0);
+    std::vector<uint32_t> wrapped(n), raw(n);
+
+    // One pass over the trace in bursts of 32, as dpdk-test-acl --tracestep=32 does; cycles per tuple, each burst
+    // timed on its own so that preempted ones can be left out (see timed_pass).
+    std::vector<uint64_t> burst_cycles((n + kBurst - 1) / kBurst);
+    const auto per_tuple = [&] {
+        std::vector<uint64_t> sorted(burst_cycles);
+        std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+        const uint64_t limit = std::max(20 * sorted[sorted.size() / 2], d.tsc_hz / 10'000);
+        uint64_t cycles = 0, tuples_counted = 0;
+        for (std::size_t b = 0; b < burst_cycles.size(); ++b) {
+            ++g_preempted.bursts;
+            if (burst_cycles[b] > limit) {
+                ++g_preempted.excluded;
+                continue;
+            }
+            cycles += burst_cycles[b];
+            tuples_counted += std::min<std::size_t>(kBurst, n - b * kBurst);
+        }
+        return static_cast<double>(cycles) / static_cast<double>(tuples_counted);
+    };
+    const auto timed = [&](uint64_t t0, uint64_t t1) { return t1 - t0 > d.rdtsc_overhead ? t1 - t0 - d.rdtsc_overhead : 0; };
+    const auto pass_wrapped = [&] {
+        for (std::size_t off = 0, b = 0; off < n; off += kBurst, ++b) {
+            const auto count = static_cast<uint32_t>(std::min<std::size_t>(kBurst, n - off));
+            const uint64_t t0 = rte_rdtsc_precise();
+            acl->classify(&tuple_ptrs[off], in_ports.data(), &wrapped[off], count);
+            burst_cycles[b] = timed(t0, rte_rdtsc_precise());
+        }
+        return per_tuple();
+    };
+    const auto pass_raw = [&] {
+        for (std::size_t off = 0, b = 0; off < n; off += kBurst, ++b) {
+            const auto count = static_cast<uint32_t>(std::min<std::size_t>(kBurst, n - off));
+            const uint64_t t0 = rte_rdtsc_precise();
+            rte_acl_classify(ctx, &key_ptrs[off], &raw[off], count, 1);
+            burst_cycles[b] = timed(t0, rte_rdtsc_precise());
+        }
+        return per_tuple();
+    };
+
+    // Correctness first: AclClassifier against a linear first-match on a sample, and against raw rte_acl.
+    pass_wrapped();
+    pass_raw();
+    const std::size_t sample = std::min<std::size_t>(n, 4096);
+    std::size_t linear_mismatch = 0, raw_mismatch = 0, matched = 0;
+    for (std::size_t i = 0; i < sample; ++i)
+        linear_mismatch += wrapped[i] != linear_match(specs, trace[i]);
+    for (std::size_t i = 0; i < n; ++i) {
+        raw_mismatch += (raw[i] == 0 ? AclClassifier::kNoMatch : raw[i] - 1) != wrapped[i];
+        matched += wrapped[i] != AclClassifier::kNoMatch;
+    }
+    std::printf("classify %s: %zu rules (%zu rte_acl rules), built in %.2f s; %zu tuples, %.1f%% match a rule; "
+                "AclClassifier vs linear first-match on %zu tuples: %zu differ; vs raw rte_acl: %zu differ\n",
+                label.c_str(), specs.size(), acl->expanded_rule_count(), build_s, n, 100.0 * matched / n, sample,
+                linear_mismatch, raw_mismatch);
+    if (linear_mismatch) std::printf("WARNING: AclClassifier disagrees with first-match semantics\n");
+    const bool raw_valid = raw_mismatch == 0;
+    if (!raw_valid)
+        std::printf("WARNING: raw rte_acl results differ: the search-key layout copied from acl_classifier.cpp has "
+                    "drifted; the in-process reference is left out\n");
+
+    const AlgName* default_alg = nullptr;
+    for (const AlgName& a : kAlgs) {
+        if (rte_acl_set_ctx_classify(ctx, a.alg) != 0) continue;
+        if (!default_alg) default_alg = &a;
+        auto r = interleaved(o.reps, {pass_raw, pass_wrapped});
+        const bool is_default = default_alg == &a;
+        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (is_default ? "" : std::string("-") + a.name),
+                      .measurement = "classify " + label + ", " + a.name + (is_default ? " (default here)" : ""),
+                      .unit = "cycles/pkt",
+                      .reference = "raw rte_acl_classify, same context",
+                      .ref = stat_of(r[0]),
+                      .sluice = stat_of(r[1]),
+                      .has_ref = raw_valid});
+        if (is_default) meta.emplace_back("acl_default_alg", a.name);
+    }
+    // Leave the context as rte_acl_create made it.
+    if (default_alg) rte_acl_set_ctx_classify(ctx, default_alg->alg);
+}
+
+// Rules and trace read from files (--rules/--trace), before the EAL starts so that a bad file fails fast.
+struct AclFiles {
+    std::vector<RuleSpec> rules;
+    std::vector<TraceTuple> trace;
+};
+
+void section_classify(Dpdk& d, const Options& o, Table& table, const AclFiles& files,
+                      std::vector<std::pair<std::string, std::string>>& meta) {
+    if (!o.rules_file.empty()) {
+        classify_one(d, o, table, files.rules, files.trace,
+                     ordinal_count(files.rules.size()) + " rules (" + o.rules_file + ")", meta);
+        return;
+    }
+    for (const std::size_t count : {std::size_t{10}, std::size_t{1000}, std::size_t{10000}}) {
+        const auto rules = generate_rules(count, o.seed);
+        classify_one(d, o, table, rules, generate_trace(rules, 65536, o.seed), ordinal_count(count) + " rules", meta);
+    }
+}
+
+// Packets of tracked connections: firewall_burst must settle them with the connection lookup alone, so the rule
+// count should not matter; then the forwarding stage's cost for comparison.
+void section_established(Dpdk& d, const Options& o, Table& table) {
+    const auto rules_small = generate_rules(10, o.seed);
+    const auto rules_large = generate_rules(10000, o.seed);
+    const auto snap_small = make_snapshot(d, rules_small);
+    const uint64_t t0 = rte_rdtsc();
+    const auto snap_large = make_snapshot(d, rules_large);
+    std::printf("established: snapshot with 10k rules built in %.2f s\n",
+                static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz));
+    LcoreContext& ctx = *d.ctx;
+
+    for (const uint32_t live : o.conns) {
+        Rng rng(o.seed + live);
+        const std::vector<FiveTuple> flows = distinct_flows(live, rng, 70);
+        auto conn_table = std::make_unique<ConnTable>(table_name(), live, static_cast<int>(rte_socket_id()),
+                                                      ConnTimeouts{}, d.tsc_hz);
+        const uint64_t now = rte_rdtsc();
+        uint32_t refused = 0;
+        for (const FiveTuple& f : flows) {
+            const ConnState state = f.proto == IPPROTO_TCP ? ConnState::tcp_established : ConnState::udp_replied;
+            refused += conn_table->insert(f, symmetric_flow_hash(f), state, 0, now) < 0;
+        }
+        if (refused) std::printf("WARNING: %u of %u connections did not fit in a table of %u\n", refused, live, live);
+        ctx.conn_table = conn_table.get();
+
+        // Uniformly random connections, half of the packets in the reply direction: the worst case for the caches.
+        std::vector<PacketSpec> stream(o.packets);
+        for (PacketSpec& p : stream) {
+            const FiveTuple& f = flows[uniform(rng, 0, live - 1)];
+            p.tuple = uniform(rng, 0, 1) ? f.reversed() : f;
+            p.tcp_flags = kTcpAck;
+        }
+        const Stage fw_small = [&](rte_mbuf** pkts, uint16_t n) {
+            return firewall_burst(ctx, *snap_small, pkts, n, rte_rdtsc());
+        };
+        const Stage fw_large = [&](rte_mbuf** pkts, uint16_t n) {
+            return firewall_burst(ctx, *snap_large, pkts, n, rte_rdtsc());
+        };
+        const Stage forward_only = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
+            forward_burst(ctx, *snap_large, pkts, n);
+            return 0;
+        };
+        const Stage fw_forward = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
+            const uint16_t kept = firewall_burst(ctx, *snap_large, pkts, n, rte_rdtsc());
+            if (kept) forward_burst(ctx, *snap_large, pkts, kept);
+            return 0;
+        };
+        const auto drops_before = drops_of(d);
+        const uint64_t inserts_before = ctx.counters.conn_inserts;
+        auto r = interleaved(o.reps,
+                             {[&] { return timed_pass(d, stream, fw_small); },
+                              [&] { return timed_pass(d, stream, fw_large); },
+                              [&] { return timed_pass(d, stream, forward_only); },
+                              [&] { return timed_pass(d, stream, fw_forward); }});
+        const std::string drops = drops_since(d, drops_before);
+        const std::string conns = ordinal_count(live) + " conns";
+        table.add(Row{.id = "established-" + ordinal_count(live),
+                      .measurement = "established, " + conns + ": firewall_burst, 10k rules",
+                      .unit = "cycles/pkt",
+                      .reference = "the same with 10 rules",
+                      .ref = stat_of(r[0]),
+                      .sluice = stat_of(r[1])});
+        table.add(Row{.id = "established-forward-" + ordinal_count(live),
+                      .measurement = "established, " + conns + ": firewall + forward",
+                      .unit = "cycles/pkt",
+                      .reference = "forward_burst alone (no firewall)",
+                      .ref = stat_of(r[2]),
+                      .sluice = stat_of(r[3])});
+        if (!drops.empty() || ctx.counters.conn_inserts != inserts_before || conn_table->size() != live - refused)
+            std::printf("WARNING: established %s: packets of tracked connections were dropped or opened new ones: "
+                        "drops {%s}, inserts %" PRIu64 ", table size %u (expected %u)\n",
+                        conns.c_str(), drops.c_str(), ctx.counters.conn_inserts - inserts_before, conn_table->size(),
+                        live - refused);
+        ctx.conn_table = nullptr;
+        check_pool(d, "established");
+    }
+}
+
+// SYN -> lookup miss -> classify (1k rules) -> insert, on a 1M-entry table that already had its pages touched.
+void section_new(Dpdk& d, const Options& o, Table& table) {
+    constexpr uint32_t kCapacity = 1'000'000;
+    if (o.new_conns > kCapacity) fail("--new-conns must be at most 1000000");
+    const auto rules = generate_rules(1000, o.seed);
+    const auto snap = make_snapshot(d, rules);
+    // The SYNs' tuples come from the rules' trace (most fall inside some rule), made distinct by their source port.
+    const auto trace = generate_trace(rules, o.new_conns, o.seed + 1);
+    std::vector<PacketSpec> stream;
+    stream.reserve(o.new_conns);
+    {
+        Rng rng(o.seed + 2);
+        std::unordered_set<FiveTuple, TupleHash> seen;
+        for (TraceTuple t : trace) {
+            t.proto = IPPROTO_TCP;
+            FiveTuple f = to_tuple(t);
+            bool low;
+            while (!seen.insert(canonical_tuple(f, low)).second) f.src_port = htons(static_cast<uint16_t>(uniform(rng, 1024, 65535)));
+            stream.push_back(PacketSpec{f, kTcpSyn});
+        }
+    }
+    ConnTable conn_table(table_name(), kCapacity, static_cast<int>(rte_socket_id()), ConnTimeouts{}, d.tsc_hz);
+    LcoreContext& ctx = *d.ctx;
+    ctx.conn_table = &conn_table;
+    const Stage fw = [&](rte_mbuf** pkts, uint16_t n) { return firewall_burst(ctx, *snap, pkts, n, rte_rdtsc()); };
+
+    // Empties the table again (untimed), so every pass opens the same connections into the same, warm, table.
+    const auto clear = [&] {
+        for (std::size_t off = 0; off < stream.size(); off += kBurst) {
+            const auto n = static_cast<uint32_t>(std::min<std::size_t>(kBurst, stream.size() - off));
+            const FiveTuple* tuples[kBurst];
+            uint32_t hashes[kBurst];
+            int32_t positions[kBurst];
+            for (uint32_t i = 0; i < n; ++i) {
+                tuples[i] = &stream[off + i].tuple;
+                hashes[i] = symmetric_flow_hash(*tuples[i]);
+            }
+            conn_table.lookup_bulk(tuples, hashes, n, positions);
+            for (uint32_t i = 0; i < n; ++i)
+                if (positions[i] >= 0) conn_table.remove(positions[i]);
+        }
+    };
+    std::vector<double> cycles_per_conn;
+    const auto drops_before = drops_of(d);
+    uint32_t short_passes = 0;
+    for (unsigned r = 0; r <= o.reps; ++r) {  // pass 0 touches the table's pages and is not counted
+        const double cycles = timed_pass(d, stream, fw);  // per SYN: each opens one connection
+        if (conn_table.size() != stream.size()) ++short_passes;
+        if (r > 0) cycles_per_conn.push_back(cycles);
+        clear();
+    }
+    const std::string drops = drops_since(d, drops_before);
+    if (short_passes || !drops.empty())
+        std::printf("WARNING: new connections: %u passes opened fewer connections than SYNs sent; drops {%s}\n",
+                    short_passes, drops.c_str());
+    ctx.conn_table = nullptr;
+    check_pool(d, "new connections");
+
+    const Stat cycles = stat_of(cycles_per_conn);
+    const double hz = static_cast<double>(d.tsc_hz);
+    const Stat rate{hz / cycles.median / 1e6, hz / cycles.max / 1e6, hz / cycles.min / 1e6};
+    const double target_cycles = hz / kTargetNewConnsPerSecond;
+    const std::string what = "new connections: SYN, miss, classify 1k rules, insert";
+    table.add(Row{.id = "new-rate",
+                  .measurement = what,
+                  .unit = "M conn/s",
+                  .reference = "target (firewall issue) per worker",
+                  .ref = Stat{kTargetNewConnsPerSecond / 1e6, kTargetNewConnsPerSecond / 1e6, kTargetNewConnsPerSecond / 1e6},
+                  .sluice = rate});
+    table.add(Row{.id = "new-cycles",
+                  .measurement = what,
+                  .unit = "cycles/conn",
+                  .reference = "target at this TSC rate",
+                  .ref = Stat{target_cycles, target_cycles, target_cycles},
+                  .sluice = cycles});
+}
+
+// Bytes of DPDK heap per tracked connection, for a table of 1M filled to capacity.
+void section_memory(Dpdk& d, const Options& o, Table& table) {
+    constexpr uint32_t kConns = 1'000'000;
+    const int socket = static_cast<int>(rte_socket_id());
+    const auto heap = [&] {
+        rte_malloc_socket_stats s{};
+        rte_malloc_get_socket_stats(socket, &s);
+        return static_cast<double>(s.heap_allocsz_bytes);
+    };
+    Rng rng(o.seed + 3);
+    const std::vector<FiveTuple> flows = distinct_flows(kConns, rng, 70);
+    const double before = heap();
+    auto conn_table = std::make_unique<ConnTable>(table_name(), kConns, socket, ConnTimeouts{}, d.tsc_hz);
+    const double created = heap();
+    const uint64_t now = rte_rdtsc();
+    uint32_t refused = 0;
+    for (const FiveTuple& f : flows) refused += conn_table->insert(f, symmetric_flow_hash(f), ConnState::tcp_established, 0, now) < 0;
+    const double filled = heap();
+    const double per_conn = (filled - before) / kConns;
+    std::printf("memory: ConnTable(1M) took %.1f MiB when created, %.1f MiB once %u connections were in it "
+                "(%u refused)\n",
+                (created - before) / (1 << 20), (filled - before) / (1 << 20), conn_table->size(), refused);
+    table.add(Row{.id = "memory",
+                  .measurement = "memory per tracked connection, 1M table full",
+                  .unit = "bytes/conn",
+                  .reference = "conn_table.hpp's estimate",
+                  .ref = Stat{kConnTableEstimateBytes, kConnTableEstimateBytes, kConnTableEstimateBytes},
+                  .sluice = Stat{per_conn, per_conn, per_conn}});
+}
+
+int run(int argc, char** argv) {
+    const Options o = parse_options(argc, argv);
+    if (!o.write_dir.empty()) {
+        for (const std::size_t count : {std::size_t{10}, std::size_t{1000}, std::size_t{10000}}) {
+            const auto rules = generate_rules(count, o.seed);
+            write_rules(o.write_dir + "/rules-" + std::to_string(count) + ".txt", rules);
+            write_trace(o.write_dir + "/trace-" + std::to_string(count) + ".txt", generate_trace(rules, 65536, o.seed));
+        }
+        std::printf("wrote rules-{10,1000,10000}.txt and trace-{10,1000,10000}.txt to %s\n", o.write_dir.c_str());
+        return 0;
+    }
+
+    AclFiles files;
+    if (!o.rules_file.empty()) {
+        files.rules = read_rules(o.rules_file);
+        files.trace = read_trace(o.trace_file);
+    }
+
+    Dpdk d;
+    start_eal(d, o, argv[0]);
+    start_port(d);
+    measure_rdtsc_overhead(d);
+    const std::string start_time = utc_now();
+    const std::string load_start = loadavg();
+    utsname un{};
+    uname(&un);
+    std::printf("sluice_bench %s\nmachine: %s, %ld CPUs, TSC %.3f GHz, kernel %s\nEAL: %s (%s)\n"
+                "load average at start: %s\nrte_rdtsc_precise pair: %" PRIu64 " cycles (subtracted per burst)\n",
+                start_time.c_str(), cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN),
+                static_cast<double>(d.tsc_hz) / 1e9, un.release, d.eal_line.c_str(),
+                d.hugepages ? "hugepages" : "no hugepages", load_start.c_str(), d.rdtsc_overhead);
+    std::fflush(stdout);
+
+    Table table;
+    std::vector<std::pair<std::string, std::string>> meta;
+    std::vector<std::string> loads;
+    const CpuSample cpu_start = cpu_sample();
+    const auto section = [&](const char* name, const std::function<void()>& body) {
+        if (!o.sections.count(name)) return;
+        const CpuSample a = cpu_sample();
+        const uint64_t t0 = rte_rdtsc();
+        g_preempted = PreemptionCount{};
+        body();
+        const CpuSample b = cpu_sample();
+        char line[240];
+        int len = std::snprintf(line, sizeof line, "%s: %.1f s, other processes used %.0f%% of all CPU time meanwhile",
+                                name, static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz),
+                                100 * others_share(a, b));
+        if (g_preempted.bursts)
+            std::snprintf(line + len, sizeof line - len, "; %" PRIu64 " of %" PRIu64 " timed bursts (%.2f%%) left out as preempted",
+                          g_preempted.excluded, g_preempted.bursts, 100.0 * g_preempted.excluded / g_preempted.bursts);
+        loads.push_back(line);
+        std::printf("%s\n", line);
+        std::fflush(stdout);
+    };
+    section("parse", [&] { section_parse(d, o, table); });
+    section("classify", [&] { section_classify(d, o, table, files, meta); });
+    section("established", [&] { section_established(d, o, table); });
+    section("new", [&] { section_new(d, o, table); });
+    section("memory", [&] { section_memory(d, o, table); });
+    const CpuSample cpu_end = cpu_sample();
+    const double others = others_share(cpu_start, cpu_end);
+
+    table.note("\nMedian of " + std::to_string(o.reps) + " repetitions, interleaved with their reference; " +
+               std::to_string(o.packets) + " packets per repetition of parse/established, bursts of " +
+               std::to_string(kBurst) + ". Ratio = sluice / reference.");
+    char line[200];
+    std::snprintf(line, sizeof line, "Load average at start %s, at end %s; other processes used %.0f%% of all CPU time "
+                  "during the run (%s).", load_start.c_str(), loadavg().c_str(), 100 * others,
+                  others > 0.05 ? "noisy: figures are high and spread out" : "quiet");
+    table.note(line);
+    table.print();
+
+    if (!o.results_file.empty()) {
+        meta.insert(meta.begin(), {{"date", start_time},
+                                   {"cpu", cpu_model()},
+                                   {"cpus", std::to_string(sysconf(_SC_NPROCESSORS_ONLN))},
+                                   {"tsc_hz", std::to_string(d.tsc_hz)},
+                                   {"eal", d.eal_line},
+                                   {"load_start", load_start},
+                                   {"load_end", loadavg()},
+                                   {"others_cpu", std::to_string(others)},
+                                   {"reps", std::to_string(o.reps)}});
+        table.write_tsv(o.results_file, meta);
+    }
+    stop_dpdk(d);
+    return 0;
+}
+
+}  // namespace
+}  // namespace sluice::bench
+
+int main(int argc, char** argv) { return sluice::bench::run(argc, argv); }
