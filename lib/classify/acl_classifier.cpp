@@ -19,6 +19,10 @@ namespace sluice {
 
 namespace {
 
+// Up to this many expanded rules, classify with SSE rather than rte_acl's widest method (see build_context).
+constexpr std::size_t kSseMaxRules = 4096;
+
+
 // Expanding lists is a cross product; a rule such as 1000 sources x 1000 destinations would exhaust memory long
 // before rte_acl_build finished (10k rules take ~3 s, 100k ~40 s and ~370 MiB: FIELD-NOTES; rules with odd prefix
 // lengths and wide port ranges need far more). One million is past what builds in reasonable time, so the limit
@@ -274,9 +278,12 @@ rte_acl_ctx* build_context(const std::vector<AclRule<F>>& acl_rules, int socket_
                                  (rc == -ENOMEM ? std::string(" (the tries did not fit in the memory DPDK has free; "
                                                               "fewer or simpler rules, or more hugepages, will help)")
                                                 : std::string()));
-    // The classify method stays rte_acl_create's choice, the first of AVX512X32, AVX512X16, AVX2, SSE, scalar that
-    // the CPU supports within the EAL's max SIMD bitwidth (X32 needs --force-max-simd-bitwidth=512; X16 runs on
-    // 256-bit registers, so it is the default on an AVX-512 CPU). All of them are checked by the differential test.
+    // rte_acl_create picks the widest method the CPU has (AVX512X16 on an AVX-512 CPU). With bursts of 32, SSE was
+    // faster up to 1k rules here and AVX512X16 only at 10k (tests/bench/firewall.sh: raw ~94-115 vs 150-185
+    // cycles/packet at 10 and 1k rules), so small rule sets use SSE. The differential test checks every method.
+    if (acl_rules.size() <= kSseMaxRules && rte_acl_set_ctx_classify(ctx.get(), RTE_ACL_CLASSIFY_SSE) != 0) {
+        // SSE unavailable: keep rte_acl's choice.
+    }
     return ctx.release();
 }
 

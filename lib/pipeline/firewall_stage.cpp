@@ -109,13 +109,10 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::rate_limited;
             } else if (action == RuleAction::allow) {
-                // A second new packet of the same flow in this burst finds the entry the first one made.
-                int32_t position;
-                table.lookup_bulk(&batch[k], &hashes[i], 1, &position);
-                if (position < 0) {
-                    position = table.insert(tuples[i], hashes[i], opening[i], rule, now_tsc);
-                    if (position >= 0) counter_add(ctx.counters.conn_inserts);
-                }
+                // insert() hands back the entry a second new packet of the same flow in this burst already made.
+                const uint32_t before = table.size();
+                const int32_t position = table.insert(tuples[i], hashes[i], opening[i], rule, now_tsc);
+                if (table.size() != before) counter_add(ctx.counters.conn_inserts);
                 if (position < 0) {
                     fate[i] = Fate::drop;
                     reason[i] = DropReason::ct_table_full;
