@@ -45,8 +45,9 @@ run_catch() {  # run_catch NAME BINARY
     "$python" - "$results/$1.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
-s = r if r.tag == "testsuite" else r.find("testsuite")
-print(f"{s.get('tests')} test cases, {s.get('failures')} failures, {s.get('errors')} errors")
+cases = list(r.iter("testcase"))
+failed = [c for c in cases if c.find("failure") is not None or c.find("error") is not None]
+print(f"{len(cases)} test cases, {len(failed)} failed")
 for c in r.iter("testcase"):
     for f in list(c.findall("failure")) + list(c.findall("error")):
         print("FAILED:", c.get("name"), (f.text or "").strip()[:2000])
