@@ -232,7 +232,8 @@ private:
         for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
         std::unique_ptr<Snapshot> first;
         try {
-            first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket(), workers);
+            first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket(), workers,
+                                   &stable_rule_ids_);
         } catch (const std::exception& e) {
             throw StartupError(std::string("tables: ") + e.what());
         }
@@ -299,8 +300,13 @@ private:
         if (errors.empty()) {
             try {
                 const auto started = std::chrono::steady_clock::now();
+                StableRuleIds ids = stable_rule_ids_;  // committed only if the reload goes through
                 snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
-                                          dataplane_->worker_count());
+                                          dataplane_->worker_count(), &ids);
+                if (ids.size() > kMaxCountedRules)
+                    spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
+                                 kMaxCountedRules);
+                pending_rule_ids_ = std::move(ids);
                 spdlog::info("reload: tables built in {} ms",
                              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
                 log_tables(*snapshot);
@@ -320,6 +326,7 @@ private:
             return;
         }
         fold_rule_hits(*dataplane_->publish(std::move(snapshot)));  // the old snapshot is unreachable now
+        stable_rule_ids_ = std::move(pending_rule_ids_);
         if (candidate.config->log.level != config_.log.level)
             spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
         const std::string previous = config_.hash;
@@ -362,9 +369,20 @@ private:
         const Snapshot& current = dataplane_->snapshot();
         const auto live = rule_hits_of(current, record.default_hits);
         record.default_hits += carried_default_hits_;
-        for (const std::string& name : current.firewall.rule_names) {
+        for (std::size_t r = 0; r < current.firewall.rule_names.size(); ++r) {
+            const std::string& name = current.firewall.rule_names[r];
             const auto carried = carried_rule_hits_.find(name);
             record.rules.emplace_back(name, live.at(name) + (carried == carried_rule_hits_.end() ? 0 : carried->second));
+            uint64_t packets = 0, bytes = 0;
+            const uint32_t stable = current.firewall.stable_ids[r];
+            if (stable < kMaxCountedRules) {
+                dataplane_->for_each_lcore([&](const LcoreContext& ctx) {
+                    if (!ctx.rule_traffic) return;
+                    packets += counter_read(ctx.rule_traffic[stable].packets);
+                    bytes += counter_read(ctx.rule_traffic[stable].bytes);
+                });
+            }
+            record.traffic.emplace_back(packets, bytes);
         }
         rule_stats_.write(std::move(record));
     }
@@ -477,6 +495,8 @@ private:
     std::unique_ptr<Dataplane> dataplane_;
     ReloadStatus reload_status_;
     RuleStats rule_stats_;
+    StableRuleIds stable_rule_ids_;
+    StableRuleIds pending_rule_ids_;
     std::map<std::string, uint64_t> carried_rule_hits_;
     uint64_t carried_default_hits_ = 0;
     StatusView view_;

@@ -112,7 +112,7 @@ void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::si
 }  // namespace
 
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
-                                         int socket, std::size_t worker_count) {
+                                         int socket, std::size_t worker_count, StableRuleIds* stable_ids) {
     auto snapshot = std::make_unique<Snapshot>();
     for (const PortIdentity& p : ports) snapshot->port_mac[p.id] = p.mac;
     for (const ForwardConfig& f : config.forward) {
@@ -134,6 +134,12 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
         const FirewallRuleConfig& rule = fc.rules[id];
         fw.actions.push_back(rule.action);
         fw.rule_names.push_back(rule.name);
+        if (stable_ids) {
+            const auto [it, added] = stable_ids->try_emplace(rule.name, static_cast<uint32_t>(stable_ids->size()));
+            fw.stable_ids.push_back(it->second);
+        } else {
+            fw.stable_ids.push_back(id);
+        }
         if (matches_family(rule, IpFamily::ipv4)) {
             v4.push_back(compile_rule(rule, IpFamily::ipv4, ports));
             fw.v4_rule_ids.push_back(id);

@@ -50,7 +50,8 @@ private:
 // New connections decided by each rule (and the default), summed over lcores and over the snapshots a rule has
 // lived in, by name. Refreshed by the control thread; read by telemetry and the exporter.
 struct RuleHitsRecord {
-    std::vector<std::pair<std::string, uint64_t>> rules;  // in rule order
+    std::vector<std::pair<std::string, uint64_t>> rules;  // in rule order: new connections decided
+    std::vector<std::pair<uint64_t, uint64_t>> traffic;   // in rule order: packets and bytes of allowed connections
     uint64_t default_hits = 0;
 };
 

@@ -87,15 +87,23 @@ int rules_command(const char*, const char*, rte_tel_data* d) {
     const RuleHitsRecord record = g_view->rules->read();
     rte_tel_data* names = rte_tel_data_alloc();
     rte_tel_data* hits = rte_tel_data_alloc();
+    rte_tel_data* packets = rte_tel_data_alloc();
+    rte_tel_data* bytes = rte_tel_data_alloc();
     rte_tel_data_start_array(names, RTE_TEL_STRING_VAL);
     rte_tel_data_start_array(hits, RTE_TEL_U64_VAL);
-    for (const auto& [name, count] : record.rules) {
-        rte_tel_data_add_array_string(names, name.c_str());
-        rte_tel_data_add_array_u64(hits, count);
+    rte_tel_data_start_array(packets, RTE_TEL_U64_VAL);
+    rte_tel_data_start_array(bytes, RTE_TEL_U64_VAL);
+    for (std::size_t r = 0; r < record.rules.size(); ++r) {
+        rte_tel_data_add_array_string(names, record.rules[r].first.c_str());
+        rte_tel_data_add_array_u64(hits, record.rules[r].second);
+        rte_tel_data_add_array_u64(packets, record.traffic[r].first);
+        rte_tel_data_add_array_u64(bytes, record.traffic[r].second);
     }
     rte_tel_data_start_dict(d);
     rte_tel_data_add_dict_container(d, "names", names, 0);
     rte_tel_data_add_dict_container(d, "hits", hits, 0);
+    rte_tel_data_add_dict_container(d, "packets", packets, 0);
+    rte_tel_data_add_dict_container(d, "bytes", bytes, 0);
     rte_tel_data_add_dict_u64(d, "default_hits", record.default_hits);
     return 0;
 }

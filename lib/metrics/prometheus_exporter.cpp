@@ -114,7 +114,14 @@ public:
         });
         const RuleHitsRecord hits = view_.rules->read();
         MetricFamily& rule_hits = family("sluice_rule_hits_total", "New connections (first packets) decided by a firewall rule", MetricType::Counter);
-        for (const auto& [name, count] : hits.rules) sample(rule_hits, {{"rule", name}}, static_cast<double>(count));
+        MetricFamily& rule_packets = family("sluice_rule_packets_total", "Packets of the connections a firewall rule allowed", MetricType::Counter);
+        MetricFamily& rule_bytes = family("sluice_rule_bytes_total", "Bytes of the connections a firewall rule allowed", MetricType::Counter);
+        for (std::size_t r = 0; r < hits.rules.size(); ++r) {
+            const std::string& name = hits.rules[r].first;
+            sample(rule_hits, {{"rule", name}}, static_cast<double>(hits.rules[r].second));
+            sample(rule_packets, {{"rule", name}}, static_cast<double>(hits.traffic[r].first));
+            sample(rule_bytes, {{"rule", name}}, static_cast<double>(hits.traffic[r].second));
+        }
         sample(family("sluice_firewall_default_hits_total", "New connections no rule matched (the default action decided)", MetricType::Counter),
                {}, static_cast<double>(hits.default_hits));
 

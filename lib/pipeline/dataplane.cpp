@@ -81,6 +81,9 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
             try {
                 ctx->conn_table = new ConnTable("sluice_ct" + std::to_string(next_worker), spec.conn_table_size, socket,
                                                 spec.conn_timeouts, rte_get_tsc_hz());
+                ctx->rule_traffic = static_cast<RuleTraffic*>(
+                    rte_zmalloc_socket("sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
+                if (!ctx->rule_traffic) throw std::runtime_error("out of memory for rule counters");
             } catch (const std::exception& e) {
                 throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " + e.what());
             }
@@ -108,6 +111,7 @@ void Dataplane::release() {
     for (LcoreContext* ctx : contexts_) {
         for (uint16_t i = 0; i < ctx->tx_port_count; ++i) rte_free(ctx->tx_buffers[ctx->tx_ports[i]]);
         delete ctx->conn_table;
+        rte_free(ctx->rule_traffic);
         ctx->~LcoreContext();
         rte_free(ctx);
     }

@@ -14,6 +14,14 @@ namespace {
 
 enum class Fate : uint8_t { pass, drop, reject, classify };
 
+// Counts a packet of a tracked connection under the rule that allowed it (entries keep the rule's stable id).
+inline void count_rule_traffic(LcoreContext& ctx, const ConnEntry& entry, uint32_t bytes) {
+    if (entry.rule_index >= kMaxCountedRules) return;  // the default action, or past the counted range
+    RuleTraffic& traffic = ctx.rule_traffic[entry.rule_index];
+    counter_add(traffic.packets);
+    counter_add(traffic.bytes, bytes);
+}
+
 // Takes a token from the rule's bucket (or its source's), refilled for the time since the bucket's last use.
 bool admit(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTuple& tuple, uint64_t now_tsc) {
     const RateLimit& limit = fw.limits[rule];
@@ -65,6 +73,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             } else if (table.track(positions[i], tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) ==
                        TrackVerdict::ok) {
                 fate[i] = Fate::pass;
+                count_rule_traffic(ctx, table.entry(positions[i]), rte_pktmbuf_pkt_len(pkts[i]));
             } else {
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::ct_invalid;
@@ -111,13 +120,15 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             } else if (action == RuleAction::allow) {
                 // insert() hands back the entry a second new packet of the same flow in this burst already made.
                 const uint32_t before = table.size();
-                const int32_t position = table.insert(tuples[i], hashes[i], opening[i], rule, now_tsc);
+                const uint32_t stable = rule == UINT32_MAX ? UINT32_MAX : fw.stable_ids[rule];
+                const int32_t position = table.insert(tuples[i], hashes[i], opening[i], stable, now_tsc);
                 if (table.size() != before) counter_add(ctx.counters.conn_inserts);
                 if (position < 0) {
                     fate[i] = Fate::drop;
                     reason[i] = DropReason::ct_table_full;
                 } else {
                     table.track(position, tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc);
+                    count_rule_traffic(ctx, table.entry(position), rte_pktmbuf_pkt_len(pkts[i]));
                     fate[i] = Fate::pass;
                 }
             } else {

@@ -21,6 +21,15 @@ namespace sluice {
 
 inline constexpr std::size_t kMaxWorkers = 16;
 inline constexpr std::size_t kMaxRxQueuesPerLcore = 32;
+// Rules that get packet/byte counters, by stable id (ids are never reused, so a daemon that reloads with ever new
+// rule names stops counting the newest after this many).
+inline constexpr uint32_t kMaxCountedRules = 65536;
+
+// Packets and bytes of the connections each rule allowed, by stable rule id; one per worker, written by it only.
+struct RuleTraffic {
+    uint64_t packets;
+    uint64_t bytes;
+};
 
 // The life of the data plane, advanced only by the control thread. Shutdown goes running -> rx_stopping (RX lcores
 // stop polling ports and say so) -> draining (workers empty their rings, flush TX and return).
@@ -65,6 +74,7 @@ struct alignas(kCacheLine) LcoreContext {
     std::array<TxDropSink, RTE_MAX_ETHPORTS> tx_drop_sinks{};
     SharedState* shared = nullptr;
     ConnTable* conn_table = nullptr;  // workers, when the firewall is on
+    RuleTraffic* rule_traffic = nullptr;  // kMaxCountedRules entries, with conn_table
 
     // Written by the lcore.
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};

@@ -67,6 +67,7 @@ struct FirewallTables {
     std::vector<uint32_t> v4_rule_ids;  // index in acl_v4's rules -> rule id (its place in the config)
     std::vector<uint32_t> v6_rule_ids;
     std::vector<RuleAction> actions;    // by rule id
+    std::vector<uint32_t> stable_ids;   // by rule id: the rule's id for the daemon's life (by name), kept in entries
     std::vector<std::string> rule_names;
     rte_lpm* blocklist_v4 = nullptr;    // early-drop prefix sets, matched on source addresses by RX lcores
     rte_lpm6* blocklist_v6 = nullptr;

@@ -98,6 +98,18 @@ def test_replies_pass_unsolicited_traffic_does_not(tmp_path, ns):
     def read_rules():  # refreshed by the control thread every 250 ms
         time.sleep(0.6)
         rules.update(sluice.telemetry.query("/sluice/rules"))
+        # Counters follow a rule by name across a reload that moves it.
+        import yaml
+        config = yaml.safe_load(sluice.config_path.read_text())
+        config["firewall"]["rules"].insert(0, {"name": "new-first", "protocol": "udp", "destination_ports": 9,
+                                               "action": "deny"})
+        sluice.config_path.write_text(yaml.safe_dump(config))
+        assert sluice.telemetry.query("/sluice/reload")["last_reload_ok"] == 1
+        time.sleep(0.6)
+        after = sluice.telemetry.query("/sluice/rules")
+        moved = dict(zip(after["names"], zip(after["hits"], after["packets"], after["bytes"])))
+        before = dict(zip(rules["names"], zip(rules["hits"], rules["packets"], rules["bytes"])))
+        assert after["names"][0] == "new-first" and moved["inside-out"] == before["inside-out"]
 
     with sluice:
         stats = run(sluice, [
@@ -106,6 +118,12 @@ def test_replies_pass_unsolicited_traffic_does_not(tmp_path, ns):
             ("lan0", [wrong_side_syn_ack], 0),
         ], before_stop=read_rules)
     assert dict(zip(rules["names"], rules["hits"])) == {"inside-out": 4, "no-telnet": 0, "no-tftp": 0}
+    # Every packet of the connections inside-out allowed, both ways: syn, dns, ping, second syn, syn-ack, dns reply,
+    # pong (the related ICMP error and the invalid SYN-ACK are not the connection's traffic).
+    traffic = dict(zip(rules["names"], zip(rules["packets"], rules["bytes"])))
+    assert traffic["inside-out"][0] == 7
+    assert traffic["inside-out"][1] == sum(len(p) for p in (syn, dns, ping, second_syn, syn_ack, dns_reply, pong))
+    assert traffic["no-telnet"] == (0, 0)
     assert rules["default_hits"] == 1  # the unsolicited SYN
     assert stats["conn_entries"] == 4 and stats["conn_inserts"] == 4
 
