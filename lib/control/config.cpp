@@ -361,17 +361,20 @@ void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
     }
 }
 
+// A value that may be written once or as a list (`80` or `[80, 443]`); an empty list is an error.
+std::vector<YAML::Node> one_or_list(Decoder& d, const YAML::Node& node, const std::string& what) {
+    std::vector<YAML::Node> items;
+    if (!node.IsSequence()) return {node};
+    for (const YAML::Node& n : node) items.push_back(n);
+    if (items.empty()) d.error(node, what + " is an empty list");
+    return items;
+}
+
 // A rule's source or destination: a prefix, "@set", or a list of them.
 AddressMatch decode_address(Decoder& d, const YAML::Node& node, const std::string& what, const Config& config) {
     AddressMatch match;
     match.any = false;
-    std::vector<YAML::Node> items;
-    if (node.IsSequence()) {
-        for (const YAML::Node& n : node) items.push_back(n);
-        if (items.empty()) d.error(node, what + " is an empty list");
-    } else {
-        items.push_back(node);
-    }
+    const std::vector<YAML::Node> items = one_or_list(d, node, what);
     for (const YAML::Node& item : items) {
         const std::string text = item.IsScalar() ? item.Scalar() : "";
         if (text.starts_with("@")) {
@@ -397,13 +400,7 @@ AddressMatch decode_address(Decoder& d, const YAML::Node& node, const std::strin
 // 80, "1000-2000", or a list of those.
 std::vector<PortRange> decode_ports(Decoder& d, const YAML::Node& node, const std::string& what) {
     std::vector<PortRange> ranges;
-    std::vector<YAML::Node> items;
-    if (node.IsSequence()) {
-        for (const YAML::Node& n : node) items.push_back(n);
-        if (items.empty()) d.error(node, what + " is an empty list");
-    } else {
-        items.push_back(node);
-    }
+    const std::vector<YAML::Node> items = one_or_list(d, node, what);
     for (const YAML::Node& item : items) {
         const std::string text = item.IsScalar() ? item.Scalar() : "";
         const auto dash = text.find('-');
@@ -441,10 +438,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
         const std::string what = "rule '" + rule.name + "'";
         if (!rule.name.empty() && !names.insert(rule.name).second) d.error(r["name"], what + " is defined twice");
         d.field(r, "in_ports", what, false, [&](const YAML::Node& v) {
-            std::vector<YAML::Node> items;
-            if (v.IsSequence()) for (const YAML::Node& n : v) items.push_back(n);
-            else items.push_back(v);
-            for (const YAML::Node& p : items) {
+            for (const YAML::Node& p : one_or_list(d, v, what + " in_ports")) {
                 const std::string port = p.IsScalar() ? p.Scalar() : "";
                 if (!config.find_port(port)) d.error(p, what + ": unknown port '" + port + "'");
                 else rule.in_ports.push_back(port);
