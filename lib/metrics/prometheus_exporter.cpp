@@ -101,6 +101,7 @@ public:
         MetricFamily& inserts = family("sluice_conntrack_inserts_total", "Connections a worker started tracking", MetricType::Counter);
         MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out)", MetricType::Counter);
         MetricFamily& rejects = family("sluice_rejects_sent_total", "TCP RSTs and ICMP unreachables sent for reject rules", MetricType::Counter);
+        MetricFamily& full = family("sluice_conntrack_full_drops_total", "New connections a worker refused because its table was full", MetricType::Counter);
         dp.for_each_lcore([&](const LcoreContext& ctx) {
             if (!ctx.worker) return;
             const std::string w = std::to_string(ctx.worker_index);
@@ -111,6 +112,8 @@ public:
             sample(capacity, {{"worker", w}}, ctx.conn_table->capacity());
             sample(inserts, {{"worker", w}}, static_cast<double>(opened));
             sample(expired, {{"worker", w}}, static_cast<double>(gone));
+            sample(full, {{"worker", w}},
+                   static_cast<double>(counter_read(ctx.counters.drops[static_cast<std::size_t>(DropReason::ct_table_full)])));
         });
         const RuleHitsRecord hits = view_.rules->read();
         MetricFamily& rule_hits = family("sluice_rule_hits_total", "New connections (first packets) decided by a firewall rule", MetricType::Counter);
