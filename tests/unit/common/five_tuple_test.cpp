@@ -7,27 +7,14 @@
 #include <set>
 
 #include "common/five_tuple.hpp"
+#include "common/random_tuple.hpp"
 
 using namespace sluice;
 
 namespace {
 
 FiveTuple random_tuple(std::mt19937_64& rng, IpFamily family) {
-    FiveTuple t;
-    t.family = family;
-    t.proto = (rng() & 1) ? IPPROTO_TCP : IPPROTO_UDP;
-    if (family == IpFamily::ipv4) {
-        t.src = IpAddress::from_v4(static_cast<uint32_t>(rng()));
-        t.dst = IpAddress::from_v4(static_cast<uint32_t>(rng()));
-    } else {
-        for (int i = 0; i < 2; ++i) {
-            t.src.quads[i] = rng();
-            t.dst.quads[i] = rng();
-        }
-    }
-    t.src_port = static_cast<uint16_t>(rng());
-    t.dst_port = static_cast<uint16_t>(rng());
-    return t;
+    return test::random_tuple(rng, family, (rng() & 1) ? IPPROTO_TCP : IPPROTO_UDP);
 }
 
 }  // namespace

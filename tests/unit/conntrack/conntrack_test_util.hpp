@@ -10,6 +10,7 @@
 #include <rte_memory.h>
 
 #include "common/five_tuple.hpp"
+#include "common/random_tuple.hpp"
 #include "conntrack/conn_table.hpp"
 
 namespace sluice::test {
@@ -31,24 +32,6 @@ inline FiveTuple v4_tuple(uint8_t proto, uint32_t src, uint16_t src_port, uint32
     t.dst = IpAddress::from_v4(htonl(dst));
     t.src_port = htons(src_port);
     t.dst_port = htons(dst_port);
-    return t;
-}
-
-inline FiveTuple random_tuple(std::mt19937_64& rng, IpFamily family, uint8_t proto) {
-    FiveTuple t;
-    t.family = family;
-    t.proto = proto;
-    if (family == IpFamily::ipv4) {
-        t.src = IpAddress::from_v4(static_cast<uint32_t>(rng()));
-        t.dst = IpAddress::from_v4(static_cast<uint32_t>(rng()));
-    } else {
-        for (int i = 0; i < 2; ++i) {
-            t.src.quads[i] = rng();
-            t.dst.quads[i] = rng();
-        }
-    }
-    t.src_port = static_cast<uint16_t>(rng());
-    t.dst_port = static_cast<uint16_t>(rng());
     return t;
 }
 
