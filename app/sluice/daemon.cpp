@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/explain.hpp"
+#include "control/health_checker.hpp"
 #include "control/snapshot_builder.hpp"
 #include "control/status.hpp"
 #include "control/systemd_notifier.hpp"
@@ -92,7 +93,10 @@ DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::
     DataplaneSpec spec;
     spec.ring_size = config.dataplane.ring_size;
     spec.idle_sleep_us = config.dataplane.idle_sleep_us;
-    spec.conntrack = config.firewall.enabled;
+    spec.conntrack = config.tracks_connections();
+    spec.nat_port_first = config.load_balancer.nat_port_first;
+    spec.nat_port_last = config.load_balancer.nat_port_last;
+    spec.nat_pool_addresses = config.load_balancer.nat_pool.size();
     spec.conn_table_size = config.firewall.table_size;
     spec.conn_timeouts = config.firewall.timeouts;
     for (const auto& port : ports) spec.tx_port_ids.push_back(port->id());
@@ -113,7 +117,7 @@ DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::
 }
 
 void log_tables(const Snapshot& snapshot) {
-    const FirewallTables& fw = snapshot.firewall;
+    const FirewallTables& fw = *snapshot.firewall;
     if (!fw.enabled) return;
     spdlog::info("firewall: {} rule(s) ({} IPv4 / {} IPv6 rte_acl rules after expansion), default {}, {} early-drop prefix(es)",
                  fw.actions.size(), fw.acl_v4 ? fw.acl_v4->expanded_rule_count() : 0,
@@ -230,16 +234,27 @@ private:
         pools_ = create_pools(config_, ports_, workers);
         for (auto& port : ports_) port->start(workers, pools_.at(port->socket()));
         for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
+        health_ = std::make_unique<HealthChecker>([this](uint32_t id, bool up, const std::string& reason) {
+            {
+                std::lock_guard lock(health_mutex_);
+                health_transitions_.emplace_back(id, up, reason);
+            }
+            const uint64_t one = 1;
+            if (write(health_event_.fd, &one, sizeof one) < 0) {
+                // Only fails when the counter would overflow; the control loop still sees the earlier wake-up.
+            }
+        });
         std::unique_ptr<Snapshot> first;
         try {
             first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket(), workers,
-                                   &stable_rule_ids_);
+                                   &stable_rule_ids_, &backends_, backend_health());
         } catch (const std::exception& e) {
             throw StartupError(std::string("tables: ") + e.what());
         }
         log_tables(*first);
         dataplane_ = std::make_unique<Dataplane>(build_dataplane_spec(config_, ports_), std::move(first));
         dataplane_->launch();
+        apply_health_targets();
 
         view_.dataplane = dataplane_.get();
         for (const auto& port : ports_) view_.ports.push_back({port->name(), port->id()});
@@ -301,8 +316,10 @@ private:
             try {
                 const auto started = std::chrono::steady_clock::now();
                 StableRuleIds ids = stable_rule_ids_;  // committed only if the reload goes through
+                BackendRegistry backends = backends_;
                 snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
-                                          dataplane_->worker_count(), &ids);
+                                          dataplane_->worker_count(), &ids, &backends, backend_health());
+                pending_backends_ = std::move(backends);
                 if (ids.size() > kMaxCountedRules)
                     spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
                                  kMaxCountedRules);
@@ -327,10 +344,12 @@ private:
         }
         fold_rule_hits(*dataplane_->publish(std::move(snapshot)));  // the old snapshot is unreachable now
         stable_rule_ids_ = std::move(pending_rule_ids_);
+        backends_ = std::move(pending_backends_);
         if (candidate.config->log.level != config_.log.level)
             spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
         const std::string previous = config_.hash;
         config_ = std::move(*candidate.config);
+        apply_health_targets();
         reload_status_.update([&](ReloadRecord& r) {
             ++r.successes;
             r.last_ok = true;
@@ -341,10 +360,78 @@ private:
         spdlog::info("reload applied: config {} replaces {}", config_.hash, previous);
     }
 
+    BackendHealth backend_health() {
+        return [this](uint32_t id) { return !health_ || health_->is_up(id); };
+    }
+
+    // The backend of a stable id, for logs: "web/10.1.0.11:8080".
+    std::string backend_name(uint32_t id) const {
+        for (const auto& [name, known] : backends_.ids)
+            if (known == id) return name;
+        return "backend #" + std::to_string(id);
+    }
+
+    // Checks every backend whose service (or itself) has a health_check; control thread, at start and after a reload.
+    void apply_health_targets() {
+        if (!health_) return;
+        std::vector<HealthTarget> targets;
+        for (const ServiceConfig& service : config_.services) {
+            for (const BackendConfig& backend : service.backends) {
+                if (backend.health.type == HealthCheckType::none) continue;
+                const auto id = backends_.ids.find(service.name + "/" + backend.name());
+                if (id == backends_.ids.end()) continue;
+                HealthCheckSpec spec;
+                spec.kind = backend.health.type == HealthCheckType::http ? HealthCheckKind::http : HealthCheckKind::tcp;
+                spec.address = to_string(backend.address, backend.family);
+                spec.port = backend.health.port ? backend.health.port : backend.port ? backend.port : service.port;
+                spec.http_path = backend.health.path;
+                spec.expect_status = backend.health.expect_status;
+                spec.interval_ms = backend.health.interval_ms;
+                spec.timeout_ms = backend.health.timeout_ms;
+                spec.rise = backend.health.rise;
+                spec.fall = backend.health.fall;
+                targets.push_back({id->second, spec});
+            }
+        }
+        try {
+            health_->set_targets(std::move(targets));
+        } catch (const std::exception& e) {
+            spdlog::error("health checks not updated: {}", e.what());
+        }
+    }
+
+    // A backend went up or down (reported by the checker's thread): log it, rebuild the Maglev tables without the
+    // down ones and publish them with the same rule set. Control thread.
+    void apply_health_transitions() {
+        uint64_t value;
+        if (read(health_event_.fd, &value, sizeof value) != sizeof value) return;
+        std::vector<std::tuple<uint32_t, bool, std::string>> transitions;
+        {
+            std::lock_guard lock(health_mutex_);
+            transitions.swap(health_transitions_);
+        }
+        for (const auto& [id, up, reason] : transitions) {
+            if (up) spdlog::info("backend {} is up: {}", backend_name(id), reason);
+            else spdlog::warn("backend {} is down: {}", backend_name(id), reason);
+        }
+        try {
+            const auto started = std::chrono::steady_clock::now();
+            BackendRegistry backends = backends_;
+            auto lb = build_lb_tables(config_, backends, backend_health(), ports_.front()->socket());
+            // The retired snapshot shares its rule counters with the new one: nothing to fold.
+            dataplane_->publish(with_lb_tables(dataplane_->snapshot(), std::move(lb)));
+            backends_ = std::move(backends);
+            spdlog::info("load balancer tables rebuilt for health changes in {} ms",
+                         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+        } catch (const std::exception& e) {
+            spdlog::error("load balancer tables not rebuilt after a health change: {}", e.what());
+        }
+    }
+
     // Sums a snapshot's per-lcore rule counters by rule name.
     static std::map<std::string, uint64_t> rule_hits_of(const Snapshot& snapshot, uint64_t& default_hits) {
         std::map<std::string, uint64_t> by_name;
-        const FirewallTables& fw = snapshot.firewall;
+        const FirewallTables& fw = *snapshot.firewall;
         default_hits = 0;
         if (!fw.hits) return by_name;
         const std::size_t stride = fw.hits->rule_count + 1;
@@ -369,12 +456,12 @@ private:
         const Snapshot& current = dataplane_->snapshot();
         const auto live = rule_hits_of(current, record.default_hits);
         record.default_hits += carried_default_hits_;
-        for (std::size_t r = 0; r < current.firewall.rule_names.size(); ++r) {
-            const std::string& name = current.firewall.rule_names[r];
+        for (std::size_t r = 0; r < current.firewall->rule_names.size(); ++r) {
+            const std::string& name = current.firewall->rule_names[r];
             const auto carried = carried_rule_hits_.find(name);
             record.rules.emplace_back(name, live.at(name) + (carried == carried_rule_hits_.end() ? 0 : carried->second));
             uint64_t packets = 0, bytes = 0;
-            const uint32_t stable = current.firewall.stable_ids[r];
+            const uint32_t stable = current.firewall->stable_ids[r];
             if (stable < kMaxCountedRules) {
                 dataplane_->for_each_lcore([&](const LcoreContext& ctx) {
                     if (!ctx.rule_traffic) return;
@@ -420,9 +507,11 @@ private:
                 spdlog::error("lcore {} is stalled (its poll counter stopped); withholding the systemd watchdog ping",
                               config_.lcores[stalled].id);
 
-            pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0}};
+            pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0},
+                            {health_event_.fd, POLLIN, 0}};
             const int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
-            poll(fds, 3, timeout_ms);
+            poll(fds, 4, timeout_ms);
+            if (fds[3].revents & POLLIN) apply_health_transitions();
 
             signalfd_siginfo info;
             while (read(signal_fd.fd, &info, sizeof info) == sizeof info) {
@@ -460,6 +549,7 @@ private:
         int exit_code = kExitOk;
         systemd_.stopping();
         mailbox_.close_all();
+        health_.reset();  // joins the checker's thread: no transition arrives from here on
         attach_telemetry(nullptr, nullptr, nullptr);
         exporter_.reset();
         if (dataplane_) {
@@ -497,6 +587,12 @@ private:
     RuleStats rule_stats_;
     StableRuleIds stable_rule_ids_;
     StableRuleIds pending_rule_ids_;
+    BackendRegistry backends_;
+    BackendRegistry pending_backends_;
+    std::unique_ptr<HealthChecker> health_;
+    Fd health_event_{eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+    std::mutex health_mutex_;
+    std::vector<std::tuple<uint32_t, bool, std::string>> health_transitions_;  // from the checker's thread
     std::map<std::string, uint64_t> carried_rule_hits_;
     uint64_t carried_default_hits_ = 0;
     StatusView view_;

@@ -33,6 +33,11 @@ namespace sluice {
     X(ct_table_full, "connection table full: new connection refused, old ones kept")               \
     X(rate_limited, "a new connection over its rule's rate limit")                                 \
     X(icmp_unrelated, "ICMP error quoting no tracked connection")                                  \
+    X(lb_no_backend, "a new connection to a service with no usable backend (all down or draining)")  \
+    X(lb_backend_removed, "packet of a connection whose backend was removed (service: removed_backends: drop)") \
+    X(nat_ports_exhausted, "a new NAT connection found no free port on the pool address")           \
+    X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")              \
+    X(tunnel_too_big, "packet too big for the egress MTU once encapsulated")                        \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
     X(no_route, "no forwarding entry for the ingress port")                                       \
     X(ring_full, "the owning worker's input ring was full")                                       \

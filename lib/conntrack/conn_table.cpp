@@ -193,7 +193,10 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     e.packets[0] = e.packets[1] = 0;
     e.bytes[0] = e.bytes[1] = 0;
     e.rule_index = rule_index;
-    e.user = 0;
+    e.backend = 0;
+    e.peer = kNoPeer;
+    e.nat_port = 0;
+    e.nat_address = 0;
     e.state = initial;
     e.initiator_is_low = low ? 1 : 0;
     e.flags = kConnFlagLive;
@@ -201,16 +204,47 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     return pos;
 }
 
+int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t primary) {
+    assert(hash == symmetric_flow_hash(tuple));
+    if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
+    bool low;
+    const FiveTuple key = canonical_tuple(tuple, low);
+    const int32_t pos = rte_hash_add_key_with_hash(hash_, &key, hash);
+    if (SLUICE_UNLIKELY(pos < 0)) return -1;
+    ConnEntry& e = entries_[pos];
+    if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return -1;  // the tuple belongs to another connection
+    e = ConnEntry{};
+    e.expires_tsc = UINT64_MAX;  // expiry skips aliases: they go with their connection
+    e.peer = static_cast<uint32_t>(primary);
+    e.rule_index = UINT32_MAX;
+    e.initiator_is_low = low ? 0 : 1;  // the tuple is the reply direction
+    e.flags = kConnFlagLive | kConnFlagAlias;
+    entries_[primary].peer = static_cast<uint32_t>(pos);
+    ++size_;
+    return pos;
+}
+
+bool ConnTable::key_at(int32_t index, FiveTuple& key) const {
+    void* stored = nullptr;
+    if (rte_hash_get_key_with_position(hash_, index, &stored) != 0) return false;
+    std::memcpy(&key, stored, sizeof key);
+    return true;
+}
+
 bool ConnTable::is_reply(int32_t index, const FiveTuple& tuple) const {
     return source_is_low(tuple) != (entries_[index].initiator_is_low != 0);
 }
 
-TrackVerdict ConnTable::track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes,
-                              uint64_t now_tsc) {
+TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint32_t bytes,
+                                        uint64_t now_tsc) {
     ConnEntry& e = entries_[index];
-    const bool reply = is_reply(index, tuple);
     bool refresh = true;
-    if (is_tcp_state(e.state)) {
+    if (SLUICE_UNLIKELY(e.flags & kConnFlagOneWay) && is_tcp_state(e.state)) {
+        if (tcp_flags & tcp::kRst) e.state = ConnState::tcp_close;
+        else if (tcp_flags & tcp::kSyn) e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
+        else if (tcp_flags & tcp::kFin) e.state = ConnState::tcp_fin_wait;
+        else if (e.state == ConnState::tcp_syn_sent) e.state = ConnState::tcp_established;
+    } else if (is_tcp_state(e.state)) {
         const tcp::Transition t = tcp::step(e.state, e.flags, reply, tcp::classify(tcp_flags));
         if (t.step == tcp::Step::invalid) return TrackVerdict::invalid;
         if (t.step == tcp::Step::advance) {
@@ -281,6 +315,17 @@ uint32_t ConnTable::expire(uint64_t now_tsc, uint32_t budget) {
 void ConnTable::remove(int32_t index) {
     ConnEntry& e = entries_[index];
     if (!(e.flags & kConnFlagLive)) return;
+    if (e.flags & kConnFlagAlias) {
+        remove(static_cast<int32_t>(e.peer));
+        return;
+    }
+    if (e.peer != kNoPeer) remove_key(static_cast<int32_t>(e.peer));
+    if ((e.nat_port != 0 || e.backend != 0) && release_hook_) release_hook_(release_arg_, e);
+    remove_key(index);
+}
+
+void ConnTable::remove_key(int32_t index) {
+    ConnEntry& e = entries_[index];
     void* key = nullptr;
     // The key lives in rte_hash's key store; this call checks it is still there (a lookup through key_hash).
     const int found = rte_hash_get_key_with_position(hash_, index, &key);

@@ -57,15 +57,25 @@ struct alignas(kCacheLine) ConnEntry {
     uint64_t packets[2];   // [0] initiator -> responder, [1] replies
     uint64_t bytes[2];
     uint32_t rule_index;   // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
-    uint32_t user;         // reserved for the load balancer (backend id)
+    uint32_t backend;      // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
+    uint32_t peer;         // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
+    uint16_t nat_port;     // NAT: the pool port (host order) the connection holds, 0 when none
+    uint8_t nat_address;   // NAT: index of its pool address
     ConnState state;
     uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
-    uint8_t flags;             // kConnFlagLive, plus sub-state bits owned by the TCP state table (tcp_state.hpp)
+    uint8_t flags;             // kConnFlagLive, kConnFlagAlias, plus the TCP state table's sub-state bits
 };
 static_assert(sizeof(ConnEntry) == kCacheLine);
 
 // The slot holds a connection (expiry scans the entry array, not the hash, and skips free slots with this bit).
 inline constexpr uint8_t kConnFlagLive = 0x01;
+// The slot is a second key of a connection (the NAT side: backend <-> pool address), not a connection: its peer is
+// the connection's entry, and it lives and dies with it. Not the sub-state bits (tcp_state.hpp uses 0x02, 0x04).
+inline constexpr uint8_t kConnFlagAlias = 0x08;
+inline constexpr uint32_t kNoPeer = UINT32_MAX;
+// sluice sees one direction only (dsr and tunnel: the backend answers the client directly), so the two-sided TCP
+// state machine cannot apply: a SYN opens, any ACK establishes, a FIN starts the close and a RST ends it.
+inline constexpr uint8_t kConnFlagOneWay = 0x10;
 
 // What a packet did to its connection.
 enum class TrackVerdict : uint8_t { ok, invalid };
@@ -99,6 +109,29 @@ public:
     // index back, untouched. hash must be symmetric_flow_hash(tuple).
     int32_t insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index, uint64_t now_tsc);
 
+    // Adds a second key for connection `primary` (a NAT connection's backend-side tuple), found by lookup_bulk like
+    // any key; resolve() maps it to the connection. Returns the alias index, or -1 when the table is full or the
+    // tuple is taken (the caller then removes the connection). Removing either removes both.
+    int32_t insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t primary);
+
+    // The connection a looked-up index belongs to; via_alias tells that the packet came by the NAT-side key (so
+    // it is a reply: the backend -> pool side only ever carries replies).
+    int32_t resolve(int32_t index, bool& via_alias) const {
+        via_alias = entries_[index].flags & kConnFlagAlias;
+        return via_alias ? static_cast<int32_t>(entries_[index].peer) : index;
+    }
+
+    // Called with the connection's entry when a balanced connection (backend or nat_port set) is removed (expired
+    // or removed), so the owner returns its NAT port and counts it closed. Owning worker only.
+    using ReleaseHook = void (*)(void* arg, const ConnEntry& entry);
+    void set_release_hook(ReleaseHook hook, void* arg) {
+        release_hook_ = hook;
+        release_arg_ = arg;
+    }
+
+    // The canonical key stored for an index (a lookup in rte_hash's key store; not for every packet).
+    bool key_at(int32_t index, FiveTuple& key) const;
+
     ConnEntry& entry(int32_t index) { return entries_[index]; }
     const ConnEntry& entry(int32_t index) const { return entries_[index]; }
 
@@ -110,7 +143,11 @@ public:
     // no sense in this state (e.g. a SYN on an established connection from the wrong side); the caller drops it.
     // An invalid packet is not counted and changes nothing. A few TCP packets are let through without a state
     // change or a new expiry (nf_conntrack's "ignore": a retransmitted SYN+ACK on an established connection).
-    TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc);
+    TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc) {
+        return track_direction(index, is_reply(index, tuple), tcp_flags, bytes, now_tsc);
+    }
+    // The same with the direction known (reply: from the responder).
+    TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc);
 
     // The state a connection starts in, for its first packet; invalid when that packet cannot open one (a TCP
     // packet without SYN, or with SYN+ACK/RST/FIN) unless loose_pickup (then mid-stream TCP opens as established).
@@ -120,15 +157,21 @@ public:
     // stopped (a bounded amount of work per poll iteration, never a full-table scan). Returns how many it removed.
     uint32_t expire(uint64_t now_tsc, uint32_t budget);
 
-    // Removes one entry now (e.g. after a TCP RST). A free index is left alone.
+    // Removes one connection now (e.g. after a TCP RST), with its alias; an alias index removes its connection.
+    // A free index is left alone.
     void remove(int32_t index);
 
+    // Entries in use: connections plus NAT aliases (a NAT connection takes two of the capacity).
     uint32_t size() const { return size_; }
     uint32_t capacity() const { return capacity_; }
     const ConnTimeouts& timeouts() const { return timeouts_; }
 
 private:
+    void remove_key(int32_t index);
+
     rte_hash* hash_ = nullptr;
+    ReleaseHook release_hook_ = nullptr;
+    void* release_arg_ = nullptr;
     ConnEntry* entries_ = nullptr;
     uint32_t capacity_ = 0;
     uint32_t slots_ = 0;  // entries_ length: every position rte_hash can return is below it

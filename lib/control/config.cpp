@@ -15,6 +15,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "dpdk/mempool.hpp"
+#include "lb/maglev.hpp"
+#include "lb/nat_ports.hpp"
 #include "pipeline/lcore_context.hpp"
 
 namespace sluice {
@@ -22,6 +24,12 @@ namespace sluice {
 std::string ConfigError::to_string() const {
     if (line == 0) return file + ": " + message;
     return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message;
+}
+
+std::string BackendConfig::name() const {
+    const std::string a = to_string(address, family);
+    if (port == 0) return a;
+    return (family == IpFamily::ipv6 ? "[" + a + "]" : a) + ":" + std::to_string(port);
 }
 
 const PortSpec* Config::find_port(const std::string& name) const {
@@ -531,13 +539,181 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     d.field(node, "rules", "firewall", false, [&](const YAML::Node& v) { decode_rules(d, v, config); });
 }
 
+
+// One host address (no prefix length).
+bool decode_host(Decoder& d, const YAML::Node& v, const std::string& what, IpAddress& address, IpFamily& family) {
+    const std::string text = v.IsScalar() ? v.Scalar() : "";
+    Prefix p;
+    if (text.find('/') != std::string::npos || !parse_prefix(text, p, family)) {
+        d.error(v, what + ": '" + text + "' is not an IPv4 or IPv6 address");
+        return false;
+    }
+    address = p.address;
+    return true;
+}
+
+void decode_load_balancer(Decoder& d, const YAML::Node& node, Config& config) {
+    if (!d.map(node, "load_balancer", {"nat_pool", "nat_ports", "tunnel_source"})) return;
+    LoadBalancerConfig& lb = config.load_balancer;
+    d.field(node, "nat_pool", "load_balancer", false, [&](const YAML::Node& v) {
+        for (const YAML::Node& a : one_or_list(d, v, "nat_pool")) {
+            Prefix p;
+            IpFamily family;
+            if (!decode_host(d, a, "nat_pool", p.address, family)) continue;
+            p.length = family == IpFamily::ipv4 ? 32 : 128;
+            for (std::size_t i = 0; i < lb.nat_pool.size(); ++i)
+                if (lb.nat_pool[i].address == p.address && lb.nat_pool_families[i] == family)
+                    d.error(a, "nat_pool: address '" + a.Scalar() + "' is listed twice");
+            lb.nat_pool.push_back(p);
+            lb.nat_pool_families.push_back(family);
+        }
+        if (lb.nat_pool.size() > kMaxNatPoolAddresses) d.error(v, "nat_pool: at most " + std::to_string(kMaxNatPoolAddresses) + " addresses");
+    });
+    d.field(node, "nat_ports", "load_balancer", false, [&](const YAML::Node& v) {
+        const std::vector<PortRange> ranges = decode_ports(d, v, "nat_ports");
+        if (ranges.size() != 1) return d.error(v, "nat_ports must be one range like 1024-65535");
+        if (ranges[0].first == 0) return d.error(v, "nat_ports cannot include port 0");
+        lb.nat_port_first = ranges[0].first;
+        lb.nat_port_last = ranges[0].last;
+    });
+    d.field(node, "tunnel_source", "load_balancer", false, [&](const YAML::Node& v) {
+        for (const YAML::Node& a : one_or_list(d, v, "tunnel_source")) {
+            IpAddress address;
+            IpFamily family;
+            if (!decode_host(d, a, "tunnel_source", address, family)) continue;
+            std::optional<IpAddress>& slot = family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6;
+            if (slot) d.error(a, "tunnel_source: one address per family");
+            slot = address;
+        }
+    });
+}
+
+void decode_health_check(Decoder& d, const YAML::Node& v, const std::string& what, HealthCheckConfig& hc) {
+    if (!d.map(v, what, {"type", "port", "path", "expect", "interval_ms", "timeout_ms", "rise", "fall"})) return;
+    d.field(v, "type", what, true, [&](const YAML::Node& t) {
+        const std::string text = t.IsScalar() ? t.Scalar() : "";
+        if (text == "tcp") hc.type = HealthCheckType::tcp;
+        else if (text == "http") hc.type = HealthCheckType::http;
+        else d.error(t, what + ": type '" + text + "' is not tcp or http");
+    });
+    d.field(v, "port", what, false, [&](const YAML::Node& n) { d.integer(n, what + " port", hc.port, 1, 65535); });
+    d.field(v, "path", what, false, [&](const YAML::Node& n) {
+        if (d.string(n, what + " path", hc.path) && hc.path[0] != '/') d.error(n, what + ": path must start with /");
+    });
+    d.field(v, "expect", what, false, [&](const YAML::Node& n) { d.integer(n, what + " expect (HTTP status)", hc.expect_status, 100, 599); });
+    d.field(v, "interval_ms", what, false, [&](const YAML::Node& n) { d.integer(n, what + " interval_ms", hc.interval_ms, 10, 3600000); });
+    d.field(v, "timeout_ms", what, false, [&](const YAML::Node& n) { d.integer(n, what + " timeout_ms", hc.timeout_ms, 1, 600000); });
+    d.field(v, "rise", what, false, [&](const YAML::Node& n) { d.integer(n, what + " rise", hc.rise, 1, 100); });
+    d.field(v, "fall", what, false, [&](const YAML::Node& n) { d.integer(n, what + " fall", hc.fall, 1, 100); });
+    if ((v["path"] || v["expect"]) && hc.type == HealthCheckType::tcp) d.error(v, what + ": path and expect go with type http");
+    if (hc.timeout_ms > hc.interval_ms) d.error(v, what + ": timeout_ms must not exceed interval_ms");
+}
+
+void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
+    if (!d.sequence(node, "services")) return;
+    std::set<std::string> names;
+    std::map<std::tuple<std::string, uint16_t, uint8_t>, std::string> listeners;
+    const LoadBalancerConfig& lb = config.load_balancer;
+    for (const YAML::Node& s : node) {
+        if (!d.map(s, "a service", {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends",
+                                    "health_check", "backends"}))
+            continue;
+        ServiceConfig service;
+        const std::size_t errors_before = d.errors().size();
+        d.field(s, "name", "a service", true, [&](const YAML::Node& v) { d.string(v, "service name", service.name); });
+        const std::string what = "service '" + service.name + "'";
+        if (!service.name.empty() && !names.insert(service.name).second) d.error(s["name"], what + " is defined twice");
+        d.field(s, "vip", what, true, [&](const YAML::Node& v) { decode_host(d, v, what + " vip", service.vip, service.family); });
+        d.field(s, "port", what, true, [&](const YAML::Node& v) {
+            if (v.IsScalar() && v.Scalar() == "any") service.port = 0;
+            else d.integer(v, what + " port (or any)", service.port, 1, 65535);
+        });
+        d.field(s, "protocol", what, true, [&](const YAML::Node& v) {
+            const std::string text = v.IsScalar() ? v.Scalar() : "";
+            if (text == "tcp") service.protocol = IPPROTO_TCP;
+            else if (text == "udp") service.protocol = IPPROTO_UDP;
+            else d.error(v, what + ": protocol '" + text + "' is not tcp or udp");
+        });
+        d.field(s, "mode", what, true, [&](const YAML::Node& v) {
+            const std::string text = v.IsScalar() ? v.Scalar() : "";
+            if (text == "nat") service.mode = LbMode::nat;
+            else if (text == "dsr") service.mode = LbMode::dsr;
+            else if (text == "tunnel") service.mode = LbMode::tunnel;
+            else d.error(v, what + ": mode '" + text + "' is not nat, dsr or tunnel");
+        });
+        d.field(s, "table_size", what, false, [&](const YAML::Node& v) {
+            if (d.integer(v, what + " table_size", service.table_size, 3, kMaxMaglevTableSize) && !is_prime(service.table_size))
+                d.error(v, what + ": table_size " + std::to_string(service.table_size) + " is not a prime (Maglev needs one; the default is 65537)");
+        });
+        d.field(s, "removed_backends", what, false, [&](const YAML::Node& v) {
+            const std::string text = v.IsScalar() ? v.Scalar() : "";
+            if (text == "drop") service.drop_removed = true;
+            else if (text != "keep") d.error(v, what + ": removed_backends '" + text + "' is not keep or drop");
+        });
+        HealthCheckConfig service_health;
+        d.field(s, "health_check", what, false, [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });
+        d.field(s, "backends", what, true, [&](const YAML::Node& v) {
+            if (!d.sequence(v, what + " backends")) return;
+            if (v.size() == 0) return d.error(v, what + ": backends must list at least one backend (weight 0 drains one)");
+            std::set<std::string> seen;
+            for (const YAML::Node& b : v) {
+                if (!d.map(b, what + " backend", {"address", "port", "weight", "mac", "health_check"})) continue;
+                BackendConfig backend;
+                backend.health = service_health;
+                d.field(b, "address", what + " backend", true, [&](const YAML::Node& a) {
+                    if (decode_host(d, a, what + " backend address", backend.address, backend.family) &&
+                        service.family != IpFamily::none && backend.family != service.family)
+                        d.error(a, what + ": backend " + a.Scalar() + " is not of the vip's address family");
+                });
+                d.field(b, "port", what + " backend", false, [&](const YAML::Node& n) {
+                    if (d.integer(n, what + " backend port", backend.port, 1, 65535) && s["port"] && s["port"].IsScalar() &&
+                        s["port"].Scalar() == "any")
+                        d.error(n, what + ": a backend port needs a service port (with port any the packet's port is kept)");
+                    if (service.mode == LbMode::dsr || service.mode == LbMode::tunnel)
+                        if (s["mode"] && backend.port != 0)
+                            d.error(n, what + ": dsr and tunnel backends keep the vip's port (the packet is not rewritten)");
+                });
+                d.field(b, "weight", what + " backend", false, [&](const YAML::Node& n) { d.integer(n, what + " backend weight", backend.weight, 0, 65535); });
+                d.field(b, "mac", what + " backend", false, [&](const YAML::Node& n) {
+                    std::string text;
+                    if (d.string(n, what + " backend mac", text) && !(backend.has_mac = parse_mac(text, backend.mac)))
+                        d.error(n, what + ": backend mac '" + text + "' is not a MAC address like 02:00:00:00:00:01");
+                });
+                d.field(b, "health_check", what + " backend", false,
+                        [&](const YAML::Node& n) { decode_health_check(d, n, what + " backend health_check", backend.health); });
+                if (service.mode == LbMode::dsr && !b["mac"] && b["address"])
+                    d.error(b, what + ": dsr backend " + b["address"].Scalar() + " needs a mac (sluice does not resolve neighbours yet)");
+                if (backend.family != IpFamily::none && !seen.insert(backend.name()).second)
+                    d.error(b, what + ": backend " + backend.name() + " is listed twice");
+                service.backends.push_back(backend);
+            }
+            if (service.table_size <= service.backends.size())
+                d.error(v, what + ": table_size must be larger than the number of backends");
+        });
+        if (d.errors().size() == errors_before) {
+            const auto key = std::make_tuple(to_string(service.vip, service.family), service.port, service.protocol);
+            if (const auto [it, fresh] = listeners.emplace(key, service.name); !fresh)
+                d.error(s, what + ": the same vip, port and protocol as service '" + it->second + "'");
+            const auto has_pool = [&](IpFamily f) { return std::find(lb.nat_pool_families.begin(), lb.nat_pool_families.end(), f) != lb.nat_pool_families.end(); };
+            const char* family = service.family == IpFamily::ipv4 ? "IPv4" : "IPv6";
+            if (service.mode == LbMode::nat && !has_pool(service.family))
+                d.error(s["mode"], what + ": mode nat needs an " + std::string(family) + " address in load_balancer nat_pool");
+            if (service.mode == LbMode::tunnel &&
+                !(service.family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6))
+                d.error(s["mode"], what + ": mode tunnel needs an " + std::string(family) + " load_balancer tunnel_source");
+        }
+        config.services.push_back(std::move(service));
+    }
+}
+
 ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name) {
     ConfigResult result;
     Config config;
     config.path = name;
     if (!root || root.IsNull()) {
         d.errors().push_back({name, 0, 0, "the file is empty"});
-    } else if (d.map(root, "the top level", {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall"})) {
+    } else if (d.map(root, "the top level", {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall",
+                                                    "load_balancer", "services"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -579,6 +755,9 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.field(root, "lcores", "the config", true, [&](const YAML::Node& v) { decode_lcores(d, v, config); });
         d.field(root, "forward", "the config", false, [&](const YAML::Node& v) { decode_forward(d, v, config); });
         d.field(root, "firewall", "the config", false, [&](const YAML::Node& v) { decode_firewall(d, v, config); });
+        // load_balancer first: services check their mode against its pools.
+        d.field(root, "load_balancer", "the config", false, [&](const YAML::Node& v) { decode_load_balancer(d, v, config); });
+        d.field(root, "services", "the config", false, [&](const YAML::Node& v) { decode_services(d, v, config); });
     }
     result.errors = std::move(d.errors());
     if (result.errors.empty()) result.config = std::move(config);
@@ -633,8 +812,16 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
         changes.push_back("ports changed: " + names);
     }
     if (running.lcores != candidate.lcores) changes.push_back("lcores changed");
-    // Connection tables are sized and timed per worker at start.
-    if (running.firewall.enabled != candidate.firewall.enabled) changes.push_back("firewall turned on or off");
+    // Connection tables and NAT port pools are sized and timed per worker at start.
+    if (running.tracks_connections() != candidate.tracks_connections())
+        changes.push_back("connection tracking turned on or off (a firewall section or services added or removed)");
+    const LoadBalancerConfig& a = running.load_balancer;
+    const LoadBalancerConfig& b = candidate.load_balancer;
+    if (a.nat_pool.size() != b.nat_pool.size() ||
+        !std::equal(a.nat_pool.begin(), a.nat_pool.end(), b.nat_pool.begin(),
+                    [](const Prefix& x, const Prefix& y) { return x.address == y.address; }) ||
+        a.nat_port_first != b.nat_port_first || a.nat_port_last != b.nat_port_last)
+        changes.push_back("load_balancer nat_pool or nat_ports changed");
     if (running.firewall.table_size != candidate.firewall.table_size) changes.push_back("firewall table_size changed");
     if (running.firewall.timeouts != candidate.firewall.timeouts) changes.push_back("firewall timeouts changed");
     return changes;

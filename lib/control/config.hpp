@@ -12,6 +12,7 @@
 #include "classify/rule.hpp"
 #include "conntrack/conn_table.hpp"
 #include "dpdk/port.hpp"
+#include "lb/lb_tables.hpp"
 
 namespace sluice {
 
@@ -103,6 +104,54 @@ struct FirewallConfig {
     std::vector<FirewallRuleConfig> rules;
 };
 
+enum class HealthCheckType : uint8_t { none, tcp, http };
+
+// How the control thread checks a backend (through the kernel: see docs/architecture.md, "exception path").
+struct HealthCheckConfig {
+    HealthCheckType type = HealthCheckType::none;
+    uint16_t port = 0;             // 0: the backend's port (or the service's)
+    std::string path = "/";        // http
+    int expect_status = 200;       // http
+    uint32_t interval_ms = 2000;
+    uint32_t timeout_ms = 1000;
+    uint32_t rise = 2;
+    uint32_t fall = 3;
+    friend bool operator==(const HealthCheckConfig&, const HealthCheckConfig&) = default;
+};
+
+struct BackendConfig {
+    IpAddress address{};
+    IpFamily family = IpFamily::none;
+    uint16_t port = 0;         // 0: the packet's destination port is kept
+    uint32_t weight = 1;       // 0: draining (no new connections)
+    bool has_mac = false;
+    rte_ether_addr mac{};      // next-hop MAC towards it; required by dsr
+    HealthCheckConfig health;  // the service's unless the backend has its own
+
+    std::string name() const;  // "10.1.0.11:8080", "[2001:db8::11]:80", "10.1.0.12" (no port): Maglev's input
+};
+
+struct ServiceConfig {
+    std::string name;
+    IpAddress vip{};
+    IpFamily family = IpFamily::none;
+    uint16_t port = 0;         // 0: any port
+    uint8_t protocol = 6;      // IPPROTO_TCP or IPPROTO_UDP
+    LbMode mode = LbMode::nat;
+    uint32_t table_size = 65537;
+    bool drop_removed = false;  // removed_backends: drop (else keep until they end)
+    std::vector<BackendConfig> backends;
+};
+
+struct LoadBalancerConfig {
+    std::vector<Prefix> nat_pool;  // host addresses (length 32 / 128), in config order
+    std::vector<IpFamily> nat_pool_families;
+    uint16_t nat_port_first = 1024;
+    uint16_t nat_port_last = 65535;
+    std::optional<IpAddress> tunnel_source_v4;
+    std::optional<IpAddress> tunnel_source_v6;
+};
+
 // Largest prefix-set file accepted (bytes): a config author cannot make sluice read an unbounded file.
 inline constexpr std::size_t kMaxPrefixFileBytes = 64u << 20;
 
@@ -114,11 +163,15 @@ struct Config {
     DataplaneConfig dataplane;
     MetricsConfig metrics;
     FirewallConfig firewall;
+    LoadBalancerConfig load_balancer;
+    std::vector<ServiceConfig> services;
     std::vector<PortSpec> ports;
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
 
     const PortSpec* find_port(const std::string& name) const;
+    // Workers track connections: the firewall is on or a service exists.
+    bool tracks_connections() const { return firewall.enabled || !services.empty(); }
 };
 
 struct ConfigResult {

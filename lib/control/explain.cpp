@@ -78,7 +78,7 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     lines.push_back(fmt::format("worker: {} of {} (symmetric hash {:08x}; replies go to the same worker)",
                                 (uint64_t{hash} * worker_count) >> 32, worker_count, hash));
 
-    const FirewallTables& fw = snapshot.firewall;
+    const FirewallTables& fw = *snapshot.firewall;
     bool blocked = false;
     if (t.family == IpFamily::ipv4 && fw.blocklist_v4) {
         uint32_t hop;

@@ -6,9 +6,12 @@
 #include <stdexcept>
 
 #include <rte_cycles.h>
+#include <rte_hash.h>
 #include <rte_errno.h>
 #include <rte_lpm.h>
 #include <rte_lpm6.h>
+
+#include "lb/maglev.hpp"
 
 namespace sluice {
 namespace {
@@ -111,10 +114,104 @@ void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::si
 
 }  // namespace
 
-std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
-                                         int socket, std::size_t worker_count, StableRuleIds* stable_ids) {
+std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry, const BackendHealth& healthy,
+                                                int socket) {
+    auto lb = std::make_shared<LbTables>();
+    const LoadBalancerConfig& lc = config.load_balancer;
+    for (std::size_t i = 0; i < lc.nat_pool.size(); ++i) {
+        lb->pool.push_back(lc.nat_pool[i].address);
+        lb->pool_family.push_back(lc.nat_pool_families[i]);
+        (lc.nat_pool_families[i] == IpFamily::ipv4 ? lb->pool_v4 : lb->pool_v6).push_back(static_cast<uint8_t>(i));
+    }
+    if (lc.tunnel_source_v4) lb->tunnel_source_v4 = *lc.tunnel_source_v4;
+    if (lc.tunnel_source_v6) lb->tunnel_source_v6 = *lc.tunnel_source_v6;
+
+    for (LbBackend& b : registry.known) {
+        b.removed = true;
+        b.service = UINT32_MAX;
+    }
+    for (std::size_t s = 0; s < config.services.size(); ++s) {
+        const ServiceConfig& sc = config.services[s];
+        LbService service;
+        service.name = sc.name;
+        service.vip.address = sc.vip;
+        service.vip.port_be = rte_cpu_to_be_16(sc.port);
+        service.vip.proto = sc.protocol;
+        service.vip.family = sc.family;
+        service.mode = sc.mode;
+        service.table_size = sc.table_size;
+        std::vector<MaglevBackend> maglev;
+        for (const BackendConfig& bc : sc.backends) {
+            const std::string key = sc.name + "/" + bc.name();
+            const auto [it, added] = registry.ids.try_emplace(key, static_cast<uint32_t>(registry.known.size()));
+            if (added) {
+                if (registry.known.size() >= kMaxBackends) {
+                    registry.ids.erase(it);
+                    throw std::runtime_error("more than " + std::to_string(kMaxBackends) +
+                                             " backends known since start: restart sluice to reuse backend ids");
+                }
+                registry.known.emplace_back();
+            }
+            const uint32_t id = it->second;
+            LbBackend& b = registry.known[id];
+            b.address = bc.address;
+            b.family = bc.family;
+            b.has_mac = bc.has_mac;
+            b.mac = bc.mac;
+            b.removed = false;
+            b.drop_when_removed = sc.drop_removed;
+            b.mode = sc.mode;
+            b.port_be = rte_cpu_to_be_16(bc.port);
+            b.service = static_cast<uint32_t>(s);
+            const bool up = !healthy || healthy(id);
+            service.backend_ids.push_back(id);
+            service.backend_up.push_back(up ? 1 : 0);
+            maglev.push_back(MaglevBackend{bc.name(), up ? bc.weight : 0});
+        }
+        service.maglev = build_maglev_table(maglev, sc.table_size);
+        lb->services.push_back(std::move(service));
+    }
+    // A removed backend keeps its last service's drop/keep choice (its service may be gone too).
+    lb->backends = registry.known;
+
+    if (!lb->services.empty()) {
+        static std::atomic<uint64_t> generation{0};
+        const std::string name = "sl_vip_" + std::to_string(generation.fetch_add(1));
+        rte_hash_parameters params{};
+        params.name = name.c_str();
+        params.entries = static_cast<uint32_t>(std::max<std::size_t>(lb->services.size() * 2, 16));
+        params.key_len = sizeof(VipKey);
+        params.socket_id = socket;
+        lb->vips = rte_hash_create(&params);  // freed by ~LbTables
+        if (!lb->vips) throw std::runtime_error("VIP table: rte_hash_create: " + std::string(rte_strerror(rte_errno)));
+        for (std::size_t s = 0; s < lb->services.size(); ++s)
+            if (rte_hash_add_key_data(lb->vips, &lb->services[s].vip, reinterpret_cast<void*>(s)) < 0)
+                throw std::runtime_error("VIP table: cannot add service '" + lb->services[s].name + "'");
+    }
+    return lb;
+}
+
+std::unique_ptr<Snapshot> with_lb_tables(const Snapshot& base, std::shared_ptr<const LbTables> lb) {
     auto snapshot = std::make_unique<Snapshot>();
-    for (const PortIdentity& p : ports) snapshot->port_mac[p.id] = p.mac;
+    snapshot->forward_by_in_port = base.forward_by_in_port;
+    snapshot->port_mac = base.port_mac;
+    snapshot->port_mtu = base.port_mtu;
+    snapshot->firewall = base.firewall;
+    snapshot->lb = std::move(lb);
+    return snapshot;
+}
+
+std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
+                                         int socket, std::size_t worker_count, StableRuleIds* stable_ids,
+                                         BackendRegistry* backends, const BackendHealth& healthy) {
+    auto snapshot = std::make_unique<Snapshot>();
+    for (const PortIdentity& p : ports) {
+        snapshot->port_mac[p.id] = p.mac;
+        const PortSpec* spec = config.find_port(p.name);
+        snapshot->port_mtu[p.id] = spec ? spec->mtu : 1500;
+    }
+    BackendRegistry local;
+    snapshot->lb = build_lb_tables(config, backends ? *backends : local, healthy, socket);
     for (const ForwardConfig& f : config.forward) {
         const PortIdentity& in = port_named(ports, f.from);
         const PortIdentity& out = port_named(ports, f.to);
@@ -123,7 +220,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     }
 
     const FirewallConfig& fc = config.firewall;
-    FirewallTables& fw = snapshot->firewall;
+    FirewallTables& fw = *snapshot->firewall;
     fw.enabled = fc.enabled;
     if (!fc.enabled) return snapshot;
     fw.loose_pickup = fc.loose_pickup;

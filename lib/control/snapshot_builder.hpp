@@ -1,6 +1,7 @@
 // Builds the immutable Snapshot the lcores read from a validated config. Control thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,8 +28,28 @@ struct PortIdentity {
 // Stable rule ids by name, for the daemon's life: a rule keeps its id (and its counters) across reloads.
 using StableRuleIds = std::map<std::string, uint32_t>;
 
+// Stable backend ids for the daemon's life ("service/address:port" -> id), and what each backend was last
+// configured as: a connection keeps its backend's id across reloads, and a removed backend stays known (marked
+// removed) so that `removed_backends: keep` connections still reach it.
+struct BackendRegistry {
+    std::map<std::string, uint32_t> ids;
+    std::vector<LbBackend> known;  // by id
+};
+
+// Whether a backend (by stable id) passes its health checks; a down backend takes no Maglev slot.
+using BackendHealth = std::function<bool(uint32_t stable_id)>;
+
+// Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws
+// std::runtime_error when a table cannot be built (or more than kMaxBackends backends were ever known).
+std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry, const BackendHealth& healthy,
+                                                int socket = 0);
+
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
                                          std::size_t lcore_count = 1, int socket = 0, std::size_t worker_count = 1,
-                                         StableRuleIds* stable_ids = nullptr);
+                                         StableRuleIds* stable_ids = nullptr, BackendRegistry* backends = nullptr,
+                                         const BackendHealth& healthy = nullptr);
+
+// A copy of base with other load-balancer tables (a health transition): the rule set is shared, not rebuilt.
+std::unique_ptr<Snapshot> with_lb_tables(const Snapshot& base, std::shared_ptr<const LbTables> lb);
 
 }  // namespace sluice

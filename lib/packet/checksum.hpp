@@ -21,6 +21,19 @@ constexpr uint16_t checksum_update16(uint16_t checksum, uint16_t old_word, uint1
     return static_cast<uint16_t>(~checksum_fold(sum));
 }
 
+// RFC 1624 over several words at once: old_data and new_data are the len bytes (even) before and after a rewrite,
+// e.g. an address. Used for the pseudo-header part of TCP/UDP checksums when NAT changes addresses and ports.
+inline uint16_t checksum_update_bytes(uint16_t checksum, const void* old_data, const void* new_data, std::size_t len) {
+    const auto* o = static_cast<const uint8_t*>(old_data);
+    const auto* n = static_cast<const uint8_t*>(new_data);
+    uint32_t sum = static_cast<uint16_t>(~checksum);
+    for (std::size_t i = 0; i + 1 < len; i += 2) {
+        sum += static_cast<uint16_t>(~static_cast<uint16_t>(o[i] | (o[i + 1] << 8)));
+        sum += static_cast<uint16_t>(n[i] | (n[i + 1] << 8));
+    }
+    return static_cast<uint16_t>(~checksum_fold(sum));
+}
+
 // RFC 1071 checksum of a buffer, returned in the buffer's byte order (store it as is).
 inline uint16_t checksum_compute(const void* data, std::size_t len) {
     const auto* p = static_cast<const uint8_t*>(data);

@@ -15,6 +15,17 @@
 #include "pipeline/forward_stage.hpp"
 
 namespace sluice {
+namespace {
+
+// A balanced connection ended (expired or removed) on its worker: its NAT port goes back to the pool and its
+// backend has one connection less.
+void release_connection(void* arg, const ConnEntry& entry) {
+    auto& ctx = *static_cast<LcoreContext*>(arg);
+    if (entry.nat_port != 0) ctx.nat_ports->release(entry.nat_address, entry.nat_port);
+    if (entry.backend != 0 && entry.backend <= kMaxBackends) counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
+}
+
+}  // namespace
 
 Dataplane::Dataplane(const DataplaneSpec& spec, std::unique_ptr<Snapshot> initial) {
     try {
@@ -84,6 +95,12 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
                 ctx->rule_traffic = static_cast<RuleTraffic*>(
                     rte_zmalloc_socket("sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
                 if (!ctx->rule_traffic) throw std::runtime_error("out of memory for rule counters");
+                ctx->backend_traffic = static_cast<BackendTraffic*>(
+                    rte_zmalloc_socket("sluice_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
+                if (!ctx->backend_traffic) throw std::runtime_error("out of memory for backend counters");
+                ctx->nat_ports = new NatPortPool(spec.nat_port_first, spec.nat_port_last, next_worker,
+                                                 static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
+                ctx->conn_table->set_release_hook(release_connection, ctx);
             } catch (const std::exception& e) {
                 throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " + e.what());
             }
@@ -111,7 +128,9 @@ void Dataplane::release() {
     for (LcoreContext* ctx : contexts_) {
         for (uint16_t i = 0; i < ctx->tx_port_count; ++i) rte_free(ctx->tx_buffers[ctx->tx_ports[i]]);
         delete ctx->conn_table;
+        delete ctx->nat_ports;
         rte_free(ctx->rule_traffic);
+        rte_free(ctx->backend_traffic);
         ctx->~LcoreContext();
         rte_free(ctx);
     }

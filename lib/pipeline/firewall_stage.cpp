@@ -7,6 +7,7 @@
 #include <rte_lpm6.h>
 
 #include "packet/packet_meta.hpp"
+#include "lb/maglev.hpp"
 #include "packet/reject.hpp"
 
 namespace sluice {
@@ -42,9 +43,11 @@ bool admit(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTup
 
 }  // namespace
 
-uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc) {
+uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc,
+                        PacketRoute* routes) {
     if (count == 0) return 0;
-    const FirewallTables& fw = snapshot.firewall;
+    const FirewallTables& fw = *snapshot.firewall;
+    const LbTables& lb = *snapshot.lb;
     ConnTable& table = *ctx.conn_table;
     FiveTuple tuples[kBurst];
     const FiveTuple* tuple_ptrs[kBurst] = {};  // {}: GCC cannot see that count >= 1 fills them
@@ -54,12 +57,14 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     Fate fate[kBurst];
     DropReason reason[kBurst];
     ConnState opening[kBurst];
+    PacketRoute route[kBurst];
 
     for (uint16_t i = 0; i < count; ++i) {
         const PacketMeta& meta = *packet_meta(pkts[i]);
         tuple_from_meta(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]), meta, tuples[i], tcp_flags[i]);
         tuple_ptrs[i] = &tuples[i];
         hashes[i] = meta.flow_hash;
+        route[i] = PacketRoute{};
     }
     table.lookup_bulk(tuple_ptrs, hashes, count, positions);
 
@@ -68,15 +73,36 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     for (uint16_t i = 0; i < count; ++i) {
         const bool icmp_error = packet_meta(pkts[i])->flags & kMetaIcmpError;
         if (positions[i] >= 0) {
+            bool via_alias;
+            const int32_t conn = table.resolve(positions[i], via_alias);
             if (icmp_error) {
                 fate[i] = Fate::pass;  // related to a tracked connection
-            } else if (table.track(positions[i], tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) ==
-                       TrackVerdict::ok) {
-                fate[i] = Fate::pass;
-                count_rule_traffic(ctx, table.entry(positions[i]), rte_pktmbuf_pkt_len(pkts[i]));
-            } else {
+                continue;
+            }
+            const bool reply = via_alias || table.is_reply(conn, tuples[i]);
+            if (table.track_direction(conn, reply, tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) != TrackVerdict::ok) {
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::ct_invalid;
+                continue;
+            }
+            const ConnEntry& entry = table.entry(conn);
+            fate[i] = Fate::pass;
+            count_rule_traffic(ctx, entry, rte_pktmbuf_pkt_len(pkts[i]));
+            if (entry.backend != 0) {
+                const uint32_t backend = entry.backend - 1;
+                if (SLUICE_UNLIKELY(backend >= lb.backends.size() ||
+                                    (lb.backends[backend].removed && lb.backends[backend].drop_when_removed))) {
+                    table.remove(conn);
+                    fate[i] = Fate::drop;
+                    reason[i] = DropReason::lb_backend_removed;
+                    continue;
+                }
+                BackendTraffic& traffic = ctx.backend_traffic[backend];
+                counter_add(traffic.packets);
+                counter_add(traffic.bytes, rte_pktmbuf_pkt_len(pkts[i]));
+                // Replies of dsr and tunnel connections do not come back through sluice; if they do, they are routed.
+                if (!reply) route[i] = PacketRoute{conn, backend, RouteKind::to_backend};
+                else if (via_alias) route[i] = PacketRoute{conn, backend, RouteKind::nat_reply};
             }
             continue;
         }
@@ -85,6 +111,17 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             reason[i] = DropReason::icmp_unrelated;
             continue;
         }
+        if (lb.enabled() && SLUICE_UNLIKELY(lb.is_pool_address(tuples[i].family, tuples[i].dst))) {
+            fate[i] = Fate::drop;  // a pool address is sluice's own: only replies of its NAT connections are welcome
+            reason[i] = DropReason::nat_no_connection;
+            continue;
+        }
+        const int32_t service = lb.enabled() ? lb.find_service(tuples[i]) : -1;
+        if (service < 0 && !fw.enabled) {
+            fate[i] = Fate::pass;  // no firewall: only balanced connections are tracked
+            continue;
+        }
+        route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided
         if (ConnTable::initial_state(tuples[i], tcp_flags[i], fw.loose_pickup, opening[i]) != TrackVerdict::ok) {
             fate[i] = Fate::drop;
             reason[i] = DropReason::ct_no_connection;
@@ -95,10 +132,87 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         else v6_new[v6_count++] = i;
     }
 
+    // A new connection the rules allowed: tracked, and balanced when it is for a service.
+    const auto open_connection = [&](uint16_t i, uint32_t stable_rule) {
+        const uint32_t service_index = route[i].backend;
+        route[i] = PacketRoute{};
+        uint32_t backend = 0;
+        const LbService* service = service_index == kNoService ? nullptr : &lb.services[service_index];
+        if (service) {
+            const uint16_t local = service->maglev[maglev_slot(hashes[i], service->table_size)];
+            if (SLUICE_UNLIKELY(local == kMaglevNoBackend)) {
+                fate[i] = Fate::drop;
+                reason[i] = DropReason::lb_no_backend;
+                return;
+            }
+            backend = service->backend_ids[local];
+        }
+        // insert() hands back the entry a second new packet of the same flow in this burst already made.
+        const uint32_t before = table.size();
+        const int32_t position = table.insert(tuples[i], hashes[i], opening[i], stable_rule, now_tsc);
+        if (position < 0) {
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::ct_table_full;
+            return;
+        }
+        ConnEntry& entry = table.entry(position);
+        if (table.size() != before) {
+            counter_add(ctx.counters.conn_inserts);
+            if (service) {
+                const LbBackend& target = lb.backends[backend];
+                if (service->mode == LbMode::nat) {
+                    const std::vector<uint8_t>& pool = tuples[i].family == IpFamily::ipv4 ? lb.pool_v4 : lb.pool_v6;
+                    const uint8_t address = pool[hashes[i] % pool.size()];
+                    const uint16_t port = ctx.nat_ports->allocate(address);
+                    if (SLUICE_UNLIKELY(port == 0)) {
+                        table.remove(position);
+                        fate[i] = Fate::drop;
+                        reason[i] = DropReason::nat_ports_exhausted;
+                        return;
+                    }
+                    entry.nat_port = port;
+                    entry.nat_address = address;
+                    entry.backend = backend + 1;  // from here on, removal releases the port and counts it closed
+                    FiveTuple reply_tuple;
+                    reply_tuple.src = target.address;
+                    reply_tuple.dst = lb.pool[address];
+                    reply_tuple.src_port = target.port_be ? target.port_be : tuples[i].dst_port;
+                    reply_tuple.dst_port = rte_cpu_to_be_16(port);
+                    reply_tuple.proto = tuples[i].proto;
+                    reply_tuple.family = tuples[i].family;
+                    counter_add(ctx.backend_traffic[backend].new_connections);
+                    if (SLUICE_UNLIKELY(table.insert_alias(reply_tuple, symmetric_flow_hash(reply_tuple), position) < 0)) {
+                        table.remove(position);
+                        fate[i] = Fate::drop;
+                        reason[i] = DropReason::ct_table_full;
+                        return;
+                    }
+                } else {
+                    entry.backend = backend + 1;
+                    entry.flags |= kConnFlagOneWay;  // the backend answers the client directly
+                    counter_add(ctx.backend_traffic[backend].new_connections);
+                }
+            }
+        }
+        table.track(position, tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc);
+        count_rule_traffic(ctx, entry, rte_pktmbuf_pkt_len(pkts[i]));
+        if (entry.backend != 0) {
+            BackendTraffic& traffic = ctx.backend_traffic[entry.backend - 1];
+            counter_add(traffic.packets);
+            counter_add(traffic.bytes, rte_pktmbuf_pkt_len(pkts[i]));
+            route[i] = PacketRoute{position, entry.backend - 1, RouteKind::to_backend};
+        }
+        fate[i] = Fate::pass;
+    };
+
     // One rte_acl call per family over the whole burst's new connections.
     const std::size_t hit_base = static_cast<std::size_t>(ctx.qsbr_thread_id) * (fw.hits ? fw.hits->rule_count + 1 : 0);
     const auto decide = [&](const AclClassifier* acl, const std::vector<uint32_t>& rule_ids, const uint16_t* which, uint16_t n) {
         if (n == 0) return;
+        if (!fw.enabled) {  // services without a firewall: every new connection to a VIP is allowed
+            for (uint16_t k = 0; k < n; ++k) open_connection(which[k], UINT32_MAX);
+            return;
+        }
         const FiveTuple* batch[kBurst] = {};  // {}: GCC cannot see that n >= 1 fills them
         uint16_t in_ports[kBurst] = {};
         uint32_t matched[kBurst];
@@ -118,19 +232,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::rate_limited;
             } else if (action == RuleAction::allow) {
-                // insert() hands back the entry a second new packet of the same flow in this burst already made.
-                const uint32_t before = table.size();
-                const uint32_t stable = rule == UINT32_MAX ? UINT32_MAX : fw.stable_ids[rule];
-                const int32_t position = table.insert(tuples[i], hashes[i], opening[i], stable, now_tsc);
-                if (table.size() != before) counter_add(ctx.counters.conn_inserts);
-                if (position < 0) {
-                    fate[i] = Fate::drop;
-                    reason[i] = DropReason::ct_table_full;
-                } else {
-                    table.track(position, tuples[i], tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc);
-                    count_rule_traffic(ctx, table.entry(position), rte_pktmbuf_pkt_len(pkts[i]));
-                    fate[i] = Fate::pass;
-                }
+                open_connection(i, rule == UINT32_MAX ? UINT32_MAX : fw.stable_ids[rule]);
             } else {
                 fate[i] = action == RuleAction::reject ? Fate::reject : Fate::drop;
                 reason[i] = action == RuleAction::reject ? DropReason::rule_reject : DropReason::rule_deny;
@@ -147,6 +249,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         switch (fate[i]) {
         case Fate::pass:
         case Fate::classify:  // unreachable: every new packet was decided
+            if (routes) routes[kept] = route[i];
             pkts[kept++] = m;
             break;
         case Fate::reject:

@@ -4,6 +4,7 @@
 
 #include "packet/checksum.hpp"
 #include "packet/packet_meta.hpp"
+#include "packet/rewrite.hpp"
 
 namespace sluice {
 
@@ -46,13 +47,78 @@ void count_tx_drops(rte_mbuf** unsent, uint16_t count, void* sink_arg) {
     rte_pktmbuf_free_bulk(unsent, count);
 }
 
-void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count) {
+namespace {
+
+// Ethernet only (dsr): a fresh header right before the IP header, tags left behind; the IP packet is untouched.
+void rewrite_l2(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& dst, const rte_ether_addr& src) {
+    uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(l3 - sizeof(rte_ether_hdr));
+    eth->dst_addr = dst;
+    eth->src_addr = src;
+    eth->ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
+    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
+    if (strip) rte_pktmbuf_adj(m, strip);
+}
+
+// A packet of a balanced connection, to its backend or (nat) back to its client: rewritten per the service's mode.
+DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf* m, const PacketRoute& route,
+                            ForwardEntry& out) {
+    const LbTables& lb = *snapshot.lb;
+    const LbBackend& backend = lb.backends[route.backend];
+    const PacketMeta& meta = *packet_meta(m);
+    const ConnEntry& entry = ctx.conn_table->entry(route.conn);
+    if (route.kind == RouteKind::nat_reply) {
+        // The connection's own key holds the client and the VIP; initiator_is_low says which side is the client.
+        FiveTuple key;
+        if (SLUICE_UNLIKELY(!ctx.conn_table->key_at(route.conn, key))) return DropReason::nat_no_connection;
+        const bool client_low = entry.initiator_is_low;
+        const IpAddress& client = client_low ? key.src : key.dst;
+        const IpAddress& vip = client_low ? key.dst : key.src;
+        nat_rewrite(m, meta, vip, client_low ? key.dst_port : key.src_port, client, client_low ? key.src_port : key.dst_port);
+        return rewrite_for_forwarding(m, out);
+    }
+    if (backend.has_mac) out.dst_mac = backend.mac;
+    switch (backend.mode) {
+    case LbMode::nat: {
+        const uint8_t* l4 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
+        uint16_t dst_port;
+        std::memcpy(&dst_port, l4 + 2, 2);
+        nat_rewrite(m, meta, lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port), backend.address,
+                    backend.port_be ? backend.port_be : dst_port);
+        return rewrite_for_forwarding(m, out);
+    }
+    case LbMode::dsr:
+        rewrite_l2(m, meta, out.dst_mac, out.src_mac);
+        return DropReason::none;
+    case LbMode::tunnel: {
+        const IpAddress& source = meta.family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6;
+        if (!encapsulate(m, meta, source, backend.address, snapshot.port_mtu[out.out_port])) return DropReason::tunnel_too_big;
+        auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
+        eth->dst_addr = out.dst_mac;
+        eth->src_addr = out.src_mac;
+        return DropReason::none;
+    }
+    }
+    return DropReason::none;
+}
+
+}  // namespace
+
+void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, const PacketRoute* routes) {
     rte_mbuf* dropped[kBurst];
     uint16_t dropped_count = 0;
     for (uint16_t i = 0; i < count; ++i) {
         rte_mbuf* m = pkts[i];
         const ForwardEntry& entry = snapshot.forward_by_in_port[m->port];
-        DropReason verdict = entry.valid ? rewrite_for_forwarding(m, entry) : DropReason::no_route;
+        DropReason verdict;
+        if (SLUICE_UNLIKELY(!entry.valid)) {
+            verdict = DropReason::no_route;
+        } else if (routes && routes[i].kind != RouteKind::plain) {
+            ForwardEntry out = entry;
+            verdict = rewrite_balanced(ctx, snapshot, m, routes[i], out);
+        } else {
+            verdict = rewrite_for_forwarding(m, entry);
+        }
         if (SLUICE_UNLIKELY(verdict != DropReason::none)) {
             ctx.counters.drop(verdict);
             dropped[dropped_count++] = m;

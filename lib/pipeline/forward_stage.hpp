@@ -1,5 +1,6 @@
 // The worker's L2/L3 forwarding stage: TTL/hop-limit decrement with an RFC 1624 checksum update, MAC rewrite to
-// the ingress port's configured next hop, VLAN tags stripped, and TX through the worker's own queue.
+// the ingress port's configured next hop (or a backend's MAC), VLAN tags stripped, the load balancer's rewrites,
+// and TX through the worker's own queue.
 // Owning worker only; fast-path safe.
 #pragma once
 
@@ -12,8 +13,11 @@
 
 namespace sluice {
 
-// Takes ownership of every mbuf: each is either buffered for TX or dropped and counted.
-void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count);
+// Takes ownership of every mbuf: each is either buffered for TX or dropped and counted. routes (from
+// firewall_burst, may be null) mark packets of balanced connections: rewritten for their backend (nat, dsr,
+// tunnel) or back to their client (nat replies), then sent on the ingress port's forward entry.
+void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
+                   const PacketRoute* routes = nullptr);
 
 // Rewrites one parsed packet for entry; returns DropReason::none or why it cannot be forwarded. The mbuf's data may
 // move forward (VLAN tags stripped). Exposed for tests.

@@ -14,6 +14,7 @@
 #include "common/compiler.hpp"
 #include "conntrack/conn_table.hpp"
 #include "dpdk/mempool.hpp"
+#include "lb/nat_ports.hpp"
 #include "pipeline/counters.hpp"
 #include "pipeline/snapshot.hpp"
 
@@ -29,6 +30,25 @@ inline constexpr uint32_t kMaxCountedRules = 65536;
 struct RuleTraffic {
     uint64_t packets;
     uint64_t bytes;
+};
+
+// New, closed (so active = new - closed), packets and bytes of each backend's connections, by stable backend id;
+// one array per worker, written by it only.
+struct BackendTraffic {
+    uint64_t new_connections;
+    uint64_t closed_connections;
+    uint64_t packets;
+    uint64_t bytes;
+};
+
+// How a packet that passed the stateful stage leaves: routed by its ingress port, or rewritten for a backend.
+enum class RouteKind : uint8_t { plain, to_backend, nat_reply };
+inline constexpr uint32_t kNoService = UINT32_MAX;
+
+struct PacketRoute {
+    int32_t conn = -1;        // the connection's entry (to_backend, nat_reply)
+    uint32_t backend = 0;     // stable backend id (to_backend, nat_reply)
+    RouteKind kind = RouteKind::plain;
 };
 
 // The life of the data plane, advanced only by the control thread. Shutdown goes running -> rx_stopping (RX lcores
@@ -75,6 +95,8 @@ struct alignas(kCacheLine) LcoreContext {
     SharedState* shared = nullptr;
     ConnTable* conn_table = nullptr;  // workers, when the firewall is on
     RuleTraffic* rule_traffic = nullptr;  // kMaxCountedRules entries, with conn_table
+    BackendTraffic* backend_traffic = nullptr;  // kMaxBackends entries, with conn_table
+    NatPortPool* nat_ports = nullptr;     // with conn_table
 
     // Written by the lcore.
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};

@@ -24,8 +24,28 @@ inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
 
 // The worker's pipeline over one burst: firewall (when on), then forwarding. Takes ownership of every mbuf.
 void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc) {
-    if (snapshot.firewall.enabled && ctx.conn_table) count = firewall_burst(ctx, snapshot, pkts, count, now_tsc);
+    if (ctx.conn_table && (snapshot.firewall->enabled || snapshot.lb->enabled())) {
+        PacketRoute routes[kBurst];
+        count = firewall_burst(ctx, snapshot, pkts, count, now_tsc, routes);
+        if (count) forward_burst(ctx, snapshot, pkts, count, routes);
+        return;
+    }
     if (count) forward_burst(ctx, snapshot, pkts, count);
+}
+
+// The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
+// worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
+inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
+    if (lb.pool.empty() || meta.l4_offset == 0 || (meta.l4_proto != 6 && meta.l4_proto != 17) || (meta.flags & kMetaIcmpError))
+        return worker_for_hash(meta.flow_hash, workers);
+    const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
+    IpAddress dst{};
+    if (meta.family == IpFamily::ipv4) std::memcpy(dst.bytes, l3 + 16, 4);
+    else std::memcpy(dst.bytes, l3 + 24, 16);
+    if (!lb.is_pool_address(meta.family, dst)) return worker_for_hash(meta.flow_hash, workers);
+    uint16_t port;
+    std::memcpy(&port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
+    return nat_port_owner(rte_be_to_cpu_16(port), workers);
 }
 
 // Sends each pending burst to its worker: straight into this lcore's own pipeline when it is that worker (no ring
@@ -77,10 +97,11 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
         }
         if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
         // Blocklisted sources go before they cost a ring slot.
-        if (snapshot.firewall.blocklist_v4 || snapshot.firewall.blocklist_v6)
-            valid = blocklist_burst(ctx, snapshot.firewall, pkts, valid);
+        if (snapshot.firewall->blocklist_v4 || snapshot.firewall->blocklist_v6)
+            valid = blocklist_burst(ctx, *snapshot.firewall, pkts, valid);
+        const LbTables& lb = *snapshot.lb;
         for (uint16_t i = 0; i < valid; ++i) {
-            const uint16_t w = worker_for_hash(packet_meta(pkts[i])->flow_hash, ctx.worker_count);
+            const uint16_t w = owning_worker(pkts[i], *packet_meta(pkts[i]), lb, ctx.worker_count);
             ctx.pending[w][ctx.pending_count[w]++] = pkts[i];
         }
         flush_pending(ctx, snapshot, now_tsc);  // a pending burst never outlives one RX burst, so it never overflows

@@ -14,6 +14,7 @@
 
 #include "classify/acl_classifier.hpp"
 #include "classify/rule.hpp"
+#include "lb/lb_tables.hpp"
 
 struct rte_lpm;
 struct rte_lpm6;
@@ -82,10 +83,14 @@ struct FirewallTables {
     ~FirewallTables();
 };
 
+// The firewall and load-balancer tables are shared between snapshots: a health-check transition publishes a new
+// snapshot with new Maglev tables and the same rule set (no rte_acl rebuild). Both are never null.
 struct Snapshot {
     std::array<ForwardEntry, RTE_MAX_ETHPORTS> forward_by_in_port{};
     std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
-    FirewallTables firewall;
+    std::array<uint16_t, RTE_MAX_ETHPORTS> port_mtu{};
+    std::shared_ptr<FirewallTables> firewall = std::make_shared<FirewallTables>();
+    std::shared_ptr<const LbTables> lb = std::make_shared<LbTables>();
 };
 
 }  // namespace sluice

@@ -144,10 +144,10 @@ TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]"
 
     SECTION("inserting a tracked connection again returns its index and changes nothing") {
         const int32_t index = forward[5];
-        table.entry(index).user = 77;
+        table.entry(index).backend = 77;
         CHECK(table.insert(flows[5].reversed(), symmetric_flow_hash(flows[5]), ConnState::other, 9, 0) == index);
         CHECK(table.size() == 600);
-        CHECK(table.entry(index).user == 77);
+        CHECK(table.entry(index).backend == 77);
         CHECK(table.entry(index).rule_index == 5);
     }
 

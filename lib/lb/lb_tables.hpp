@@ -1,0 +1,88 @@
+// The load balancer's part of a snapshot: services by VIP, their Maglev tables, every backend the daemon has known
+// (by stable id, so connections keep their backend across reloads), the NAT pool and the tunnel sources. Built by
+// the control thread, immutable once published, read by the workers (lookups only; rte_hash is safe for
+// concurrent readers when nobody writes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rte_ether.h>
+
+#include "common/five_tuple.hpp"
+
+struct rte_hash;
+
+namespace sluice {
+
+enum class LbMode : uint8_t { nat, dsr, tunnel };
+
+const char* lb_mode_name(LbMode mode);
+
+// What a service listens on; port 0 (any) is looked up after the exact port. Hashed as bytes: no implicit padding.
+struct VipKey {
+    IpAddress address{};
+    uint16_t port_be = 0;
+    uint8_t proto = 0;
+    IpFamily family = IpFamily::none;
+    uint32_t reserved = 0;
+};
+static_assert(sizeof(VipKey) == 24);
+
+// Backends by stable id: a backend keeps its id (service name + address:port) for the daemon's life, and its
+// entry stays after it leaves the config, so `removed_backends: keep` connections can still reach it.
+inline constexpr uint32_t kMaxBackends = 65536;
+
+struct LbBackend {
+    IpAddress address{};
+    IpFamily family = IpFamily::none;
+    bool has_mac = false;
+    bool removed = false;            // no longer in the config
+    bool drop_when_removed = false;  // its service says removed_backends: drop
+    LbMode mode = LbMode::nat;       // its service's
+    uint16_t port_be = 0;            // 0: keep the packet's destination port
+    rte_ether_addr mac{};
+    uint32_t service = UINT32_MAX;   // index in LbTables::services, UINT32_MAX when removed
+};
+
+struct LbService {
+    std::string name;
+    VipKey vip;
+    LbMode mode = LbMode::nat;
+    uint32_t table_size = 0;
+    std::vector<uint16_t> maglev;        // slot -> index into backend_ids, kMaglevNoBackend when none is usable
+    std::vector<uint32_t> backend_ids;   // in config order: stable ids
+    std::vector<uint8_t> backend_up;     // health, in config order (1: up)
+};
+
+struct LbTables {
+    std::vector<LbService> services;
+    std::vector<LbBackend> backends;     // by stable id
+    rte_hash* vips = nullptr;            // VipKey -> index in services
+    std::vector<IpAddress> pool;         // NAT pool addresses, by pool index (as in the config)
+    std::vector<IpFamily> pool_family;
+    std::vector<uint8_t> pool_v4;        // pool indexes of each family
+    std::vector<uint8_t> pool_v6;
+    IpAddress tunnel_source_v4{};
+    IpAddress tunnel_source_v6{};
+
+    LbTables() = default;
+    LbTables(const LbTables&) = delete;
+    LbTables& operator=(const LbTables&) = delete;
+    ~LbTables();
+
+    bool enabled() const { return !services.empty(); }
+
+    // Index of the service the tuple's destination belongs to, or -1. Fast-path safe.
+    int32_t find_service(const FiveTuple& tuple) const;
+
+    // Whether a destination is one of the NAT pool addresses (then its port names the owning worker).
+    bool is_pool_address(IpFamily family, const IpAddress& address) const {
+        for (std::size_t i = 0; i < pool.size(); ++i)
+            if (pool_family[i] == family && pool[i] == address) return true;
+        return false;
+    }
+};
+
+}  // namespace sluice

@@ -1,0 +1,27 @@
+// Load-balancer rewrites of one parsed packet, in place: NAT of addresses and ports with RFC 1624 incremental
+// checksum updates (IPv4 header, TCP/UDP pseudo-header and ports), and IPIP / IPv6-in-IPv6 encapsulation
+// (Katran's outer header). Pure apart from the mbuf they are given; fast-path safe.
+#pragma once
+
+#include <cstdint>
+
+#include <rte_mbuf.h>
+
+#include "common/five_tuple.hpp"
+#include "packet/parse.hpp"
+
+namespace sluice {
+
+// Rewrites the packet's source to src:src_port and destination to dst:dst_port (ports in network order; the
+// family stays the packet's). TCP checksums are updated; UDP ones too unless the IPv4 sender left it 0 (none).
+// The packet must have an L4 header (meta.l4_offset != 0) of TCP or UDP.
+void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint16_t src_port, const IpAddress& dst,
+                 uint16_t dst_port);
+
+// Replaces the L2 header with a fresh Ethernet header and an outer IP header of the packet's family (IPIP, protocol 4,
+// for IPv4; next header 41 for IPv6) from outer_src to outer_dst, TTL/hop limit 64; the inner packet is left as it
+// came (Ethernet padding trimmed). The Ethernet addresses are left for the caller. Returns false (nothing
+// changed) when the result would exceed mtu (the outer IP packet's size) or the mbuf lacks headroom.
+bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst, uint16_t mtu);
+
+}  // namespace sluice
