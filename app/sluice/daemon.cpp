@@ -261,6 +261,7 @@ private:
         for (const auto& [socket, pool] : pools_) view_.pools.push_back({socket, pool});
         view_.reload = &reload_status_;
         view_.rules = &rule_stats_;
+        view_.backends = &backend_stats_;
         reload_status_.update([&](ReloadRecord& r) {
             r.running_hash = config_.hash;
             r.running_path = config_.path;
@@ -474,6 +475,40 @@ private:
         rule_stats_.write(std::move(record));
     }
 
+    // Control thread: per-backend health and traffic, summed over the workers, for telemetry and metrics.
+    void refresh_backend_stats() {
+        BackendsRecord record;
+        for (const ServiceConfig& service : config_.services) {
+            for (const BackendConfig& backend : service.backends) {
+                BackendRecord r;
+                r.service = service.name;
+                r.backend = backend.name();
+                r.mode = lb_mode_name(service.mode);
+                r.weight = backend.weight;
+                const auto id = backends_.ids.find(service.name + "/" + r.backend);
+                if (id != backends_.ids.end()) {
+                    if (const auto status = health_ ? health_->status(id->second) : std::nullopt) {
+                        r.checked = true;
+                        r.up = status->up;
+                        r.last_error = status->last_error;
+                    }
+                    uint64_t closed = 0;
+                    dataplane_->for_each_lcore([&](const LcoreContext& ctx) {
+                        if (!ctx.backend_traffic) return;
+                        const BackendTraffic& t = ctx.backend_traffic[id->second];
+                        r.new_connections += counter_read(t.new_connections);
+                        closed += counter_read(t.closed_connections);
+                        r.packets += counter_read(t.packets);
+                        r.bytes += counter_read(t.bytes);
+                    });
+                    r.active_connections = r.new_connections >= closed ? r.new_connections - closed : 0;
+                }
+                record.backends.push_back(std::move(r));
+            }
+        }
+        backend_stats_.write(std::move(record));
+    }
+
     // Waits for signals, reload requests and config file changes; logs link changes.
     void control_loop() {
         sigset_t signals;
@@ -501,6 +536,7 @@ private:
                 }
             }
             refresh_rule_stats();
+            refresh_backend_stats();
             std::vector<uint64_t> heartbeats;
             dataplane_->for_each_lcore([&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
             for (std::size_t stalled : systemd_.tick(heartbeats))
@@ -585,6 +621,7 @@ private:
     std::unique_ptr<Dataplane> dataplane_;
     ReloadStatus reload_status_;
     RuleStats rule_stats_;
+    BackendStats backend_stats_;
     StableRuleIds stable_rule_ids_;
     StableRuleIds pending_rule_ids_;
     BackendRegistry backends_;

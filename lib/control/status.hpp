@@ -55,21 +55,46 @@ struct RuleHitsRecord {
     uint64_t default_hits = 0;
 };
 
-class RuleStats {
+// One load-balancer backend as operators see it: configuration, health and the traffic of its connections summed
+// over the workers.
+struct BackendRecord {
+    std::string service;
+    std::string backend;       // address:port
+    std::string mode;          // nat, dsr, tunnel
+    uint32_t weight = 0;
+    bool up = true;            // health (true without a health check)
+    bool checked = false;      // has a health check
+    uint64_t new_connections = 0;
+    uint64_t active_connections = 0;
+    uint64_t packets = 0;
+    uint64_t bytes = 0;
+    std::string last_error;    // the health check's most recent failure
+};
+
+struct BackendsRecord {
+    std::vector<BackendRecord> backends;  // in config order
+};
+
+// A record written by the control thread and read by telemetry and the exporter, under a mutex.
+template <typename Record>
+class Published {
 public:
-    RuleHitsRecord read() const {
+    Record read() const {
         std::lock_guard lock(mutex_);
         return record_;
     }
-    void write(RuleHitsRecord record) {
+    void write(Record record) {
         std::lock_guard lock(mutex_);
         record_ = std::move(record);
     }
 
 private:
     mutable std::mutex mutex_;
-    RuleHitsRecord record_;
+    Record record_;
 };
+
+using RuleStats = Published<RuleHitsRecord>;
+using BackendStats = Published<BackendsRecord>;
 
 struct StatusView {
     const Dataplane* dataplane = nullptr;
@@ -77,6 +102,7 @@ struct StatusView {
     std::vector<std::pair<int, const rte_mempool*>> pools;  // (socket, pool)
     const ReloadStatus* reload = nullptr;
     const RuleStats* rules = nullptr;
+    const BackendStats* backends = nullptr;
 };
 
 }  // namespace sluice

@@ -108,6 +108,37 @@ int rules_command(const char*, const char*, rte_tel_data* d) {
     return 0;
 }
 
+// /sluice/backends: every backend of every service, as parallel arrays (22.11 telemetry cannot nest dicts in lists).
+int backends_command(const char*, const char*, rte_tel_data* d) {
+    std::lock_guard lock(g_mutex);
+    if (!g_view || !g_view->backends) return -1;
+    const BackendsRecord record = g_view->backends->read();
+    const auto strings = [&](const char* key, auto get) {
+        rte_tel_data* a = rte_tel_data_alloc();
+        rte_tel_data_start_array(a, RTE_TEL_STRING_VAL);
+        for (const BackendRecord& b : record.backends) rte_tel_data_add_array_string(a, get(b).c_str());
+        rte_tel_data_add_dict_container(d, key, a, 0);
+    };
+    const auto numbers = [&](const char* key, auto get) {
+        rte_tel_data* a = rte_tel_data_alloc();
+        rte_tel_data_start_array(a, RTE_TEL_U64_VAL);
+        for (const BackendRecord& b : record.backends) rte_tel_data_add_array_u64(a, get(b));
+        rte_tel_data_add_dict_container(d, key, a, 0);
+    };
+    rte_tel_data_start_dict(d);
+    strings("service", [](const BackendRecord& b) { return b.service; });
+    strings("backend", [](const BackendRecord& b) { return b.backend; });
+    strings("mode", [](const BackendRecord& b) { return b.mode; });
+    strings("health", [](const BackendRecord& b) { return std::string(!b.checked ? "unchecked" : b.up ? "up" : "down"); });
+    strings("last_error", [](const BackendRecord& b) { return b.last_error; });
+    numbers("weight", [](const BackendRecord& b) { return uint64_t{b.weight}; });
+    numbers("new_connections", [](const BackendRecord& b) { return b.new_connections; });
+    numbers("active_connections", [](const BackendRecord& b) { return b.active_connections; });
+    numbers("packets", [](const BackendRecord& b) { return b.packets; });
+    numbers("bytes", [](const BackendRecord& b) { return b.bytes; });
+    return 0;
+}
+
 // /sluice/config: which config runs (path, hash) and how reloads went.
 int config_command(const char*, const char*, rte_tel_data* d) {
     std::lock_guard lock(g_mutex);
@@ -150,6 +181,8 @@ int explain_command(const char*, const char* params, rte_tel_data* d) {
 void register_telemetry_commands() {
     rte_telemetry_register_cmd("/sluice/stats", stats_command,
                                "sluice counters: per-port packets and bytes, drops by reason, lcore polls. No parameters");
+    rte_telemetry_register_cmd("/sluice/backends", backends_command,
+                               "Load-balancer backends: service, health, weight, connections, packets, bytes. No parameters");
     rte_telemetry_register_cmd("/sluice/rules", rules_command,
                                "Firewall rules in order with the new connections each decided. No parameters");
     rte_telemetry_register_cmd("/sluice/config", config_command,

@@ -128,6 +128,25 @@ public:
         sample(family("sluice_firewall_default_hits_total", "New connections no rule matched (the default action decided)", MetricType::Counter),
                {}, static_cast<double>(hits.default_hits));
 
+        if (view_.backends) {
+            const BackendsRecord lb = view_.backends->read();
+            MetricFamily& up = family("sluice_backend_up", "1 when a backend passes its health checks (or has none)", MetricType::Gauge);
+            MetricFamily& weight = family("sluice_backend_weight", "A backend's configured weight (0: draining)", MetricType::Gauge);
+            MetricFamily& opened = family("sluice_backend_connections_total", "New connections given to a backend", MetricType::Counter);
+            MetricFamily& active = family("sluice_backend_active_connections", "Tracked connections of a backend", MetricType::Gauge);
+            MetricFamily& packets = family("sluice_backend_packets_total", "Packets of a backend's connections (both directions seen)", MetricType::Counter);
+            MetricFamily& bytes = family("sluice_backend_bytes_total", "Bytes of a backend's connections (both directions seen)", MetricType::Counter);
+            for (const BackendRecord& b : lb.backends) {
+                const std::vector<ClientMetric::Label> labels{{"service", b.service}, {"backend", b.backend}};
+                sample(up, labels, b.up);
+                sample(weight, labels, b.weight);
+                sample(opened, labels, static_cast<double>(b.new_connections));
+                sample(active, labels, static_cast<double>(b.active_connections));
+                sample(packets, labels, static_cast<double>(b.packets));
+                sample(bytes, labels, static_cast<double>(b.bytes));
+            }
+        }
+
         const ReloadRecord reload = view_.reload->read();
         MetricFamily& reloads = family("sluice_config_reloads_total", "Config reloads, by result", MetricType::Counter);
         sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
