@@ -395,9 +395,27 @@ private:
             }
         }
         try {
-            health_->set_targets(std::move(targets));
+            // A down backend whose check changed (or went away) is up again: its Maglev slots must come back.
+            if (!health_->set_targets(std::move(targets)).empty()) republish_lb_tables("health checks changed");
         } catch (const std::exception& e) {
             spdlog::error("health checks not updated: {}", e.what());
+        }
+    }
+
+    // Rebuilds the Maglev tables from the running config and the current health, and publishes them with the same
+    // rule set. Control thread.
+    void republish_lb_tables(const char* why) {
+        try {
+            const auto started = std::chrono::steady_clock::now();
+            BackendRegistry backends = backends_;
+            auto lb = build_lb_tables(config_, backends, backend_health(), ports_.front()->socket());
+            // The retired snapshot shares its rule counters with the new one: nothing to fold.
+            dataplane_->publish(with_lb_tables(dataplane_->snapshot(), std::move(lb)));
+            backends_ = std::move(backends);
+            spdlog::info("load balancer tables rebuilt ({}) in {} ms", why,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+        } catch (const std::exception& e) {
+            spdlog::error("load balancer tables not rebuilt ({}): {}", why, e.what());
         }
     }
 
@@ -415,18 +433,7 @@ private:
             if (up) spdlog::info("backend {} is up: {}", backend_name(id), reason);
             else spdlog::warn("backend {} is down: {}", backend_name(id), reason);
         }
-        try {
-            const auto started = std::chrono::steady_clock::now();
-            BackendRegistry backends = backends_;
-            auto lb = build_lb_tables(config_, backends, backend_health(), ports_.front()->socket());
-            // The retired snapshot shares its rule counters with the new one: nothing to fold.
-            dataplane_->publish(with_lb_tables(dataplane_->snapshot(), std::move(lb)));
-            backends_ = std::move(backends);
-            spdlog::info("load balancer tables rebuilt for health changes in {} ms",
-                         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
-        } catch (const std::exception& e) {
-            spdlog::error("load balancer tables not rebuilt after a health change: {}", e.what());
-        }
+        republish_lb_tables("health transition");
     }
 
     // Sums a snapshot's per-lcore rule counters by rule name.

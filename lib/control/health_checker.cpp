@@ -281,7 +281,7 @@ void HealthChecker::wake() const {
     }
 }
 
-void HealthChecker::set_targets(std::vector<HealthTarget> targets) {
+std::vector<uint32_t> HealthChecker::set_targets(std::vector<HealthTarget> targets) {
     std::unordered_set<uint32_t> ids;
     for (const HealthTarget& t : targets) {
         if (auto error = health_check_spec_error(t.spec))
@@ -289,21 +289,28 @@ void HealthChecker::set_targets(std::vector<HealthTarget> targets) {
         if (!ids.insert(t.id).second)
             throw std::invalid_argument("health check target " + std::to_string(t.id) + " listed twice");
     }
+    std::vector<uint32_t> flipped;
     {
         std::lock_guard lock(mutex_);
+        // A down target that is removed or restarted reads up from now on.
+        for (const auto& [id, entry] : entries_)
+            if (!entry.status.up && !ids.contains(id)) flipped.push_back(id);
         std::unordered_map<uint32_t, Entry> next;
         for (HealthTarget& t : targets) {
             const auto old = entries_.find(t.id);
             if (old != entries_.end() && old->second.spec == t.spec) {
                 next.emplace(t.id, std::move(old->second));
-            } else {
-                next.emplace(t.id, Entry{std::move(t.spec), HealthStatus{true, 0, 0, 0, {}}, 0, 0, next_generation_++});
+                continue;
             }
+            if (old != entries_.end() && !old->second.status.up) flipped.push_back(t.id);
+            next.emplace(t.id, Entry{std::move(t.spec), HealthStatus{true, 0, 0, 0, {}}, 0, 0, next_generation_++});
         }
         entries_ = std::move(next);
         targets_changed_ = true;
     }
     wake();
+    std::sort(flipped.begin(), flipped.end());
+    return flipped;
 }
 
 bool HealthChecker::is_up(uint32_t id) const {

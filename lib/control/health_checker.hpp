@@ -60,9 +60,11 @@ public:
     // Replaces the target set (any thread). Targets whose id AND spec are unchanged keep their state and counters;
     // new ones (and ids whose spec changed) start UP with zero counters, so traffic flows right after start: `fall`
     // consecutive failures take one down, `rise` consecutive successes bring it back. Removed ones are forgotten.
-    // No callback fires for these changes: the caller knows them. Throws std::invalid_argument (changing nothing)
-    // on a duplicate id or a spec health_check_spec_error rejects.
-    void set_targets(std::vector<HealthTarget> targets);
+    // No callback fires for these changes; instead it returns, sorted, the ids whose is_up() answer they flipped
+    // (down targets removed, or replaced by a changed spec, are up now), so a caller that built tables from is_up()
+    // before the call knows to rebuild. Throws std::invalid_argument (changing nothing) on a duplicate id or a spec
+    // health_check_spec_error rejects.
+    std::vector<uint32_t> set_targets(std::vector<HealthTarget> targets);
 
     bool is_up(uint32_t id) const;  // unknown id: true
     std::optional<HealthStatus> status(uint32_t id) const;

@@ -374,7 +374,7 @@ TEST_CASE("health: set_targets keeps unchanged targets, restarts changed ones an
 
     CHECK(checker.is_up(1));  // unknown ids count as up
     CHECK_FALSE(checker.status(1));
-    checker.set_targets({{1, dead}, {2, alive}});
+    CHECK(checker.set_targets({{1, dead}, {2, alive}}).empty());
     CHECK(checker.is_up(1));  // new targets start up: it takes `fall` failed checks to go down
     CHECK(checker.status(1)->transitions == 0);
     REQUIRE(eventually([&] { return !checker.is_up(1); }));
@@ -383,7 +383,7 @@ TEST_CASE("health: set_targets keeps unchanged targets, restarts changed ones an
     const uint64_t alive_checks = checks_of(checker, 2);
 
     // Same ids and specs, plus a new one: the old keep their state and counters, no callback fires.
-    checker.set_targets({{2, alive}, {1, dead}, {3, alive}});
+    CHECK(checker.set_targets({{2, alive}, {1, dead}, {3, alive}}).empty());  // nothing reads differently
     const HealthStatus kept = *checker.status(1);
     CHECK_FALSE(kept.up);
     CHECK(kept.transitions == 1);
@@ -394,13 +394,14 @@ TEST_CASE("health: set_targets keeps unchanged targets, restarts changed ones an
     REQUIRE(eventually([&] { return checks_of(checker, 3) >= 2; }));
     CHECK(recorder.of(1).size() == 1);
 
-    // A changed spec is a new target: up again, counters from zero. A removed one is forgotten.
+    // A changed spec is a new target: up again, counters from zero, and named in the result since it was down.
+    // A removed one is forgotten (2 was up, so is_up(2) still answers the same and it is not named).
     // Its first check may already have run by the time we look, but the next is an interval away, so the
     // counters read at most one check and it cannot be down yet.
     HealthCheckSpec dead_slower = dead;
     dead_slower.interval_ms = 300;
     dead_slower.fall = 2;
-    checker.set_targets({{1, dead_slower}, {3, alive}});
+    CHECK(checker.set_targets({{1, dead_slower}, {3, alive}}) == std::vector<uint32_t>{1});
     const HealthStatus restarted = *checker.status(1);
     CHECK(restarted.up);
     CHECK(restarted.checks <= 1);
@@ -415,6 +416,10 @@ TEST_CASE("health: set_targets keeps unchanged targets, restarts changed ones an
     CHECK(recorder.of(1).size() == 2);
     CHECK(recorder.of(2).empty());
     CHECK(recorder.of(3).empty());
+
+    // Removing a down target flips its is_up() answer too: unknown ids read up.
+    CHECK(checker.set_targets({{3, alive}}) == std::vector<uint32_t>{1});
+    CHECK(checker.is_up(1));
 }
 
 TEST_CASE("health: bad targets are refused and change nothing", "[health]") {
