@@ -68,42 +68,49 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     }
     table.lookup_bulk(tuple_ptrs, hashes, count, positions);
 
+    // A packet of a tracked connection (found under either key): tracked, counted, and routed to its backend.
+    const auto settle_known = [&](uint16_t i, int32_t position, bool icmp_error) {
+        bool via_alias;
+        const int32_t conn = table.resolve(position, via_alias);
+        if (icmp_error) {
+            fate[i] = Fate::pass;  // related to a tracked connection
+            return;
+        }
+        const bool reply = via_alias || table.is_reply(conn, tuples[i]);
+        if (table.track_direction(conn, reply, tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) != TrackVerdict::ok) {
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::ct_invalid;
+            return;
+        }
+        const ConnEntry& entry = table.entry(conn);
+        fate[i] = Fate::pass;
+        count_rule_traffic(ctx, entry, rte_pktmbuf_pkt_len(pkts[i]));
+        if (entry.backend == 0) return;
+        const uint32_t backend = entry.backend - 1;
+        if (SLUICE_UNLIKELY(backend >= lb.backends.size() ||
+                            (lb.backends[backend].removed && lb.backends[backend].drop_when_removed))) {
+            table.remove(conn);
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::lb_backend_removed;
+            return;
+        }
+        BackendTraffic& traffic = ctx.backend_traffic[backend];
+        counter_add(traffic.packets);
+        counter_add(traffic.bytes, rte_pktmbuf_pkt_len(pkts[i]));
+        // Replies of dsr and tunnel connections do not come back through sluice; if they do, they are routed.
+        if (!reply) route[i] = PacketRoute{conn, backend, RouteKind::to_backend};
+        else if (via_alias) route[i] = PacketRoute{conn, backend, RouteKind::nat_reply};
+    };
+
     // Known connections and ICMP errors are settled here; the rest wait for the rule set.
     uint16_t v4_new[kBurst], v6_new[kBurst], v4_count = 0, v6_count = 0;
+    // Packets that cannot open a connection, looked up again once this burst's new connections exist: a flow's
+    // SYN and its next packet often share a burst (dsr and tunnel see no SYN+ACK in between).
+    uint16_t retry[kBurst], retry_count = 0;
     for (uint16_t i = 0; i < count; ++i) {
         const bool icmp_error = packet_meta(pkts[i])->flags & kMetaIcmpError;
         if (positions[i] >= 0) {
-            bool via_alias;
-            const int32_t conn = table.resolve(positions[i], via_alias);
-            if (icmp_error) {
-                fate[i] = Fate::pass;  // related to a tracked connection
-                continue;
-            }
-            const bool reply = via_alias || table.is_reply(conn, tuples[i]);
-            if (table.track_direction(conn, reply, tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) != TrackVerdict::ok) {
-                fate[i] = Fate::drop;
-                reason[i] = DropReason::ct_invalid;
-                continue;
-            }
-            const ConnEntry& entry = table.entry(conn);
-            fate[i] = Fate::pass;
-            count_rule_traffic(ctx, entry, rte_pktmbuf_pkt_len(pkts[i]));
-            if (entry.backend != 0) {
-                const uint32_t backend = entry.backend - 1;
-                if (SLUICE_UNLIKELY(backend >= lb.backends.size() ||
-                                    (lb.backends[backend].removed && lb.backends[backend].drop_when_removed))) {
-                    table.remove(conn);
-                    fate[i] = Fate::drop;
-                    reason[i] = DropReason::lb_backend_removed;
-                    continue;
-                }
-                BackendTraffic& traffic = ctx.backend_traffic[backend];
-                counter_add(traffic.packets);
-                counter_add(traffic.bytes, rte_pktmbuf_pkt_len(pkts[i]));
-                // Replies of dsr and tunnel connections do not come back through sluice; if they do, they are routed.
-                if (!reply) route[i] = PacketRoute{conn, backend, RouteKind::to_backend};
-                else if (via_alias) route[i] = PacketRoute{conn, backend, RouteKind::nat_reply};
-            }
+            settle_known(i, positions[i], icmp_error);
             continue;
         }
         if (icmp_error) {
@@ -125,6 +132,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         if (ConnTable::initial_state(tuples[i], tcp_flags[i], fw.loose_pickup, opening[i]) != TrackVerdict::ok) {
             fate[i] = Fate::drop;
             reason[i] = DropReason::ct_no_connection;
+            retry[retry_count++] = i;
             continue;
         }
         fate[i] = Fate::classify;
@@ -241,6 +249,19 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     };
     decide(fw.acl_v4.get(), fw.v4_rule_ids, v4_new, v4_count);
     decide(fw.acl_v6.get(), fw.v6_rule_ids, v6_new, v6_count);
+
+    if (retry_count && table.size() != 0) {
+        const FiveTuple* again[kBurst] = {};
+        uint32_t again_hashes[kBurst] = {};
+        int32_t found[kBurst];
+        for (uint16_t k = 0; k < retry_count; ++k) {
+            again[k] = &tuples[retry[k]];
+            again_hashes[k] = hashes[retry[k]];
+        }
+        table.lookup_bulk(again, again_hashes, retry_count, found);
+        for (uint16_t k = 0; k < retry_count; ++k)
+            if (found[k] >= 0) settle_known(retry[k], found[k], false);
+    }
 
     rte_mbuf* dropped[kBurst];
     uint16_t kept = 0, dropped_count = 0;
