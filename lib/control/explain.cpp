@@ -1,5 +1,7 @@
 #include "control/explain.hpp"
 
+#include <algorithm>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -9,6 +11,8 @@
 #include <rte_lpm6.h>
 
 #include <spdlog/fmt/fmt.h>
+
+#include "lb/maglev.hpp"
 
 namespace sluice {
 namespace {
@@ -79,6 +83,7 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
                                 (uint64_t{hash} * worker_count) >> 32, worker_count, hash));
 
     const FirewallTables& fw = *snapshot.firewall;
+    const LbTables& lb = *snapshot.lb;
     bool blocked = false;
     if (t.family == IpFamily::ipv4 && fw.blocklist_v4) {
         uint32_t hop;
@@ -94,7 +99,8 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     if (fw.blocklist_v4 || fw.blocklist_v6) lines.push_back("early drop: the source is in no early-drop set");
 
     if (!fw.enabled) {
-        lines.push_back("firewall: off (no connection tracking, no rules)");
+        lines.push_back(lb.enabled() ? "firewall: off (only connections to services are tracked)"
+                                     : "firewall: off (no connection tracking, no rules)");
     } else {
         const AclClassifier* acl = t.family == IpFamily::ipv4 ? fw.acl_v4.get() : fw.acl_v6.get();
         const auto& ids = t.family == IpFamily::ipv4 ? fw.v4_rule_ids : fw.v6_rule_ids;
@@ -115,6 +121,37 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
                                                        : "  an ICMP unreachable goes back out of the ingress port");
         }
         if (t.proto == IPPROTO_TCP) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
+    }
+
+    if (lb.is_pool_address(t.family, t.dst)) {
+        const uint16_t port = rte_be_to_cpu_16(t.dst_port);
+        lines.push_back(fmt::format("load balancer: {} is a NAT pool address: a reply of the NAT connection holding port {} "
+                                    "(worker {}), rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)",
+                                    to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
+    } else if (const int32_t s = lb.find_service(t); s >= 0) {
+        const LbService& service = lb.services[static_cast<std::size_t>(s)];
+        const uint32_t slot = maglev_slot(hash, service.table_size);
+        const uint16_t local = service.maglev[slot];
+        lines.push_back(fmt::format("load balancer: service '{}' ({}), Maglev slot {} of {}", service.name,
+                                    lb_mode_name(service.mode), slot, service.table_size));
+        if (local == kMaglevNoBackend) {
+            lines.push_back("  no usable backend (all down or weight 0): a new connection is dropped (lb_no_backend)");
+        } else {
+            const LbBackend& b = lb.backends[service.backend_ids[local]];
+            const std::string address = to_string(b.address, b.family);
+            const uint16_t port = b.port_be ? rte_be_to_cpu_16(b.port_be) : rte_be_to_cpu_16(t.dst_port);
+            lines.push_back("  a new connection goes to backend " + address + (b.mode == LbMode::nat ? ":" + std::to_string(port) : "") +
+                            " (a tracked one keeps the backend it has)");
+            switch (b.mode) {
+            case LbMode::nat:
+                lines.push_back("  rewrite: source -> a nat_pool address and a port of the owning worker, destination -> the backend");
+                break;
+            case LbMode::dsr: lines.push_back("  rewrite: destination MAC only (the backend answers the client directly)"); break;
+            case LbMode::tunnel:
+                lines.push_back("  rewrite: encapsulated (" + std::string(t.family == IpFamily::ipv4 ? "IPIP" : "IPv6-in-IPv6") + ") to " + address);
+                break;
+            }
+        }
     }
 
     const auto forward_line = [&](const PortIdentity& from) {

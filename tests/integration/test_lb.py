@@ -10,8 +10,10 @@ import ipaddress
 import logging
 import os
 import re
+import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import yaml
@@ -672,3 +674,28 @@ def test_one_way_packets_right_behind_their_syn_are_kept(tmp_path, ns):
             tcp, b = IPv6(bytes(p)[54:])[TCP], IPv6(bytes(p)[14:54]).dst
         assert backend_of.setdefault(tcp.sport, b) == b, f"flow {tcp.sport - 20000}: SYN and ACK to different backends"
     assert len(backend_of) == flows
+
+
+def test_explain_names_the_backend_the_data_path_picks(tmp_path, ns):
+    """sluicectl explain runs the live snapshot's Maglev lookup: for each flow it names the backend a real SYN of that
+    flow then goes to."""
+    web = service("web", VIP4, 80, "tcp", "nat", [backend(B4[0], port=8080), backend(B4[1], port=8080), backend(B4[2], port=8080)])
+    flows = [(f"203.0.113.{1 + i}", 40000 + i) for i in range(12)]
+    sluicectl = str(Path(__file__).resolve().parents[2] / "app/sluicectl/sluicectl")
+    lab = Lab(tmp_path, ns, [web], workers=1)
+    with lab:
+        said = {}
+        for client, port in flows:
+            answer = subprocess.run([sluicectl, "--prefix", lab.sluice.prefix, "explain", "tcp", f"{client}:{port}",
+                                     f"{VIP4}:80", "--port", "client"], capture_output=True, text=True, timeout=10)
+            assert answer.returncode == 0, answer.stdout + answer.stderr
+            assert "service 'web' (nat)" in answer.stdout, answer.stdout
+            said[port] = re.search(r"goes to backend ([0-9.]+):8080", answer.stdout).group(1)
+        lab.send("cl0", [from_client(IP(src=c, dst=VIP4) / TCP(sport=p, dport=80, flags="S")) for c, p in flows])
+        out = lab.wait_out("server", len(flows))
+        lab.finish()
+    went = {}
+    for _, got in out:  # the NAT rewrote the client port; the SYN's position in the burst follows the send order
+        went[len(went)] = got[IP].dst
+    assert [said[p] for _, p in flows] == [went[i] for i in range(len(flows))]
+    assert len(set(said.values())) > 1  # 12 flows over 3 backends: the check is not vacuous
