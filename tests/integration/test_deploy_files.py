@@ -105,10 +105,7 @@ def test_alerts_cover_what_an_operator_must_know():
                    "sluice_ring_packets / sluice_ring_capacity", "sluice_mempool_mbufs_in_use / sluice_mempool_mbufs",
                    "sluice_port_link_up == 0", "sluice_conntrack_entries / sluice_conntrack_capacity"):
         assert needle in joined, f"no alert uses {needle}"
-    # Alerts on metrics that do not exist yet stay commented out until docs/metrics.md lists them.
-    text = ALERTS_YML.read_text()
-    assert "metrics arrive with the load balancer" in text
-    assert "SluiceBackendDown" in text and "SluiceBackendDown" not in exprs
+    assert exprs["SluiceBackendDown"] == "sluice_backend_up == 0"
 
 
 def test_alerts_use_only_documented_metrics():
@@ -190,6 +187,8 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
 
 # Each alert, with input series that must make it fire (and the labels it fires with). Samples every 5 s, as scraped.
 ALERT_SCENARIOS = {
+    "SluiceBackendDown": ('sluice_backend_up{job="sluice", instance="gw", service="web", backend="10.1.0.12:8080"}', "0x40",
+                          "1m", {"job": "sluice", "instance": "gw", "service": "web", "backend": "10.1.0.12:8080"}),
     "SluiceDown": ('up{job="sluice", instance="gw"}', "0x40", "2m", {"job": "sluice", "instance": "gw"}),
     "SluiceReloadFailed": ('sluice_config_last_reload_success{job="sluice", instance="gw"}', "0x40", "1m",
                            {"job": "sluice", "instance": "gw"}),
@@ -259,6 +258,7 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
         {"series": f'sluice_ring_capacity{{{gw}, worker="0"}}', "values": "4095x80"},
         {"series": f'sluice_mempool_mbufs_in_use{{{gw}, socket="0"}}', "values": "2100x80"},
         {"series": f'sluice_mempool_mbufs{{{gw}, socket="0"}}', "values": "16383x80"},
+        {"series": f'sluice_backend_up{{{gw}, service="web", backend="10.1.0.11:8080"}}', "values": "1x80"},
     ], "alert_rule_test": [{"eval_time": "6m", "alertname": r["alert"], "exp_alerts": []} for r in alert_rules()]})
 
     fired = {t["alert_rule_test"][0]["alertname"] for t in tests if t["alert_rule_test"][0]["exp_alerts"]}

@@ -60,6 +60,21 @@ def backends_by_name(sluice):
     return {name: (health, active) for name, health, active in zip(b["backend"], b["health"], b["new_connections"])}
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend_up_metric(ns, port, backend):
+    """sluice_backend_up of one backend, scraped with a real HTTP client inside the namespace."""
+    text = ns.exec("/usr/bin/python3", "-c", "import urllib.request, sys; "
+                   f"sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode())").stdout
+    lines = [l for l in text.splitlines() if l.startswith("sluice_backend_up{") and f'backend="{backend}"' in l]
+    assert len(lines) == 1, lines
+    return float(lines[0].rsplit(" ", 1)[1])
+
+
 def syns(first_port, count):
     return [Ether(src=CLIENT_MAC, dst="02:00:00:00:00:aa") /
             IP(src=f"203.0.113.{1 + (i % 200)}", dst=VIP) / TCP(sport=first_port + i, dport=80, flags="S", seq=i)
@@ -67,8 +82,10 @@ def syns(first_port, count):
 
 
 def test_down_backend_leaves_the_table_and_comes_back(tmp_path, ns):
+    metrics_port = free_port()
     config = {
         "dataplane": {"idle_sleep_us": 50},
+        "metrics": {"listen": f"127.0.0.1:{metrics_port}"},
         "ports": [
             {"name": "client", "device": f"net_pcap0,rx_iface=cl0,tx_pcap={tmp_path}/client_out.pcap"},
             {"name": "server", "device": f"net_pcap1,rx_iface=sv0,tx_pcap={tmp_path}/server_out.pcap"},
@@ -102,6 +119,8 @@ def test_down_backend_leaves_the_table_and_comes_back(tmp_path, ns):
             # fall x interval, plus one interval of phase and the timeout, plus the control loop's refresh.
             assert took <= (FALL + 1) * INTERVAL_MS / 1000 + 0.1 + 0.5 + 1.0, took
             assert "down" in sluice.log() and BACKENDS[1] in sluice.log()
+            assert backend_up_metric(ns, metrics_port, f"{BACKENDS[1]}:8080") == 0
+            assert backend_up_metric(ns, metrics_port, f"{BACKENDS[0]}:8080") == 1
 
             before = backends_by_name(sluice)
             ns.inject("cl0", syns(20000, 300), tmp_path)
