@@ -7,7 +7,10 @@
 #   4. start sluice in sl-gw, wait for "ready:"
 #   5. ping the server from the client over IPv4 and IPv6 (replies must come back with TTL 63: one hop, sluice)
 #   6. fetch a file over TCP (IPv4 and IPv6) from an HTTP server in sl-server, compare checksums
-#   7. print sluice's counters, then how to look around and how to stop
+#   7. the load balancer: HTTP requests to a full-NAT VIP and a DSR VIP, UDP to a NAT VIP, printing which backend
+#      answered each; a backend stopped and started again (health checks take it out and bring it back)
+#   8. the firewall's verdicts (sluicectl rules), the backends (sluicectl backends), a few lines of /metrics
+#   9. print sluice's counters, then how to look around and how to stop
 #
 # usage: demo.sh [--once] [--rebuild] [--no-deps]
 #   --once      tear everything down at the end; exit status 1 if any step failed (for tests)
@@ -19,7 +22,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 lab="$here/lab.sh"
-SLUICE_BIN=$root/build/app/sluice/sluice
+SLUICE_BIN=${SLUICE_BIN:-$root/build/app/sluice/sluice}
 STATE=${SLUICE_LAB_STATE:-/run/sluice-lab}
 export SLUICE_LAB_STATE=$STATE
 PYTHON=/usr/bin/python3   # a pyenv shim may shadow python3 on PATH
@@ -172,6 +175,67 @@ fetch() {
 fetch4() { fetch "http://10.77.2.2:$HTTP_PORT/blob.bin" v4; }
 fetch6() { fetch "http://[fd77:2::2]:$HTTP_PORT/blob.bin" v6; }
 
+SLUICECTL=("$PYTHON" "$root/app/sluicectl/sluicectl" --prefix sluice-lab)
+
+# vip_requests URL N: N requests from sl-client; prints which backend answered each, fails if any request failed.
+vip_requests() {
+  local url=$1 n=$2 i answers=() failed_requests=0 body
+  for ((i = 0; i < n; i++)); do
+    if body=$(ip netns exec sl-client curl --noproxy '*' -sS --connect-timeout 3 --max-time 5 "$url" 2>&1); then
+      answers+=("$body")
+    else
+      failed_requests=$((failed_requests + 1)); note "request $((i + 1)) failed: $body"
+    fi
+  done
+  note "GET $url x $n: ${answers[*]}"
+  printf '%s\n' "${answers[@]}" | sort | uniq -c | awk '{printf "   %s answered %d\n", $2, $1}'
+  [ "$failed_requests" -eq 0 ]
+}
+lb_nat() { vip_requests http://10.77.100.1/ 12; }
+lb_dsr() { vip_requests http://10.77.100.2/ 6; }
+lb_udp() {
+  ip netns exec sl-client "$PYTHON" -c '
+import socket
+answers = []
+for i in range(6):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(b"hello %d" % i, ("10.77.100.3", 53))  # a new source port each time: a new UDP flow
+    answers.append(s.recv(200).decode())
+print("   UDP 10.77.100.3:53 x 6:", "; ".join(answers))'
+}
+
+# Stops backend3's servers: its health checks fail, sluice takes it out of the Maglev tables; requests keep working.
+lb_health() {
+  local t0=$SECONDS
+  "$lab" backend-stop 3 | sed 's/^/   /'
+  local deadline=$((SECONDS + 10))
+  until grep -q 'backend web/10.77.2.13 is down' "$STATE/sluice.log"; do
+    [ "$SECONDS" -lt "$deadline" ] || { note "backend3 not marked down after 10 s"; return 1; }
+    sleep 0.2
+  done
+  note "backend3 marked down within $((SECONDS - t0 + 1)) s; sluice's log says:"
+  grep 'is down' "$STATE/sluice.log" | tail -n 1 | sed 's/^/   /'
+  vip_requests http://10.77.100.1/ 8 || return 1
+  "$lab" backend-start 3 | sed 's/^/   /'
+  deadline=$((SECONDS + 10))
+  until grep -q 'backend web/10.77.2.13 is up' "$STATE/sluice.log"; do
+    [ "$SECONDS" -lt "$deadline" ] || { note "backend3 not back up after 10 s"; return 1; }
+    sleep 0.2
+  done
+  note "backend3 is up again"
+}
+
+looks() {
+  note "sluicectl rules:"
+  "${SLUICECTL[@]}" rules | sed 's/^/     /' || return 1
+  note "sluicectl backends:"
+  "${SLUICECTL[@]}" backends | sed 's/^/     /' || return 1
+  note "curl http://127.0.0.1:9469/metrics (a few lines; sluice runs in sl-gw):"
+  ip netns exec sl-gw curl -s --max-time 5 http://127.0.0.1:9469/metrics |
+    grep -E '^sluice_(backend_connections_total|rule_hits_total)' | head -n 12 | sed 's/^/     /'
+}
+
 # The counters must show the traffic: at least the pings both ways and every file fetched intact, client rx = server tx and
 # server rx = client tx when nothing was dropped. Drops are reported, not failed on: TCP recovers from them.
 counters() {
@@ -217,6 +281,11 @@ if step "HTTP server in sl-server" http_server; then
   step "TCP transfer over IPv4" fetch4
   step "TCP transfer over IPv6" fetch6
 fi
+step "load balancer: full NAT VIP 10.77.100.1:80 (weights 2:1:1)" lb_nat
+step "load balancer: DSR VIP 10.77.100.2:80" lb_dsr
+step "load balancer: UDP over NAT, VIP 10.77.100.3:53" lb_udp
+step "health checks: backend3 stopped, then started again" lb_health
+step "firewall verdicts, backends, metrics" looks
 step "sluice counters (telemetry /sluice/stats)" counters
 
 if [ "$once" -eq 0 ]; then
@@ -226,6 +295,9 @@ if [ "$once" -eq 0 ]; then
   note "/usr/bin/python3 /usr/bin/dpdk-telemetry.py -f sluice-lab <<< /sluice/stats    # raw telemetry; interactive without <<<"
   note "ip netns exec sl-client ping 10.77.2.2"
   note "ip netns exec sl-client curl --noproxy '*' -o /dev/null http://10.77.2.2:$HTTP_PORT/blob.bin"
+  note "ip netns exec sl-client curl --noproxy '*' http://10.77.100.1/    # a VIP (nat); 10.77.100.2 is dsr"
+  note "$PYTHON $root/app/sluicectl/sluicectl --prefix sluice-lab backends    # health, connections per backend"
+  note "$lab backend-stop 2; $lab backend-start 2    # watch the health checks take it out and back"
   note "tail -f $STATE/sluice.log    # sluice's log"
   bold "Stop everything with: $lab down"
 fi

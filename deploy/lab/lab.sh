@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The built-in virtual lab: sluice between a client and a server, all inside network namespaces.
+# The built-in virtual lab: sluice between a client and a server LAN with three load-balancer backends, all inside
+# network namespaces.
 #
-#   sl-client                         sl-gw (sluice)                          sl-server
-#   client0 10.77.1.2/24  <-veth->  gw-client ==sluice== gw-server  <-veth->  server0 10.77.2.2/24
-#           fd77:1::2/64                                                              fd77:2::2/64
-#   02:77:00:00:01:02               02:77:00:00:01:01   02:77:00:00:02:01             02:77:00:00:02:02
+#   sl-client                         sl-gw (sluice)                          sl-server (a bridge: the server LAN)
+#   client0 10.77.1.2/24  <-veth->  gw-client ==sluice== gw-server  <-veth->  br0 10.77.2.2/24 fd77:2::2/64
+#           fd77:1::2/64                                                       |  (the server host itself)
+#   02:77:00:00:01:02               02:77:00:00:01:01   02:77:00:00:02:01      02:77:00:00:02:02
+#                                   gw-mgmt 10.77.2.254 <-veth----------------|  kernel only: health checks
+#                                   02:77:00:00:02:fe                          |
+#                                          sl-backend1..3: eth0 10.77.2.11..13 (02:77:00:00:03:01..03), VIP
+#                                          10.77.100.2 on lo (dsr), backend.py: HTTP :80 (its name), UDP :53
 #
 # sluice owns gw-client and gw-server through net_af_packet (config/lab.yaml). The gateway addresses 10.77.1.1,
-# 10.77.2.1, fd77:1::1 and fd77:2::1 exist nowhere: the client and server reach them through permanent neighbour
-# entries. No link leaves the namespaces; nothing here touches the root namespace's interfaces or routes.
+# 10.77.2.1, fd77:1::1 and fd77:2::1 exist nowhere: the hosts reach them through permanent neighbour entries. sluice's
+# VIPs (10.77.100.0/24) and NAT pool (10.77.3.100) are routed to it the same way. gw-mgmt is the exception path: the
+# kernel of sl-gw reaches the backends through it for sluice's health checks, beside the data plane. Every neighbour
+# is permanent, so no ARP or ND crosses sluice. No link leaves the namespaces; nothing here touches the root
+# namespace's interfaces or routes.
 #
 # usage: lab.sh up        create the namespaces and links (tears down leftovers first)
 #        lab.sh start     start sluice in sl-gw in the background and wait for "ready:" (lab must be up)
@@ -17,6 +25,7 @@
 #        lab.sh status    namespaces, links, whether sluice runs, its counters
 #        lab.sh stats [--json]   sluice's counters from DPDK telemetry (/sluice/stats)
 #        lab.sh pid       print the pid of the sluice started by 'start'; status 1 if it does not run
+#        lab.sh backend-stop N | backend-start N   stop / start backend N's servers (health-check experiments)
 #
 # Environment: SLUICE_BIN (default build/app/sluice/sluice), SLUICE_LAB_CONFIG (default config/lab.yaml),
 # SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30).
@@ -28,7 +37,8 @@ root=$(cd "$here/../.." && pwd)
 NS_CLIENT=sl-client
 NS_SERVER=sl-server
 NS_GW=sl-gw
-NAMESPACES=("$NS_CLIENT" "$NS_SERVER" "$NS_GW")
+BACKENDS=(1 2 3)
+NAMESPACES=("$NS_CLIENT" "$NS_SERVER" "$NS_GW" sl-backend1 sl-backend2 sl-backend3)
 
 SLUICE_BIN=${SLUICE_BIN:-$root/build/app/sluice/sluice}
 CONFIG=${SLUICE_LAB_CONFIG:-$root/config/lab.yaml}
@@ -191,7 +201,8 @@ cmd_up() {
   # Create each pair inside the gateway namespace and move the host end out: no interface, not even briefly, lives
   # in the root namespace.
   ip -n "$NS_GW" link add gw-client type veth peer name client0 netns "$NS_CLIENT"
-  ip -n "$NS_GW" link add gw-server type veth peer name server0 netns "$NS_SERVER"
+  ip -n "$NS_GW" link add gw-server type veth peer name uplink netns "$NS_SERVER"
+  ip -n "$NS_GW" link add gw-mgmt type veth peer name mgmt netns "$NS_SERVER"
 
   # Gateway side: no addresses and no IPv6, so the kernel sends nothing that sluice's af_packet sockets would pick
   # up as outgoing traffic and forward.
@@ -206,10 +217,84 @@ cmd_up() {
     ip -n "$NS_GW" link set "$dev" up
   done
 
+  # The server LAN: a bridge in sl-server whose ports are sluice's link, the management link and the backends'.
+  ip -n "$NS_SERVER" link add br0 type bridge
+  for dev in uplink mgmt; do bridge_port "$NS_SERVER" "$dev"; done
+  local n
+  for n in "${BACKENDS[@]}"; do
+    ip -n "$NS_GW" link add "gw-be$n" type veth peer name eth0 netns "sl-backend$n"  # made in sl-gw, moved out next
+    ip -n "$NS_GW" link set "gw-be$n" netns "$NS_SERVER" name "be$n"
+    bridge_port "$NS_SERVER" "be$n"
+    # Static forwarding entries: the bridge never floods a frame for a backend (or for the management link) to
+    # sluice's port while it has not learnt where that MAC lives.
+    ip netns exec "$NS_SERVER" bridge fdb replace "02:77:00:00:03:0$n" dev "be$n" master static
+  done
+  ip netns exec "$NS_SERVER" bridge fdb replace 02:77:00:00:02:fe dev mgmt master static
+  ip netns exec "$NS_SERVER" bridge fdb replace 02:77:00:00:02:01 dev uplink master static
   setup_host "$NS_CLIENT" client0 02:77:00:00:01:02 10.77.1.2/24 10.77.1.1 02:77:00:00:01:01 fd77:1::2/64 fd77:1::1
-  setup_host "$NS_SERVER" server0 02:77:00:00:02:02 10.77.2.2/24 10.77.2.1 02:77:00:00:02:01 fd77:2::2/64 fd77:2::1
+  setup_host "$NS_SERVER" br0 02:77:00:00:02:02 10.77.2.2/24 10.77.2.1 02:77:00:00:02:01 fd77:2::2/64 fd77:2::1
+
+  # The exception path: the gateway's kernel on the server LAN (never through sluice), IPv4 only.
+  ip -n "$NS_GW" link set gw-mgmt address 02:77:00:00:02:fe
+  no_offloads "$NS_GW" gw-mgmt
+  ip -n "$NS_GW" addr add 10.77.2.254/24 dev gw-mgmt
+  ip -n "$NS_GW" link set gw-mgmt up
+  for n in "${BACKENDS[@]}"; do
+    setup_backend "$n"
+    ip -n "$NS_GW" neigh replace "10.77.2.1$n" lladdr "02:77:00:00:03:0$n" dev gw-mgmt nud permanent
+  done
   say "up: $NS_CLIENT 10.77.1.2 fd77:1::2 <-> $NS_GW (gw-client, gw-server) <-> $NS_SERVER 10.77.2.2 fd77:2::2"
+  say "    backends sl-backend1..3 10.77.2.11..13 (HTTP :80, UDP :53); health checks from $NS_GW via gw-mgmt 10.77.2.254"
   say "start sluice with: $0 start"
+}
+
+# A bridge port in namespace $1: no offloads, no IPv6 of its own (no MLD or ND chatter), enslaved to br0, up.
+bridge_port() {
+  local ns=$1 dev=$2
+  ip netns exec "$ns" sysctl -qw "net.ipv6.conf.$dev.disable_ipv6=1"
+  no_offloads "$ns" "$dev"
+  ip -n "$ns" link set "$dev" master br0
+  ip -n "$ns" link set "$dev" up
+}
+
+# Backend N: IPv4 only, 10.77.2.1N, the dsr VIP on its loopback, the gateway and the management address as
+# permanent neighbours, and its servers.
+setup_backend() {
+  local n=$1 ns=sl-backend$1
+  local nsx=(ip netns exec "$ns")
+  "${nsx[@]}" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  "${nsx[@]}" ip link set lo up
+  ip -n "$ns" addr add 10.77.100.2/32 dev lo    # the dsr VIP: the backend answers for it, and from it
+  ip -n "$ns" link set eth0 address "02:77:00:00:03:0$n"
+  no_offloads "$ns" eth0
+  ip -n "$ns" addr add "10.77.2.1$n/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" neigh replace 10.77.2.1 lladdr 02:77:00:00:02:01 dev eth0 nud permanent
+  ip -n "$ns" neigh replace 10.77.2.254 lladdr 02:77:00:00:02:fe dev eth0 nud permanent
+  ip -n "$ns" route replace default via 10.77.2.1 dev eth0
+  start_backend "$n"
+}
+
+# Starts backend N's servers (backend.py) in its namespace and waits until it listens.
+start_backend() {
+  local n=$1 ns=sl-backend$1
+  mkdir -p "$STATE"
+  setsid ip netns exec "$ns" "$PYTHON" "$here/backend.py" "backend$n" >"$STATE/backend$n.log" 2>&1 </dev/null &
+  echo $! >"$STATE/backend$n.pid"
+  local deadline=$((SECONDS + 10))
+  until ip netns exec "$ns" ss -Hltn 'sport = :80' 2>/dev/null | grep -q LISTEN; do
+    [ "$SECONDS" -lt "$deadline" ] || die "backend$n does not listen after 10 s: $(cat "$STATE/backend$n.log")"
+    sleep 0.1
+  done
+}
+
+stop_backend() {
+  local n=$1 pid
+  pid=$(cat "$STATE/backend$n.pid" 2>/dev/null) || { say "backend$n is not running"; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  wait_gone "$pid" 5 || kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$STATE/backend$n.pid"
+  say "backend$n stopped"
 }
 
 # Removes everything `up`, `start` and demo.sh created: processes inside the lab's namespaces (sluice, the demo's
@@ -371,5 +456,8 @@ case "${1:-}" in
   status) cmd_status ;;
   stats) shift; cmd_stats "${1:-}"; [ "${1:-}" = --json ] || kernel_counters ;;
   pid) sluice_pid ;;
+  backend-stop) need_root; [[ ${2:-} =~ ^[123]$ ]] || die "usage: $0 backend-stop 1|2|3"; stop_backend "$2" ;;
+  backend-start) need_root; [[ ${2:-} =~ ^[123]$ ]] || die "usage: $0 backend-start 1|2|3"
+                 [ -r "$STATE/backend$2.pid" ] && stop_backend "$2"; start_backend "$2"; say "backend$2 started" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
