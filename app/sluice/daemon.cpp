@@ -25,6 +25,7 @@
 
 #include "control/explain.hpp"
 #include "control/health_checker.hpp"
+#include "control/neighbours.hpp"
 #include "control/snapshot_builder.hpp"
 #include "control/status.hpp"
 #include "control/systemd_notifier.hpp"
@@ -244,15 +245,18 @@ private:
                 // Only fails when the counter would overflow; the control loop still sees the earlier wake-up.
             }
         });
+        apply_neighbour_targets();
         std::unique_ptr<Snapshot> first;
         try {
             first = build_snapshot(config_, port_identities_, config_.lcores.size(), ports_.front()->socket(), workers,
-                                   &stable_rule_ids_, &backends_, backend_health());
+                                   LiveState{&stable_rule_ids_, &backends_, backend_health(), neighbour_lookup()});
         } catch (const std::exception& e) {
             throw StartupError(std::string("tables: ") + e.what());
         }
         log_tables(*first);
-        dataplane_ = std::make_unique<Dataplane>(build_dataplane_spec(config_, ports_), std::move(first));
+        DataplaneSpec spec = build_dataplane_spec(config_, ports_);
+        spec.solicitation_pool = pools_.at(ports_.front()->socket());
+        dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
         dataplane_->launch();
         apply_health_targets();
 
@@ -319,7 +323,8 @@ private:
                 StableRuleIds ids = stable_rule_ids_;  // committed only if the reload goes through
                 BackendRegistry backends = backends_;
                 snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
-                                          dataplane_->worker_count(), &ids, &backends, backend_health());
+                                          dataplane_->worker_count(),
+                                          LiveState{&ids, &backends, backend_health(), neighbour_lookup()});
                 pending_backends_ = std::move(backends);
                 if (ids.size() > kMaxCountedRules)
                     spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
@@ -350,6 +355,7 @@ private:
             spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
         const std::string previous = config_.hash;
         config_ = std::move(*candidate.config);
+        apply_neighbour_targets();
         apply_health_targets();
         reload_status_.update([&](ReloadRecord& r) {
             ++r.successes;
@@ -363,6 +369,62 @@ private:
 
     BackendHealth backend_health() {
         return [this](uint32_t id) { return !health_ || health_->is_up(id); };
+    }
+
+    // What ARP/ND must resolve for the running config: next hops given by address, and backends without a mac on
+    // one of sluice's links. Each is solicited from sluice's own address on that link.
+    void apply_neighbour_targets() {
+        std::vector<NeighbourTarget> targets;
+        const auto add = [&](const std::string& port, IpFamily family, const IpAddress& address) {
+            for (const PortAddress& own : config_.port_addresses) {
+                if (own.port != port || own.family != family) continue;
+                Config one;
+                one.port_addresses = {own};
+                if (!on_link(one, port, family, address)) continue;
+                for (const PortIdentity& p : port_identities_)
+                    if (p.name == port) targets.push_back({family, address, p.id, own.address});
+                return;
+            }
+        };
+        for (const ForwardConfig& f : config_.forward)
+            if (f.resolve_next_hop) add(f.to, f.next_hop_family, f.next_hop);
+        for (const ServiceConfig& service : config_.services)
+            for (const BackendConfig& b : service.backends)
+                if (!b.has_mac)
+                    for (const PortSpec& p : config_.ports) add(p.name, b.family, b.address);
+        neighbours_.set_targets(std::move(targets));
+    }
+
+    // Control thread, every loop: learn what the workers saw, solicit what is due, forget what stopped answering;
+    // a changed MAC republishes the forwarding and load-balancer tables.
+    void run_neighbours() {
+        if (neighbours_.size() == 0) {
+            dataplane_->take_neighbour_events();  // nothing to resolve: keep the ring empty
+            return;
+        }
+        const auto now = NeighbourTable::Clock::now();
+        bool changed = false;
+        for (const NeighbourEvent& e : dataplane_->take_neighbour_events()) {
+            if (neighbours_.learn(e.family, e.address, e.mac, now)) {
+                changed = true;
+                const auto& m = e.mac.addr_bytes;
+                spdlog::info("neighbour {} is at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", to_string(e.address, e.family),
+                             m[0], m[1], m[2], m[3], m[4], m[5]);
+            }
+        }
+        for (const NeighbourTarget& t : neighbours_.due(now)) {
+            NeighbourRequest request{t.sender, t.address, t.port_id, t.family, {}};
+            dataplane_->request_solicitation(request);  // full ring: asked again in a second
+        }
+        if (neighbours_.expire(now)) {
+            spdlog::warn("a neighbour stopped answering; its traffic waits for it (neighbour_unresolved)");
+            changed = true;
+        }
+        if (changed) republish_lb_tables("neighbours changed");
+    }
+
+    NeighbourLookup neighbour_lookup() {
+        return [this](IpFamily family, const IpAddress& address) { return neighbours_.lookup(family, address); };
     }
 
     // The backend of a stable id, for logs: "web/10.1.0.11:8080".
@@ -408,9 +470,10 @@ private:
         try {
             const auto started = std::chrono::steady_clock::now();
             BackendRegistry backends = backends_;
-            auto lb = build_lb_tables(config_, backends, backend_health(), ports_.front()->socket());
+            auto next = rebuild_live(dataplane_->snapshot(), config_, port_identities_, ports_.front()->socket(),
+                                     LiveState{nullptr, &backends, backend_health(), neighbour_lookup()});
             // The retired snapshot shares its rule counters with the new one: nothing to fold.
-            dataplane_->publish(with_lb_tables(dataplane_->snapshot(), std::move(lb)));
+            dataplane_->publish(std::move(next));
             backends_ = std::move(backends);
             spdlog::info("load balancer tables rebuilt ({}) in {} ms", why,
                          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
@@ -544,6 +607,7 @@ private:
             }
             refresh_rule_stats();
             refresh_backend_stats();
+            run_neighbours();
             std::vector<uint64_t> heartbeats;
             dataplane_->for_each_lcore([&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
             for (std::size_t stalled : systemd_.tick(heartbeats))
@@ -634,6 +698,7 @@ private:
     BackendRegistry backends_;
     BackendRegistry pending_backends_;
     std::unique_ptr<HealthChecker> health_;
+    NeighbourTable neighbours_;
     Fd health_event_{eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
     std::mutex health_mutex_;
     std::vector<std::tuple<uint32_t, bool, std::string>> health_transitions_;  // from the checker's thread

@@ -38,6 +38,8 @@ namespace sluice {
     X(nat_ports_exhausted, "a new NAT connection found no free port on the pool address")           \
     X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")              \
     X(tunnel_too_big, "packet too big for the egress MTU once encapsulated")                        \
+    X(neighbour_unresolved, "the next hop or backend has no MAC yet (ARP/ND resolution pending)")  \
+    X(neighbour_frame, "an ARP or ND frame sluice took (learned from; not forwarded)")             \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
     X(no_route, "no forwarding entry for the ingress port")                                       \
     X(ring_full, "the owning worker's input ring was full")                                       \

@@ -148,7 +148,8 @@ bool is_power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<std::string, YAML::Mark>& port_marks) {
     if (!d.sequence(node, "ports")) return;
     for (const YAML::Node& p : node) {
-        if (!d.map(p, "a port", {"name", "device", "rx_queues", "rx_descriptors", "tx_descriptors", "mtu", "promiscuous"}))
+        if (!d.map(p, "a port", {"name", "device", "rx_queues", "rx_descriptors", "tx_descriptors", "mtu", "promiscuous",
+                                   "addresses"}))
             continue;
         PortSpec spec;
         d.field(p, "name", "a port", true, [&](const YAML::Node& v) { d.string(v, "port name", spec.name); });
@@ -257,7 +258,7 @@ void decode_forward(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.sequence(node, "forward")) return;
     std::set<std::string> from_ports;
     for (const YAML::Node& f : node) {
-        if (!d.map(f, "a forward entry", {"from", "to", "next_hop_mac"})) continue;
+        if (!d.map(f, "a forward entry", {"from", "to", "next_hop_mac", "next_hop"})) continue;
         ForwardConfig entry;
         for (auto [key, out] : {std::pair{"from", &entry.from}, {"to", &entry.to}}) {
             d.field(f, key, "a forward entry", true, [&, key = key, out = out](const YAML::Node& v) {
@@ -267,7 +268,9 @@ void decode_forward(Decoder& d, const YAML::Node& node, Config& config) {
         }
         if (!entry.from.empty() && !from_ports.insert(entry.from).second)
             d.error(f["from"], "forward: port '" + entry.from + "' already has a forward entry");
-        d.field(f, "next_hop_mac", "a forward entry", true, [&](const YAML::Node& v) {
+        if (!f["next_hop_mac"] && !f["next_hop"]) d.error(f, "a forward entry needs 'next_hop_mac' or 'next_hop'");
+        if (f["next_hop_mac"] && f["next_hop"]) d.error(f["next_hop"], "a forward entry takes 'next_hop_mac' or 'next_hop', not both");
+        d.field(f, "next_hop_mac", "a forward entry", false, [&](const YAML::Node& v) {
             std::string text;
             if (d.string(v, "next_hop_mac", text) && !parse_mac(text, entry.next_hop_mac))
                 d.error(v, "next_hop_mac '" + text + "' is not a MAC address like 02:00:00:00:00:01");
@@ -311,6 +314,8 @@ void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& confi
     if (path.is_relative()) path = std::filesystem::path(config_path).parent_path() / path;
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
+    // The size limit means nothing for a device or a FIFO (/dev/zero never ends, a FIFO may never answer).
+    if (!S_ISREG(st.st_mode)) return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is not a regular file");
     if (static_cast<std::size_t>(st.st_size) > kMaxPrefixFileBytes)
         return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is " + std::to_string(st.st_size) +
                                " bytes, over the limit of " + std::to_string(kMaxPrefixFileBytes));
@@ -588,6 +593,82 @@ void decode_load_balancer(Decoder& d, const YAML::Node& node, Config& config) {
     });
 }
 
+// ports[].addresses: "10.77.2.1/24" (the host address and its link's prefix), one or a list.
+void decode_port_addresses(Decoder& d, const YAML::Node& ports, Config& config) {
+    if (!ports || !ports.IsSequence()) return;
+    for (const YAML::Node& p : ports) {
+        if (!p.IsMap() || !p["addresses"] || !p["name"] || !p["name"].IsScalar()) continue;
+        const std::string name = p["name"].Scalar();
+        for (const YAML::Node& a : one_or_list(d, p["addresses"], "port '" + name + "' addresses")) {
+            const std::string text = a.IsScalar() ? a.Scalar() : "";
+            const auto slash = text.find('/');
+            PortAddress address{.port = name};
+            Prefix prefix;
+            IpFamily family;
+            if (slash == std::string::npos || !parse_prefix(text, prefix, family) ||
+                inet_pton(family == IpFamily::ipv4 ? AF_INET : AF_INET6, text.substr(0, slash).c_str(), address.address.bytes) != 1) {
+                d.error(a, "port '" + name + "': address '" + text + "' is not ADDRESS/PREFIX-LENGTH, e.g. 10.77.2.1/24");
+                continue;
+            }
+            address.family = family;
+            address.length = prefix.length;
+            config.port_addresses.push_back(address);
+        }
+    }
+}
+
+// Whether address is inside one of port's addresses' prefixes (on its link).
+bool address_on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {
+    for (const PortAddress& a : config.port_addresses) {
+        if (a.port != port || a.family != family) continue;
+        unsigned bits = a.length, i = 0;
+        for (; bits >= 8; bits -= 8, ++i)
+            if (a.address.bytes[i] != address.bytes[i]) break;
+        if (bits >= 8) continue;
+        const uint8_t mask = static_cast<uint8_t>(0xff00u >> bits);
+        if (bits == 0 || ((a.address.bytes[i] ^ address.bytes[i]) & mask) == 0) return true;
+    }
+    return false;
+}
+
+// A dsr backend is reached at L2: it needs a mac, or an address on one of sluice's links (resolved with ARP/ND).
+void check_dsr_backends(Decoder& d, const YAML::Node& services, const Config& config) {
+    if (!services || !services.IsSequence()) return;
+    for (const YAML::Node& s : services) {
+        if (!s.IsMap() || !s["mode"] || !s["mode"].IsScalar() || s["mode"].Scalar() != "dsr") continue;
+        if (!s["backends"] || !s["backends"].IsSequence()) continue;
+        const std::string name = s["name"] && s["name"].IsScalar() ? s["name"].Scalar() : "";
+        for (const YAML::Node& b : s["backends"]) {
+            if (!b.IsMap() || b["mac"] || !b["address"] || !b["address"].IsScalar()) continue;
+            Prefix p;
+            IpFamily family;
+            if (!parse_prefix(b["address"].Scalar(), p, family)) continue;  // reported already
+            const bool local = std::any_of(config.ports.begin(), config.ports.end(),
+                                           [&](const PortSpec& port) { return address_on_link(config, port.name, family, p.address); });
+            if (!local)
+                d.error(b, "service '" + name + "': dsr backend " + b["address"].Scalar() +
+                               " needs a mac, or an address on one of sluice's links (ports[].addresses) to resolve it");
+        }
+    }
+}
+
+// forward[].next_hop: an address on the `to` port's link, resolved with ARP/ND.
+void decode_forward_next_hops(Decoder& d, const YAML::Node& forward, Config& config) {
+    if (!forward || !forward.IsSequence()) return;
+    std::size_t k = 0;
+    for (const YAML::Node& f : forward) {
+        if (!f.IsMap()) continue;
+        ForwardConfig* entry = k < config.forward.size() ? &config.forward[k] : nullptr;
+        ++k;
+        if (!entry || !f["next_hop"]) continue;
+        if (!decode_host(d, f["next_hop"], "forward next_hop", entry->next_hop, entry->next_hop_family)) continue;
+        entry->resolve_next_hop = true;
+        if (!address_on_link(config, entry->to, entry->next_hop_family, entry->next_hop))
+            d.error(f["next_hop"], "forward next_hop " + f["next_hop"].Scalar() + " is inside no address of port '" +
+                                       entry->to + "' (give the port an address on that link, or use next_hop_mac)");
+    }
+}
+
 void decode_health_check(Decoder& d, const YAML::Node& v, const std::string& what, HealthCheckConfig& hc) {
     if (!d.map(v, what, {"type", "port", "path", "expect", "interval_ms", "timeout_ms", "rise", "fall"})) return;
     d.field(v, "type", what, true, [&](const YAML::Node& t) {
@@ -681,8 +762,6 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
                 });
                 d.field(b, "health_check", what + " backend", false,
                         [&](const YAML::Node& n) { decode_health_check(d, n, what + " backend health_check", backend.health); });
-                if (service.mode == LbMode::dsr && !b["mac"] && b["address"])
-                    d.error(b, what + ": dsr backend " + b["address"].Scalar() + " needs a mac (sluice does not resolve neighbours yet)");
                 if (backend.family != IpFamily::none && !seen.insert(backend.name()).second)
                     d.error(b, what + ": backend " + backend.name() + " is listed twice");
                 service.backends.push_back(backend);
@@ -758,6 +837,9 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         // load_balancer first: services check their mode against its pools.
         d.field(root, "load_balancer", "the config", false, [&](const YAML::Node& v) { decode_load_balancer(d, v, config); });
         d.field(root, "services", "the config", false, [&](const YAML::Node& v) { decode_services(d, v, config); });
+        decode_port_addresses(d, root["ports"], config);
+        decode_forward_next_hops(d, root["forward"], config);
+        check_dsr_backends(d, root["services"], config);
     }
     result.errors = std::move(d.errors());
     if (result.errors.empty()) result.config = std::move(config);
@@ -794,6 +876,10 @@ ConfigResult load_config_file(const std::string& path) {
     std::stringstream text;
     text << in.rdbuf();
     return load_config_text(text.str(), path);
+}
+
+bool on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {
+    return address_on_link(config, port, family, address);
 }
 
 std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate) {

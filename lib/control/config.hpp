@@ -43,6 +43,19 @@ struct ForwardConfig {
     std::string from;
     std::string to;
     rte_ether_addr next_hop_mac{};
+    bool resolve_next_hop = false;  // next_hop given: its MAC comes from ARP/ND on the `to` port
+    IpAddress next_hop{};
+    IpFamily next_hop_family = IpFamily::none;
+};
+
+// One of sluice's own addresses on a port: answered in ARP/ND, the source of sluice's own solicitations there, and
+// its prefix says which next hops and backends are on that link.
+struct PortAddress {
+    std::string port;
+    IpAddress address{};
+    IpFamily family = IpFamily::none;
+    uint8_t length = 0;
+    friend bool operator==(const PortAddress&, const PortAddress&) = default;
 };
 
 struct LogConfig {
@@ -166,6 +179,7 @@ struct Config {
     LoadBalancerConfig load_balancer;
     std::vector<ServiceConfig> services;
     std::vector<PortSpec> ports;
+    std::vector<PortAddress> port_addresses;
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
 
@@ -186,6 +200,9 @@ ConfigResult load_config_text(const std::string& text, const std::string& name);
 // What differs between the running config and a candidate that only a restart can apply (EAL arguments, ports,
 // lcores, data-plane sizes, the metrics listener), one line each; empty when the candidate can go live.
 std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate);
+
+// Whether address lies inside one of port's addresses (ports[].addresses): on that link, resolved with ARP/ND.
+bool on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address);
 
 // The RX queues each rx lcore polls, as (port index, queue): the explicit lists, or every queue of every port
 // spread round-robin over the rx lcores when no lcore lists any. Indexed like config.lcores.

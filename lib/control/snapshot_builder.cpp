@@ -115,7 +115,7 @@ void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::si
 }  // namespace
 
 std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry, const BackendHealth& healthy,
-                                                int socket) {
+                                                int socket, const NeighbourLookup& neighbours) {
     auto lb = std::make_shared<LbTables>();
     const LoadBalancerConfig& lc = config.load_balancer;
     for (std::size_t i = 0; i < lc.nat_pool.size(); ++i) {
@@ -173,6 +173,17 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
     }
     // A removed backend keeps its last service's drop/keep choice (its service may be gone too).
     lb->backends = registry.known;
+    // Backends on one of sluice's links with no mac in the config: the MAC ARP/ND found, or none yet.
+    for (LbBackend& b : lb->backends) {
+        if (b.has_mac || b.removed) continue;
+        const bool local = std::any_of(config.ports.begin(), config.ports.end(),
+                                       [&](const PortSpec& p) { return on_link(config, p.name, b.family, b.address); });
+        if (!local) continue;
+        const auto mac = neighbours ? neighbours(b.family, b.address) : std::nullopt;
+        b.has_mac = mac.has_value();
+        b.awaiting_neighbour = !b.has_mac;
+        if (mac) b.mac = *mac;
+    }
 
     if (!lb->services.empty()) {
         static std::atomic<uint64_t> generation{0};
@@ -191,33 +202,54 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
     return lb;
 }
 
-std::unique_ptr<Snapshot> with_lb_tables(const Snapshot& base, std::shared_ptr<const LbTables> lb) {
+namespace {
+
+// Ports, forwarding entries (next hops by MAC, or resolved by ARP/ND) and the addresses sluice answers for.
+void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector<PortIdentity>& ports,
+                     const NeighbourLookup& neighbours) {
+    for (const PortIdentity& p : ports) {
+        snapshot.port_mac[p.id] = p.mac;
+        const PortSpec* spec = config.find_port(p.name);
+        snapshot.port_mtu[p.id] = spec ? spec->mtu : 1500;
+    }
+    for (const ForwardConfig& f : config.forward) {
+        const PortIdentity& in = port_named(ports, f.from);
+        const PortIdentity& out = port_named(ports, f.to);
+        ForwardEntry entry{.dst_mac = f.next_hop_mac, .src_mac = out.mac, .out_port = out.id, .valid = true};
+        if (f.resolve_next_hop) {
+            const auto mac = neighbours ? neighbours(f.next_hop_family, f.next_hop) : std::nullopt;
+            entry.awaiting_neighbour = !mac;
+            if (mac) entry.dst_mac = *mac;
+        }
+        snapshot.forward_by_in_port[in.id] = entry;
+    }
+    for (const PortAddress& a : config.port_addresses)
+        snapshot.owned.push_back({a.address, a.family, port_named(ports, a.port).id});
+    for (const ServiceConfig& s : config.services) snapshot.owned.push_back({s.vip, s.family, OwnedAddress::kAnyPort});
+    for (std::size_t i = 0; i < config.load_balancer.nat_pool.size(); ++i)
+        snapshot.owned.push_back({config.load_balancer.nat_pool[i].address, config.load_balancer.nat_pool_families[i],
+                                  OwnedAddress::kAnyPort});
+}
+
+}  // namespace
+
+std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config, const std::vector<PortIdentity>& ports,
+                                       int socket, const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
-    snapshot->forward_by_in_port = base.forward_by_in_port;
-    snapshot->port_mac = base.port_mac;
-    snapshot->port_mtu = base.port_mtu;
+    fill_forwarding(*snapshot, config, ports, live.neighbours);
+    BackendRegistry local;
+    snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     snapshot->firewall = base.firewall;
-    snapshot->lb = std::move(lb);
     return snapshot;
 }
 
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
-                                         int socket, std::size_t worker_count, StableRuleIds* stable_ids,
-                                         BackendRegistry* backends, const BackendHealth& healthy) {
+                                         int socket, std::size_t worker_count, const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
-    for (const PortIdentity& p : ports) {
-        snapshot->port_mac[p.id] = p.mac;
-        const PortSpec* spec = config.find_port(p.name);
-        snapshot->port_mtu[p.id] = spec ? spec->mtu : 1500;
-    }
+    fill_forwarding(*snapshot, config, ports, live.neighbours);
     BackendRegistry local;
-    snapshot->lb = build_lb_tables(config, backends ? *backends : local, healthy, socket);
-    for (const ForwardConfig& f : config.forward) {
-        const PortIdentity& in = port_named(ports, f.from);
-        const PortIdentity& out = port_named(ports, f.to);
-        snapshot->forward_by_in_port[in.id] =
-            ForwardEntry{.dst_mac = f.next_hop_mac, .src_mac = out.mac, .out_port = out.id, .valid = true};
-    }
+    snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
+    StableRuleIds* stable_ids = live.rule_ids;
 
     const FirewallConfig& fc = config.firewall;
     FirewallTables& fw = *snapshot->firewall;

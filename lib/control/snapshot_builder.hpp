@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,17 +40,30 @@ struct BackendRegistry {
 // Whether a backend (by stable id) passes its health checks; a down backend takes no Maglev slot.
 using BackendHealth = std::function<bool(uint32_t stable_id)>;
 
+// The MAC ARP/ND resolved for an address (control/neighbours.hpp), if any.
+using NeighbourLookup = std::function<std::optional<rte_ether_addr>(IpFamily family, const IpAddress& address)>;
+
+// What a snapshot is built from besides the config: state the daemon keeps across reloads. Null members: none.
+struct LiveState {
+    StableRuleIds* rule_ids = nullptr;
+    BackendRegistry* backends = nullptr;
+    BackendHealth healthy;
+    NeighbourLookup neighbours;
+};
+
 // Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws
 // std::runtime_error when a table cannot be built (or more than kMaxBackends backends were ever known).
+// Backends without a configured mac on a link of sluice's (ports[].addresses) take the MAC neighbours resolved.
 std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry, const BackendHealth& healthy,
-                                                int socket = 0);
+                                                int socket = 0, const NeighbourLookup& neighbours = nullptr);
 
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
                                          std::size_t lcore_count = 1, int socket = 0, std::size_t worker_count = 1,
-                                         StableRuleIds* stable_ids = nullptr, BackendRegistry* backends = nullptr,
-                                         const BackendHealth& healthy = nullptr);
+                                         const LiveState& live = {});
 
-// A copy of base with other load-balancer tables (a health transition): the rule set is shared, not rebuilt.
-std::unique_ptr<Snapshot> with_lb_tables(const Snapshot& base, std::shared_ptr<const LbTables> lb);
+// A new snapshot of the same config for a change of live state (a health transition, a neighbour resolved): the
+// forwarding entries and load-balancer tables are rebuilt, the rule set is shared with base, not rebuilt.
+std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config, const std::vector<PortIdentity>& ports,
+                                       int socket, const LiveState& live);
 
 }  // namespace sluice

@@ -40,6 +40,7 @@ struct LbBackend {
     bool has_mac = false;
     bool removed = false;            // no longer in the config
     bool drop_when_removed = false;  // its service says removed_backends: drop
+    bool awaiting_neighbour = false; // on a link of sluice's but not resolved yet: neighbour_unresolved
     LbMode mode = LbMode::nat;       // its service's
     uint16_t port_be = 0;            // 0: keep the packet's destination port
     rte_ether_addr mac{};

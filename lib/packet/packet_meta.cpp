@@ -1,5 +1,8 @@
 #include "packet/packet_meta.hpp"
 
+#include "common/compiler.hpp"
+#include "packet/neighbour.hpp"
+
 namespace sluice {
 
 int g_packet_meta_offset = -1;
@@ -25,8 +28,11 @@ void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts) {
             .ipv4_checksum_verified = (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD,
         };
         FiveTuple tuple;
-        verdicts[i] = parse_frame(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), options,
-                                  *packet_meta(m), tuple);
+        const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+        PacketMeta& meta = *packet_meta(m);
+        verdicts[i] = parse_frame(frame, rte_pktmbuf_data_len(m), options, meta, tuple);
+        if (SLUICE_UNLIKELY(verdicts[i] == DropReason::not_ip || meta.l4_proto == 58))
+            verdicts[i] = classify_neighbour(frame, rte_pktmbuf_data_len(m), verdicts[i], meta);
     }
 }
 

@@ -11,6 +11,8 @@ void CounterTotals::add(const LcoreCounters& c) {
     conn_inserts += counter_read(c.conn_inserts);
     conn_expired += counter_read(c.conn_expired);
     rejects_sent += counter_read(c.rejects_sent);
+    neighbour_replies += counter_read(c.neighbour_replies);
+    neighbour_solicitations += counter_read(c.neighbour_solicitations);
     for (std::size_t p = 0; p < ports.size(); ++p) {
         ports[p].rx_packets += counter_read(c.ports[p].rx_packets);
         ports[p].rx_bytes += counter_read(c.ports[p].rx_bytes);

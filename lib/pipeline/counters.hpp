@@ -28,6 +28,8 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t conn_inserts = 0;    // connections this worker started tracking
     uint64_t conn_expired = 0;    // and stopped tracking (timed out); live = inserts - expired
     uint64_t rejects_sent = 0;    // RSTs and ICMP unreachables sent for reject rules
+    uint64_t neighbour_replies = 0;        // ARP replies and NAs sent for sluice's addresses
+    uint64_t neighbour_solicitations = 0;  // ARP requests and NSs sent to resolve next hops and backends
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
@@ -43,6 +45,8 @@ struct CounterTotals {
     uint64_t conn_inserts = 0;
     uint64_t conn_expired = 0;
     uint64_t rejects_sent = 0;
+    uint64_t neighbour_replies = 0;
+    uint64_t neighbour_solicitations = 0;
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void add(const LcoreCounters& c);

@@ -52,6 +52,12 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
     if (!shared_->qsbr || rte_rcu_qsbr_init(shared_->qsbr, lcore_count) != 0)
         throw StartupError("cannot set up RCU (QSBR) for the snapshot");
 
+    // ARP/ND: every worker reports senders to the control thread; the control thread asks worker 0 to solicit.
+    neighbour_events_ = rte_ring_create_elem("sluice_nd_events", sizeof(NeighbourEvent), 1024, SOCKET_ID_ANY, RING_F_SC_DEQ);
+    neighbour_requests_ = rte_ring_create_elem("sluice_nd_requests", sizeof(NeighbourRequest), 256, SOCKET_ID_ANY,
+                                               RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (!neighbour_events_ || !neighbour_requests_) throw StartupError("cannot create the neighbour rings");
+
     // Several RX lcores may feed one ring; only its worker takes from it.
     const unsigned ring_flags = RING_F_SC_DEQ | (rx_count <= 1 ? RING_F_SP_ENQ : 0);
     for (const LcorePlan& plan : spec.lcores) {
@@ -88,6 +94,11 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
 
         ctx->worker_index = next_worker;
         ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
+        ctx->neighbour_events = neighbour_events_;
+        if (next_worker == 0) {
+            ctx->neighbour_requests = neighbour_requests_;
+            ctx->pool = spec.solicitation_pool;
+        }
         if (spec.conntrack) {
             try {
                 ctx->conn_table = new ConnTable("sluice_ct" + std::to_string(next_worker), spec.conn_table_size, socket,
@@ -137,6 +148,9 @@ void Dataplane::release() {
     contexts_.clear();
     for (rte_ring* ring : rings_) rte_ring_free(ring);
     rings_.clear();
+    rte_ring_free(neighbour_events_);
+    rte_ring_free(neighbour_requests_);
+    neighbour_events_ = neighbour_requests_ = nullptr;
     if (shared_) {
         delete shared_->snapshot.load();
         rte_free(shared_->qsbr);
@@ -195,6 +209,19 @@ uint64_t Dataplane::ring_slots() const {
     uint64_t slots = 0;
     for (const rte_ring* ring : rings_) slots += rte_ring_get_capacity(ring);
     return slots;
+}
+
+std::vector<NeighbourEvent> Dataplane::take_neighbour_events(std::size_t max) {
+    std::vector<NeighbourEvent> events(max);
+    const unsigned n = rte_ring_dequeue_burst_elem(neighbour_events_, events.data(), sizeof(NeighbourEvent),
+                                                   static_cast<unsigned>(max), nullptr);
+    events.resize(n);
+    return events;
+}
+
+bool Dataplane::request_solicitation(const NeighbourRequest& request) {
+    NeighbourRequest copy = request;  // the prototype takes a non-const pointer
+    return rte_ring_enqueue_elem(neighbour_requests_, &copy, sizeof copy) == 0;
 }
 
 uint64_t Dataplane::ring_backlog() const {

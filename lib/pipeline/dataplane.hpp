@@ -30,6 +30,7 @@ struct DataplaneSpec {
     uint16_t nat_port_first = 1024;     // each worker's NAT ports: those of this range it owns (nat_ports.hpp)
     uint16_t nat_port_last = 65535;
     std::size_t nat_pool_addresses = 0;
+    rte_mempool* solicitation_pool = nullptr;  // worker 0 builds ARP/ND solicitations from it
 };
 
 class Dataplane {
@@ -61,6 +62,10 @@ public:
     uint16_t worker_count() const { return static_cast<uint16_t>(rings_.size()); }
     std::size_t lcore_count() const { return contexts_.size(); }
     uint64_t ring_slots() const;
+    // Control thread: the ARP/ND senders workers saw since the last call (at most max).
+    std::vector<NeighbourEvent> take_neighbour_events(std::size_t max = 256);
+    // Control thread: asks worker 0 to send a solicitation; false when its request ring is full.
+    bool request_solicitation(const NeighbourRequest& request);
     // Packets waiting in worker rings right now.
     uint64_t ring_backlog() const;
 
@@ -71,6 +76,8 @@ private:
     SharedState* shared_ = nullptr;
     std::vector<LcoreContext*> contexts_;
     std::vector<rte_ring*> rings_;
+    rte_ring* neighbour_events_ = nullptr;
+    rte_ring* neighbour_requests_ = nullptr;
     bool launched_ = false;
     bool stopped_ = false;
 };

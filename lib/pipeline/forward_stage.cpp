@@ -77,6 +77,7 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         nat_rewrite(m, meta, vip, client_low ? key.dst_port : key.src_port, client, client_low ? key.src_port : key.dst_port);
         return rewrite_for_forwarding(m, out);
     }
+    if (SLUICE_UNLIKELY(backend.awaiting_neighbour)) return DropReason::neighbour_unresolved;
     if (backend.has_mac) out.dst_mac = backend.mac;
     switch (backend.mode) {
     case LbMode::nat: {
@@ -111,8 +112,8 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
         rte_mbuf* m = pkts[i];
         const ForwardEntry& entry = snapshot.forward_by_in_port[m->port];
         DropReason verdict;
-        if (SLUICE_UNLIKELY(!entry.valid)) {
-            verdict = DropReason::no_route;
+        if (SLUICE_UNLIKELY(!entry.valid || entry.awaiting_neighbour)) {
+            verdict = entry.valid ? DropReason::neighbour_unresolved : DropReason::no_route;
         } else if (routes && routes[i].kind != RouteKind::plain) {
             ForwardEntry out = entry;
             verdict = rewrite_balanced(ctx, snapshot, m, routes[i], out);

@@ -41,6 +41,26 @@ struct BackendTraffic {
     uint64_t bytes;
 };
 
+// A worker saw an ARP/ND sender (for the control thread's resolver). 32 bytes: an rte_ring element.
+struct NeighbourEvent {
+    IpAddress address;
+    rte_ether_addr mac;
+    uint16_t port;
+    IpFamily family;
+    uint8_t reserved[7];
+};
+static_assert(sizeof(NeighbourEvent) == 32);
+
+// The control thread asks worker 0 to send a solicitation. 40 bytes: an rte_ring element.
+struct NeighbourRequest {
+    IpAddress sender;
+    IpAddress target;
+    uint16_t port;
+    IpFamily family;
+    uint8_t reserved[5];
+};
+static_assert(sizeof(NeighbourRequest) == 40);
+
 // How a packet that passed the stateful stage leaves: routed by its ingress port, or rewritten for a backend.
 enum class RouteKind : uint8_t { plain, to_backend, nat_reply };
 inline constexpr uint32_t kNoService = UINT32_MAX;
@@ -97,6 +117,9 @@ struct alignas(kCacheLine) LcoreContext {
     RuleTraffic* rule_traffic = nullptr;  // kMaxCountedRules entries, with conn_table
     BackendTraffic* backend_traffic = nullptr;  // kMaxBackends entries, with conn_table
     NatPortPool* nat_ports = nullptr;     // with conn_table
+    rte_ring* neighbour_events = nullptr;   // every worker -> control thread (MP/SC)
+    rte_ring* neighbour_requests = nullptr; // control thread -> worker 0 only (SP/SC)
+    rte_mempool* pool = nullptr;            // worker 0: where its solicitations come from
 
     // Written by the lcore.
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};

@@ -5,6 +5,7 @@
 #include <rte_cycles.h>
 #include <rte_pause.h>
 
+#include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/firewall_stage.hpp"
 #include "pipeline/forward_stage.hpp"
@@ -22,8 +23,70 @@ inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
     return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
 }
 
-// The worker's pipeline over one burst: firewall (when on), then forwarding. Takes ownership of every mbuf.
+constexpr uint32_t kNeighbourRequestPolls = 64;  // worker 0 looks at its solicitation requests this often
+constexpr unsigned kNeighbourRequestBurst = 8;
+
+bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port) {
+    for (const OwnedAddress& a : snapshot.owned)
+        if (a.family == family && a.address == address && (a.port == OwnedAddress::kAnyPort || a.port == port)) return true;
+    return false;
+}
+
+// ARP and ND frames never reach the firewall: their senders are reported to the control thread's resolver, and a
+// solicitation for one of sluice's addresses is answered in place out of the port it came in on. The others are
+// consumed (neighbour_frame). Returns the burst without them.
+uint16_t neighbour_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count) {
+    uint16_t kept = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        const PacketMeta& meta = *packet_meta(m);
+        if (SLUICE_LIKELY(!(meta.flags & kMetaNeighbour))) {
+            pkts[kept++] = m;
+            continue;
+        }
+        NeighbourMessage message;
+        if (parse_neighbour(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), meta, message)) {
+            if (message.has_sender_mac && ctx.neighbour_events) {
+                NeighbourEvent event{message.sender, message.sender_mac, m->port, message.family, {}};
+                rte_ring_mp_enqueue_elem(ctx.neighbour_events, &event, sizeof event);  // full: the next one teaches it
+            }
+            if (message.solicitation && owns(snapshot, message.family, message.target, m->port) &&
+                make_neighbour_reply(m, meta, message, snapshot.port_mac[m->port])) {
+                PortCounters& out = ctx.counters.ports[m->port];
+                counter_add(out.tx_packets);
+                counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
+                counter_add(ctx.counters.neighbour_replies);
+                rte_eth_tx_buffer(m->port, ctx.tx_queue, ctx.tx_buffers[m->port], m);
+                continue;
+            }
+        }
+        ctx.counters.drop(DropReason::neighbour_frame);
+        rte_pktmbuf_free(m);
+    }
+    return kept;
+}
+
+// Worker 0: sends the solicitations the control thread asked for.
+void send_solicitations(LcoreContext& ctx, const Snapshot& snapshot) {
+    NeighbourRequest requests[kNeighbourRequestBurst];
+    const unsigned n = rte_ring_dequeue_burst_elem(ctx.neighbour_requests, requests, sizeof(NeighbourRequest),
+                                                   kNeighbourRequestBurst, nullptr);
+    for (unsigned k = 0; k < n; ++k) {
+        const NeighbourRequest& r = requests[k];
+        rte_mbuf* m = make_neighbour_solicitation(ctx.pool, r.family, r.sender, r.target, snapshot.port_mac[r.port]);
+        if (!m) break;  // the pool is empty: the resolver asks again in a second
+        PortCounters& out = ctx.counters.ports[r.port];
+        counter_add(out.tx_packets);
+        counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
+        counter_add(ctx.counters.neighbour_solicitations);
+        rte_eth_tx_buffer(r.port, ctx.tx_queue, ctx.tx_buffers[r.port], m);
+    }
+}
+
+// The worker's pipeline over one burst: neighbour frames, firewall and load balancer (when on), then forwarding.
+// Takes ownership of every mbuf.
 void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc) {
+    count = neighbour_burst(ctx, snapshot, pkts, count);
     if (ctx.conn_table && (snapshot.firewall->enabled || snapshot.lb->enabled())) {
         PacketRoute routes[kBurst];
         count = firewall_burst(ctx, snapshot, pkts, count, now_tsc, routes);
@@ -149,6 +212,8 @@ int lcore_main(void* arg) {
         }
         if (ctx.worker) {
             moved += worker_stage(ctx, snapshot, now);
+            if (ctx.neighbour_requests && ctx.counters.polls % kNeighbourRequestPolls == 0 && !rte_ring_empty(ctx.neighbour_requests))
+                send_solicitations(ctx, snapshot);
             if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
         }
 

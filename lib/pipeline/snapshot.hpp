@@ -27,6 +27,15 @@ struct ForwardEntry {
     rte_ether_addr src_mac{};  // the egress port's own
     uint16_t out_port = 0;
     bool valid = false;
+    bool awaiting_neighbour = false;  // next_hop given by address and not resolved yet: neighbour_unresolved
+};
+
+// An address sluice answers ARP/ND for: its own on a port, or a VIP / NAT pool address (on every port).
+struct OwnedAddress {
+    IpAddress address{};
+    IpFamily family = IpFamily::none;
+    uint16_t port = kAnyPort;
+    static constexpr uint16_t kAnyPort = UINT16_MAX;
 };
 
 // New connections (or refused first packets) decided by each rule, per lcore: lcore slot s writes
@@ -89,6 +98,7 @@ struct Snapshot {
     std::array<ForwardEntry, RTE_MAX_ETHPORTS> forward_by_in_port{};
     std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
     std::array<uint16_t, RTE_MAX_ETHPORTS> port_mtu{};
+    std::vector<OwnedAddress> owned;  // answered in ARP/ND (a few: scanned linearly, for neighbour frames only)
     std::shared_ptr<FirewallTables> firewall = std::make_shared<FirewallTables>();
     std::shared_ptr<const LbTables> lb = std::make_shared<LbTables>();
 };

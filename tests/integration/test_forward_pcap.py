@@ -55,7 +55,8 @@ GOOD_P0 = [
 
 BAD_P0 = [
     ("runt (10 bytes)", truncated(eth() / IP(), 10), "l2_truncated"),
-    ("ARP is not IP", eth() / ARP(pdst="10.1.0.1"), "not_ip"),
+    ("ARP for an address not sluice's: taken, not forwarded", eth() / ARP(pdst="10.1.0.1"), "neighbour_frame"),
+    ("neither IP nor ARP (local experimental ethertype)", Ether(src=SRC_MAC, dst="02:bb:00:00:00:01", type=0x88B5) / Raw(b"x" * 46), "not_ip"),
     ("truncated IPv4 header", truncated(eth() / IP(src="10.0.0.9", dst="10.1.0.9"), 14 + 12), "ipv4_truncated"),
     ("IHL below 5", raw_ipv4(eth() / IP(src="10.0.0.9", dst="10.1.0.9") / UDP(), o0=0x44), "ipv4_bad_ihl"),
     ("IPv4 version 5", raw_ipv4(eth() / IP(src="10.0.0.9", dst="10.1.0.9") / UDP(), o0=0x55), "ipv4_bad_version"),

@@ -1,0 +1,62 @@
+// sluice's own ARP/ND resolver (RFC 826, RFC 4861 section 7.3 in spirit): the addresses it must reach (next hops
+// given by address, backends on its links) are its targets; workers report every ARP/ND sender they see, and the
+// table keeps what targets said. Unresolved targets are solicited every second; resolved ones are probed again after
+// kReachable and forgotten when kProbes probes go unanswered. Control thread only; not fast-path code.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <rte_ether.h>
+
+#include "common/five_tuple.hpp"
+
+namespace sluice {
+
+struct NeighbourTarget {
+    IpFamily family = IpFamily::none;
+    IpAddress address{};
+    uint16_t port_id = 0;  // the port whose link it is on
+    IpAddress sender{};    // sluice's own address on that link: the source of its solicitations
+};
+
+class NeighbourTable {
+public:
+    using Clock = std::chrono::steady_clock;
+    static constexpr auto kReachable = std::chrono::seconds(30);  // then probed again
+    static constexpr auto kRetry = std::chrono::seconds(1);       // between solicitations
+    static constexpr int kProbes = 3;                             // unanswered probes before an entry is dropped
+
+    // The addresses to resolve; learned MACs of targets that remain are kept.
+    void set_targets(std::vector<NeighbourTarget> targets);
+
+    // A worker saw `address` at `mac`. True when a target's MAC changed (the snapshot must be rebuilt).
+    bool learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac, Clock::time_point now);
+
+    // Targets to solicit now (each at most once per kRetry).
+    std::vector<NeighbourTarget> due(Clock::time_point now);
+
+    // Drops entries whose probes went unanswered. True when one was dropped (rebuild).
+    bool expire(Clock::time_point now);
+
+    std::optional<rte_ether_addr> lookup(IpFamily family, const IpAddress& address) const;
+    std::size_t resolved() const;
+    std::size_t size() const { return entries_.size(); }
+
+private:
+    struct Entry {
+        NeighbourTarget target;
+        std::optional<rte_ether_addr> mac;
+        Clock::time_point confirmed{};
+        Clock::time_point last_solicited{};
+        int unanswered = 0;
+    };
+    using Key = std::pair<uint8_t, std::pair<uint64_t, uint64_t>>;
+    static Key key(IpFamily family, const IpAddress& a) { return {static_cast<uint8_t>(family), {a.quads[0], a.quads[1]}}; }
+    std::map<Key, Entry> entries_;
+};
+
+}  // namespace sluice
