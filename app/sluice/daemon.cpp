@@ -14,9 +14,14 @@
 #include <csignal>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <mutex>
 
+#include <arpa/inet.h>
+
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_pdump.h>
@@ -276,14 +281,18 @@ private:
                 mailbox_.run([this] { reload("telemetry"); });
                 return reload_status_.read();
             },
-            [this](const std::string& text) {
-                ExplainQuery query;
-                std::string error;
-                if (!parse_explain_query(text, query, error)) return std::vector<std::string>{"error: " + error};
-                std::vector<std::string> lines;
-                if (!mailbox_.run([&] { lines = explain(dataplane_->snapshot(), port_identities_, dataplane_->worker_count(), query); }))
-                    return std::vector<std::string>{"error: sluice is stopping"};
-                return lines;
+            LineCommands{
+                .explain =
+                    [this](const std::string& text) {
+                        ExplainQuery query;
+                        std::string error;
+                        if (!parse_explain_query(text, query, error)) return std::vector<std::string>{"error: " + error};
+                        return on_control_thread([&] {
+                            return explain(dataplane_->snapshot(), port_identities_, dataplane_->worker_count(), query);
+                        });
+                    },
+                .flows = [this](const std::string& text) { return on_control_thread([&] { return list_flows(text); }); },
+                .dry_run = [this](const std::string& text) { return on_control_thread([&] { return dry_run(text); }); },
             });
         if (!config_.metrics.listen.empty()) {
             try {
@@ -499,6 +508,108 @@ private:
         republish_lb_tables("health transition");
     }
 
+    // Telemetry thread: runs job on the control thread and returns its lines.
+    template <typename Job>
+    std::vector<std::string> on_control_thread(Job job) {
+        std::vector<std::string> lines;
+        if (!mailbox_.run([&] { lines = job(); })) return {"error: sluice is stopping or busy"};
+        return lines;
+    }
+
+    // sluicectl flows [ADDRESS] [port N] [PROTO]: the tracked connections that match, walked by their workers.
+    std::vector<std::string> list_flows(const std::string& text) {
+        constexpr std::size_t kShown = 100;  // DPDK telemetry answers are limited to 16 KB
+        FlowFilter filter;
+        std::istringstream words(text);
+        for (std::string w; words >> w;) {
+            Prefix p;
+            IpFamily family;
+            static const std::map<std::string, uint8_t> kProtocols = {{"tcp", 6}, {"udp", 17}, {"icmp", 1}, {"icmpv6", 58}};
+            if (w == "port" && words >> w && w.find_first_not_of("0123456789") == std::string::npos && w.size() <= 5 &&
+                std::stoul(w) <= 65535) {
+                filter.port = static_cast<uint16_t>(std::stoul(w));
+            } else if (kProtocols.count(w)) {
+                filter.proto = kProtocols.at(w);
+            } else if (w.find('/') == std::string::npos && inet_pton(AF_INET, w.c_str(), p.address.bytes) == 1) {
+                filter = FlowFilter{true, p.address, IpFamily::ipv4, filter.port, filter.proto};
+            } else if (w.find('/') == std::string::npos && inet_pton(AF_INET6, w.c_str(), p.address.bytes) == 1) {
+                filter = FlowFilter{true, p.address, IpFamily::ipv6, filter.port, filter.proto};
+            } else {
+                (void)family;
+                return {"error: '" + w + "' is not an address, 'port N' or a protocol (tcp, udp, icmp, icmpv6)"};
+            }
+        }
+        const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(10));
+        if (walks.empty()) return {"error: the workers did not finish the walk in time (or none tracks connections)"};
+        uint64_t matched = 0;
+        std::vector<std::string> lines{""};
+        const uint64_t now = rte_rdtsc(), hz = rte_get_tsc_hz();
+        for (const auto& walk : walks) {
+            matched += walk->matched;
+            for (const FlowRecord& r : walk->records) {
+                if (lines.size() > kShown) break;
+                const char* proto = r.tuple.proto == 6 ? "tcp" : r.tuple.proto == 17 ? "udp" : r.tuple.proto == 1 ? "icmp" : "ip";
+                std::string line = fmt::format("{} {} {} pkts {}/{} ttl {}s", proto, to_string(r.tuple),
+                                               conn_state_name(r.state), r.packets[0], r.packets[1],
+                                               r.expires_tsc > now ? (r.expires_tsc - now) / hz : 0);
+                if (r.backend) line += " -> " + backend_name(r.backend - 1) + (r.nat_port ? fmt::format(" nat:{}", r.nat_port) : "");
+                lines.push_back(line.substr(0, 127));
+            }
+        }
+        lines[0] = fmt::format("{} connection(s) match, {} listed", matched, lines.size() - 1);
+        return lines;
+    }
+
+    // sluicectl reload --dry-run [FILE]: builds the candidate's tables and re-judges every tracked connection with
+    // them, on the workers; applies nothing.
+    std::vector<std::string> dry_run(const std::string& text) {
+        const std::string path = text.empty() ? config_.path : text;
+        ConfigResult candidate = load_config_file(path);
+        std::vector<std::string> lines;
+        for (const ConfigError& e : candidate.errors) lines.push_back(("error: " + e.to_string()).substr(0, 127));
+        if (!candidate.config) return lines;
+        for (const std::string& change : restart_required_changes(config_, *candidate.config))
+            lines.push_back(("restart needed: " + change).substr(0, 127));
+        std::unique_ptr<Snapshot> next;
+        try {
+            StableRuleIds ids = stable_rule_ids_;
+            BackendRegistry backends = backends_;
+            next = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
+                                  dataplane_->worker_count(), LiveState{&ids, &backends, backend_health(), neighbour_lookup()});
+        } catch (const std::exception& e) {
+            lines.push_back(std::string("error: ") + e.what());
+            return lines;
+        }
+        std::set<std::string> old_rules;
+        for (const FirewallRuleConfig& r : config_.firewall.rules) old_rules.insert(r.name);
+        std::set<std::string> new_rules;
+        for (const FirewallRuleConfig& r : candidate.config->firewall.rules) new_rules.insert(r.name);
+        for (const std::string& r : new_rules)
+            if (!old_rules.count(r)) lines.push_back("rule added: " + r);
+        for (const std::string& r : old_rules)
+            if (!new_rules.count(r)) lines.push_back("rule removed: " + r);
+        const auto walks = dataplane_->walk_flows(FlowFilter{}, 0, next.get(), std::chrono::seconds(30));
+        if (walks.empty() && dataplane_->totals().conn_inserts > 0) {
+            lines.push_back("error: the workers did not finish re-judging their connections in time");
+            return lines;
+        }
+        uint64_t examined = 0, deny = 0, gone_drop = 0, gone_keep = 0, moves = 0;
+        for (const auto& w : walks) {
+            examined += w->examined;
+            deny += w->would_deny;
+            gone_drop += w->backend_gone_drop;
+            gone_keep += w->backend_gone_keep;
+            moves += w->maglev_moves;
+        }
+        lines.push_back(fmt::format("tracked connections: {}", examined));
+        lines.push_back(fmt::format("would be denied as new connections (they keep their verdict): {}", deny));
+        lines.push_back(fmt::format("backend removed, connection dropped (removed_backends: drop): {}", gone_drop));
+        lines.push_back(fmt::format("backend removed, connection kept until it ends: {}", gone_keep));
+        lines.push_back(fmt::format("would get another backend if new (they stay where they are): {}", moves));
+        lines.push_back("nothing was applied");
+        return lines;
+    }
+
     // Sums a snapshot's per-lcore rule counters by rule name.
     static std::map<std::string, uint64_t> rule_hits_of(const Snapshot& snapshot, uint64_t& default_hits) {
         std::map<std::string, uint64_t> by_name;
@@ -657,7 +768,7 @@ private:
         systemd_.stopping();
         mailbox_.close_all();
         health_.reset();  // joins the checker's thread: no transition arrives from here on
-        attach_telemetry(nullptr, nullptr, nullptr);
+        attach_telemetry(nullptr, nullptr, {});
         exporter_.reset();
         if (dataplane_) {
             dataplane_->stop();

@@ -197,6 +197,7 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     e.peer = kNoPeer;
     e.nat_port = 0;
     e.nat_address = 0;
+    e.in_port = UINT16_MAX;
     e.state = initial;
     e.initiator_is_low = low ? 1 : 0;
     e.flags = kConnFlagLive;

@@ -61,6 +61,7 @@ struct alignas(kCacheLine) ConnEntry {
     uint32_t peer;         // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
     uint16_t nat_port;     // NAT: the pool port (host order) the connection holds, 0 when none
     uint8_t nat_address;   // NAT: index of its pool address
+    uint16_t in_port;      // the port the opening packet came in on (reload --dry-run re-judges it with the rules)
     ConnState state;
     uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
     uint8_t flags;             // kConnFlagLive, kConnFlagAlias, plus the TCP state table's sub-state bits
@@ -163,6 +164,8 @@ public:
 
     // Entries in use: connections plus NAT aliases (a NAT connection takes two of the capacity).
     uint32_t size() const { return size_; }
+    // Every index an entry can have is below this: a walk over the table goes 0 .. slot_count() - 1.
+    uint32_t slot_count() const { return slots_; }
     uint32_t capacity() const { return capacity_; }
     const ConnTimeouts& timeouts() const { return timeouts_; }
 

@@ -13,7 +13,7 @@ namespace {
 std::mutex g_mutex;  // control plane only: the telemetry thread against attach/detach
 const StatusView* g_view = nullptr;
 ReloadRequester g_reload;
-ExplainRequester g_explain;
+LineCommands g_lines;
 
 void add_reload_record(rte_tel_data* d, const ReloadRecord& r) {
     rte_tel_data_add_dict_string(d, "path", r.running_path.c_str());
@@ -165,14 +165,16 @@ int reload_command(const char*, const char*, rte_tel_data* d) {
 }
 
 // /sluice/explain,PROTO SRC:PORT DST:PORT [PORT]: what the live tables would do with such a packet.
-int explain_command(const char*, const char* params, rte_tel_data* d) {
-    ExplainRequester explain;
+// /sluice/explain, /sluice/flows, /sluice/dryrun: lines from the control thread.
+int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
+    LinesRequester requester;
     {
         std::lock_guard lock(g_mutex);
-        explain = g_explain;
+        const std::string name = cmd;
+        requester = name == "/sluice/explain" ? g_lines.explain : name == "/sluice/flows" ? g_lines.flows : g_lines.dry_run;
     }
-    if (!explain) return -1;
-    const std::vector<std::string> lines = explain(params ? params : "");
+    if (!requester) return -1;
+    const std::vector<std::string> lines = requester(params ? params : "");
     rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
     for (const std::string& line : lines) rte_tel_data_add_array_string(d, line.c_str());  // at most 128 characters each
     return 0;
@@ -189,17 +191,21 @@ void register_telemetry_commands() {
                                "Firewall rules in order with the new connections each decided. No parameters");
     rte_telemetry_register_cmd("/sluice/config", config_command,
                                "The running config's path and hash, and reload counts. No parameters");
-    rte_telemetry_register_cmd("/sluice/explain", explain_command,
+    rte_telemetry_register_cmd("/sluice/explain", lines_command,
                                "What sluice would do with a packet. Parameters: PROTO SRC:PORT DST:PORT [PORT]");
+    rte_telemetry_register_cmd("/sluice/flows", lines_command,
+                               "Tracked connections (at most 100 listed). Parameters: [ADDRESS] [port N] [PROTO]");
+    rte_telemetry_register_cmd("/sluice/dryrun", lines_command,
+                               "What a candidate config would change for live traffic, applying nothing. Parameters: [FILE]");
     rte_telemetry_register_cmd("/sluice/reload", reload_command,
                                "Reload the config file now, as SIGHUP does; answers with the outcome. No parameters");
 }
 
-void attach_telemetry(const StatusView* view, ReloadRequester reload, ExplainRequester explain) {
+void attach_telemetry(const StatusView* view, ReloadRequester reload, LineCommands lines) {
     std::lock_guard lock(g_mutex);
     g_view = view;
     g_reload = std::move(reload);
-    g_explain = std::move(explain);
+    g_lines = std::move(lines);
 }
 
 }  // namespace sluice

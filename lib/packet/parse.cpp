@@ -28,6 +28,12 @@ constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
 uint16_t load_be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 uint16_t load_raw16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
+// The identifier is the flow's "port" only for the echo types of the packet's own ICMP protocol.
+bool is_icmp_echo(uint8_t proto, uint8_t type) {
+    if (proto == IPPROTO_ICMP) return type == kIcmpEchoRequest || type == kIcmpEchoReply;
+    return proto == IPPROTO_ICMPV6 && (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
+}
+
 bool is_icmp_error(uint8_t proto, uint8_t type) {
     if (proto == IPPROTO_ICMP) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
     return proto == IPPROTO_ICMPV6 && type >= 1 && type <= 4;
@@ -37,6 +43,7 @@ bool is_icmp_error(uint8_t proto, uint8_t type) {
 // endpoint of a tracked connection sent. The quote is often cut short, so only those 8 bytes are read.
 bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTuple& tuple) {
     tuple = FiveTuple{};
+    tuple.family = family;
     uint32_t header_length;
     if (family == IpFamily::ipv4) {
         if (avail < sizeof(rte_ipv4_hdr) || (q[0] >> 4) != 4) return false;
@@ -53,7 +60,6 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
         std::memcpy(tuple.src.bytes, q + 8, 16);
         std::memcpy(tuple.dst.bytes, q + 24, 16);
     }
-    tuple.family = family;
     const uint8_t* l4 = q + header_length;
     const uint32_t l4_avail = avail - header_length;
     if (tuple.proto == IPPROTO_TCP || tuple.proto == IPPROTO_UDP || tuple.proto == IPPROTO_SCTP) {
@@ -62,9 +68,7 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
         tuple.dst_port = load_raw16(l4 + 2);
     } else if (tuple.proto == IPPROTO_ICMP || tuple.proto == IPPROTO_ICMPV6) {
         if (l4_avail < 8) return false;
-        const uint8_t type = l4[0];
-        if (type == kIcmpEchoRequest || type == kIcmpEchoReply || type == kIcmp6EchoRequest || type == kIcmp6EchoReply)
-            tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+        if (is_icmp_echo(tuple.proto, l4[0])) tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
     }
     return true;
 }
@@ -95,9 +99,7 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
     case IPPROTO_ICMPV6: {
         if (avail < sizeof(rte_icmp_hdr)) return DropReason::l4_truncated;
         const uint8_t type = h[0];
-        const bool echo = proto == IPPROTO_ICMP ? (type == kIcmpEchoRequest || type == kIcmpEchoReply)
-                                                : (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
-        if (echo) {  // the identifier in both slots keeps request and reply on one flow
+        if (is_icmp_echo(proto, type)) {  // the identifier in both slots keeps request and reply on one flow
             tuple.src_port = tuple.dst_port = load_raw16(h + 4);
         } else if (is_icmp_error(proto, type)) {
             if (!read_quoted_tuple(h + 8, avail - 8, tuple.family, tuple)) return DropReason::icmp_bad_quote;
@@ -232,8 +234,7 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         break;
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6:
-        if (l4[0] == kIcmpEchoRequest || l4[0] == kIcmpEchoReply || l4[0] == kIcmp6EchoRequest || l4[0] == kIcmp6EchoReply)
-            tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+        if (is_icmp_echo(meta.l4_proto, l4[0])) tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
         break;
     default:
         break;

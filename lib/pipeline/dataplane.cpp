@@ -219,6 +219,43 @@ std::vector<NeighbourEvent> Dataplane::take_neighbour_events(std::size_t max) {
     return events;
 }
 
+std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& filter, std::size_t max_records,
+                                                             const Snapshot* candidate, std::chrono::milliseconds timeout) {
+    std::vector<std::unique_ptr<FlowWalk>> walks;
+    std::vector<LcoreContext*> workers;
+    for (LcoreContext* ctx : contexts_) {
+        if (!ctx->worker || !ctx->conn_table) continue;
+        auto walk = std::make_unique<FlowWalk>();
+        walk->filter = filter;
+        walk->max_records = max_records;
+        walk->records.reserve(max_records);
+        walk->candidate = candidate;
+        ctx->walk.store(walk.get(), std::memory_order_release);
+        walks.push_back(std::move(walk));
+        workers.push_back(ctx);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool finished = true;
+    for (std::size_t i = 0; i < walks.size(); ++i) {
+        while (!walks[i]->done.load(std::memory_order_acquire)) {
+            if (std::chrono::steady_clock::now() > deadline || stopped_) {
+                finished = false;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (!finished) break;
+    }
+    for (LcoreContext* ctx : workers) ctx->walk.store(nullptr, std::memory_order_release);
+    if (!finished) {
+        // A worker may still be inside advance_flow_walk: wait for a grace period (QSBR) before freeing its walk.
+        const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
+        rte_rcu_qsbr_check(shared_->qsbr, token, true);
+        return {};
+    }
+    return walks;
+}
+
 bool Dataplane::request_solicitation(const NeighbourRequest& request) {
     NeighbourRequest copy = request;  // the prototype takes a non-const pointer
     return rte_ring_enqueue_elem(neighbour_requests_, &copy, sizeof copy) == 0;

@@ -2,6 +2,7 @@
 // Owned by the daemon; control thread only. Lcores see only their LcoreContext and the SharedState.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -64,6 +65,11 @@ public:
     uint64_t ring_slots() const;
     // Control thread: the ARP/ND senders workers saw since the last call (at most max).
     std::vector<NeighbourEvent> take_neighbour_events(std::size_t max = 256);
+    // Control thread: walks every worker's connection table with a copy of `prototype` each (filter, or a dry-run
+    // candidate) and returns the finished walks, or an empty vector when a worker did not finish within timeout.
+    // Blocks the control thread; the workers walk a bounded slice per loop iteration.
+    std::vector<std::unique_ptr<FlowWalk>> walk_flows(const FlowFilter& filter, std::size_t max_records,
+                                                      const Snapshot* candidate, std::chrono::milliseconds timeout);
     // Control thread: asks worker 0 to send a solicitation; false when its request ring is full.
     bool request_solicitation(const NeighbourRequest& request);
     // Packets waiting in worker rings right now.

@@ -166,6 +166,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         ConnEntry& entry = table.entry(position);
         if (table.size() != before) {
             counter_add(ctx.counters.conn_inserts);
+            entry.in_port = pkts[i]->port;
             if (service) {
                 const LbBackend& target = lb.backends[backend];
                 if (service->mode == LbMode::nat) {

@@ -16,6 +16,7 @@
 #include "dpdk/mempool.hpp"
 #include "lb/nat_ports.hpp"
 #include "pipeline/counters.hpp"
+#include "pipeline/flow_walk.hpp"
 #include "pipeline/snapshot.hpp"
 
 namespace sluice {
@@ -120,6 +121,9 @@ struct alignas(kCacheLine) LcoreContext {
     rte_ring* neighbour_events = nullptr;   // every worker -> control thread (MP/SC)
     rte_ring* neighbour_requests = nullptr; // control thread -> worker 0 only (SP/SC)
     rte_mempool* pool = nullptr;            // worker 0: where its solicitations come from
+
+    // Set by the control thread (a walk of this worker's connections, flow_walk.hpp); cleared by it once done.
+    std::atomic<FlowWalk*> walk{nullptr};
 
     // Written by the lcore.
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};

@@ -23,7 +23,8 @@ inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
     return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
 }
 
-constexpr uint32_t kNeighbourRequestPolls = 64;  // worker 0 looks at its solicitation requests this often
+constexpr uint32_t kNeighbourRequestPolls = 64;
+constexpr uint32_t kWalkBudget = 4096;  // connection slots a worker walks per loop iteration for the control thread  // worker 0 looks at its solicitation requests this often
 constexpr unsigned kNeighbourRequestBurst = 8;
 
 bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port) {
@@ -215,6 +216,9 @@ int lcore_main(void* arg) {
             if (ctx.neighbour_requests && ctx.counters.polls % kNeighbourRequestPolls == 0 && !rte_ring_empty(ctx.neighbour_requests))
                 send_solicitations(ctx, snapshot);
             if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
+            if (FlowWalk* walk = ctx.walk.load(std::memory_order_acquire);
+                SLUICE_UNLIKELY(walk != nullptr) && !walk->done.load(std::memory_order_relaxed) && ctx.conn_table)
+                advance_flow_walk(ctx, *walk, kWalkBudget);
         }
 
         if (SLUICE_UNLIKELY(phase == Phase::draining) && moved == 0) {

@@ -1,0 +1,73 @@
+#include "pipeline/flow_walk.hpp"
+
+#include "lb/maglev.hpp"
+#include "pipeline/lcore_context.hpp"
+#include "pipeline/snapshot.hpp"
+
+namespace sluice {
+namespace {
+
+bool matches(const FlowFilter& f, const FiveTuple& t) {
+    if (f.proto && t.proto != f.proto) return false;
+    if (f.by_address && !(t.family == f.family && (t.src == f.address || t.dst == f.address))) return false;
+    if (f.port) {
+        const uint16_t be = rte_cpu_to_be_16(f.port);
+        if (t.src_port != be && t.dst_port != be) return false;
+    }
+    return true;
+}
+
+// What the candidate would say of this connection if it were new.
+void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
+    const Snapshot& next = *walk.candidate;
+    ++walk.examined;
+    const FirewallTables& fw = *next.firewall;
+    if (fw.enabled) {
+        const AclClassifier* acl = tuple.family == IpFamily::ipv4 ? fw.acl_v4.get() : fw.acl_v6.get();
+        const auto& ids = tuple.family == IpFamily::ipv4 ? fw.v4_rule_ids : fw.v6_rule_ids;
+        uint32_t matched = AclClassifier::kNoMatch;
+        const FiveTuple* one = &tuple;
+        if (acl) acl->classify(&one, &e.in_port, &matched, 1);
+        const RuleAction action = matched == AclClassifier::kNoMatch ? fw.default_action : fw.actions[ids[matched]];
+        if (action != RuleAction::allow) ++walk.would_deny;
+    }
+    if (e.backend == 0) return;
+    const LbTables& lb = *next.lb;
+    const uint32_t id = e.backend - 1;
+    if (id >= lb.backends.size() || lb.backends[id].removed) {
+        const bool drop = id >= lb.backends.size() || lb.backends[id].drop_when_removed;
+        ++(drop ? walk.backend_gone_drop : walk.backend_gone_keep);
+        return;
+    }
+    const int32_t s = lb.find_service(tuple);
+    if (s < 0) return;
+    const LbService& service = lb.services[static_cast<std::size_t>(s)];
+    const uint16_t local = service.maglev[maglev_slot(symmetric_flow_hash(tuple), service.table_size)];
+    if (local == kMaglevNoBackend || service.backend_ids[local] != id) ++walk.maglev_moves;
+}
+
+}  // namespace
+
+void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget) {
+    ConnTable& table = *ctx.conn_table;
+    const uint32_t end = table.slot_count();
+    for (; walk.cursor < end && budget > 0; ++walk.cursor, --budget) {
+        const ConnEntry& e = table.entry(static_cast<int32_t>(walk.cursor));
+        if (!(e.flags & kConnFlagLive) || (e.flags & kConnFlagAlias)) continue;
+        FiveTuple key;
+        if (!table.key_at(static_cast<int32_t>(walk.cursor), key)) continue;
+        const FiveTuple tuple = e.initiator_is_low ? key : key.reversed();
+        if (walk.candidate) {
+            judge(walk, e, tuple);
+            continue;
+        }
+        if (!matches(walk.filter, tuple)) continue;
+        ++walk.matched;
+        if (walk.records.size() < walk.max_records)  // reserved: never reallocates
+            walk.records.push_back({tuple, e.state, e.backend, e.nat_port, {e.packets[0], e.packets[1]},
+                                    {e.bytes[0], e.bytes[1]}, e.expires_tsc});
+    }
+    if (walk.cursor >= end) walk.done.store(true, std::memory_order_release);
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// A walk over one worker's connection table on behalf of the control thread (sluicectl flows, reload --dry-run):
+// connection tables are single-owner, so the control thread hands each worker a FlowWalk and the worker advances it
+// a bounded number of slots per loop iteration (never O(table) in one go), then marks it done. The control thread
+// owns the FlowWalk and reads it only after `done`; the worker writes it only before. No allocation on the worker:
+// records go into storage the control thread reserved.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "conntrack/conn_table.hpp"
+
+namespace sluice {
+
+struct Snapshot;
+struct LcoreContext;
+
+struct FlowRecord {
+    FiveTuple tuple;        // initiator -> responder
+    ConnState state;
+    uint32_t backend;       // stable id + 1, 0 when not balanced
+    uint16_t nat_port;
+    uint64_t packets[2];
+    uint64_t bytes[2];
+    uint64_t expires_tsc;
+};
+
+struct FlowFilter {
+    bool by_address = false;  // either endpoint is `address`
+    IpAddress address{};
+    IpFamily family = IpFamily::none;
+    uint16_t port = 0;        // either endpoint's port (host order), 0: any
+    uint8_t proto = 0;        // 0: any
+};
+
+struct FlowWalk {
+    FlowFilter filter;
+    std::size_t max_records = 0;       // records.capacity() is reserved to this before the walk starts
+    std::vector<FlowRecord> records;
+    uint64_t matched = 0;              // all matching connections, recorded or not
+
+    // reload --dry-run: each connection re-judged by a candidate snapshot (rules; Maglev for balanced ones).
+    const Snapshot* candidate = nullptr;
+    uint64_t examined = 0;
+    uint64_t would_deny = 0;           // the candidate's rules would refuse it as a new connection
+    uint64_t backend_gone_drop = 0;    // its backend leaves the config and its service drops such connections
+    uint64_t backend_gone_keep = 0;    // its backend leaves the config; the connection is kept until it ends
+    uint64_t maglev_moves = 0;         // as a new connection it would get another backend (sticky: it does not move)
+
+    uint32_t cursor = 0;               // worker: next slot
+    std::atomic<bool> done{false};
+};
+
+// Owning worker: advances the walk by up to `budget` slots; sets done at the end of the table.
+void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget);
+
+}  // namespace sluice
