@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "common/compiler.hpp"
@@ -128,6 +129,23 @@ public:
     void set_release_hook(ReleaseHook hook, void* arg) {
         release_hook_ = hook;
         release_arg_ = arg;
+    }
+
+    // An alias entry counts nothing: its counter space holds where the replies go back to (the client and the VIP),
+    // so rewriting a reply reads the alias's own cache line instead of looking up the connection's key.
+    void set_origin(int32_t alias, const IpAddress& client, uint16_t client_port, const IpAddress& vip, uint16_t vip_port) {
+        ConnEntry& e = entries_[alias];
+        static_assert(sizeof e.packets + sizeof e.bytes == 2 * sizeof(IpAddress));
+        std::memcpy(e.packets, client.bytes, 16);
+        std::memcpy(e.bytes, vip.bytes, 16);
+        e.rule_index = uint32_t{client_port} << 16 | vip_port;
+    }
+    void origin(int32_t alias, IpAddress& client, uint16_t& client_port, IpAddress& vip, uint16_t& vip_port) const {
+        const ConnEntry& e = entries_[alias];
+        std::memcpy(client.bytes, e.packets, 16);
+        std::memcpy(vip.bytes, e.bytes, 16);
+        client_port = static_cast<uint16_t>(e.rule_index >> 16);
+        vip_port = static_cast<uint16_t>(e.rule_index);
     }
 
     // The canonical key stored for an index (a lookup in rte_hash's key store; not for every packet).

@@ -99,7 +99,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         counter_add(traffic.bytes, rte_pktmbuf_pkt_len(pkts[i]));
         // Replies of dsr and tunnel connections do not come back through sluice; if they do, they are routed.
         if (!reply) route[i] = PacketRoute{conn, backend, RouteKind::to_backend};
-        else if (via_alias) route[i] = PacketRoute{conn, backend, RouteKind::nat_reply};
+        else if (via_alias) route[i] = PacketRoute{position, backend, RouteKind::nat_reply};  // the alias: it holds the origin
     };
 
     // Known connections and ICMP errors are settled here; the rest wait for the rule set.
@@ -190,12 +190,14 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                     reply_tuple.proto = tuples[i].proto;
                     reply_tuple.family = tuples[i].family;
                     counter_add(ctx.backend_traffic[backend].new_connections);
-                    if (SLUICE_UNLIKELY(table.insert_alias(reply_tuple, symmetric_flow_hash(reply_tuple), position) < 0)) {
+                    const int32_t alias = table.insert_alias(reply_tuple, symmetric_flow_hash(reply_tuple), position);
+                    if (SLUICE_UNLIKELY(alias < 0)) {
                         table.remove(position);
                         fate[i] = Fate::drop;
                         reason[i] = DropReason::ct_table_full;
                         return;
                     }
+                    table.set_origin(alias, tuples[i].src, tuples[i].src_port, tuples[i].dst, tuples[i].dst_port);
                 } else {
                     entry.backend = backend + 1;
                     entry.flags |= kConnFlagOneWay;  // the backend answers the client directly

@@ -68,13 +68,11 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     const PacketMeta& meta = *packet_meta(m);
     const ConnEntry& entry = ctx.conn_table->entry(route.conn);
     if (route.kind == RouteKind::nat_reply) {
-        // The connection's own key holds the client and the VIP; initiator_is_low says which side is the client.
-        FiveTuple key;
-        if (SLUICE_UNLIKELY(!ctx.conn_table->key_at(route.conn, key))) return DropReason::nat_no_connection;
-        const bool client_low = entry.initiator_is_low;
-        const IpAddress& client = client_low ? key.src : key.dst;
-        const IpAddress& vip = client_low ? key.dst : key.src;
-        nat_rewrite(m, meta, vip, client_low ? key.dst_port : key.src_port, client, client_low ? key.src_port : key.dst_port);
+        // route.conn is the alias entry, which holds the client and the VIP the reply goes back as.
+        IpAddress client, vip;
+        uint16_t client_port, vip_port;
+        ctx.conn_table->origin(route.conn, client, client_port, vip, vip_port);
+        nat_rewrite(m, meta, vip, vip_port, client, client_port);
         return rewrite_for_forwarding(m, out);
     }
     if (SLUICE_UNLIKELY(backend.awaiting_neighbour)) return DropReason::neighbour_unresolved;

@@ -1,10 +1,13 @@
-// In-process benchmark of sluice's firewall path, in one invocation: parse, classify (rte_acl behind
-// AclClassifier), the firewall stage for packets of tracked connections and for new connections, and the memory a
-// tracked connection takes. Every figure is printed beside a reference and the ratio sluice/reference. Nothing
-// asserts a speed: this is a measuring tool, not a test (no test runs it).
+// In-process benchmark of sluice's firewall and load-balancer path, in one invocation: parse, classify (rte_acl
+// behind AclClassifier), the firewall stage for packets of tracked connections and for new connections, the load
+// balancer's new connections and established packets (nat, dsr, tunnel: firewall_burst + forward_burst with
+// routes, beside the same path for connections of no service), and the memory a tracked connection takes. Every
+// figure is printed beside a reference and the ratio sluice/reference. Nothing asserts a speed: this is a
+// measuring tool, not a test (no test runs it).
 //
 //   sluice_bench [options] [-- EAL arguments]
-//     --only LIST          sections to run, comma-separated: parse,classify,established,new,memory (default: all)
+//     --only LIST          sections to run, comma-separated: parse,classify,established,new,lb,memory (default:
+//                          all)
 //     --rules FILE         classify this ClassBench rule file instead of the generated 10 / 1k / 10k rule sets
 //     --trace FILE         ... over this trace (both formats are dpdk-test-acl's, see below); needs --rules
 //     --write-acl-files DIR  write the generated rule sets and their traces as DIR/rules-N.txt, DIR/trace-N.txt
@@ -12,7 +15,8 @@
 //     --reps N             repetitions of each measurement; the median is reported (default 7)
 //     --packets N          packets per repetition of parse and established (default 65536)
 //     --conns LIST         live connections for `established` (default 1000,100000,1000000)
-//     --new-conns N        connections opened per repetition of `new` (default 262144)
+//     --new-conns N        connections opened per repetition of `new` and of lb's new connections (default 262144)
+//     --lb-conns N         live connections per service for lb's established packets (default 100000)
 //     --seed N             generator seed (default 1)
 //     --results FILE       also write the table as tab-separated values (for firewall.sh)
 //     --lcore N            the CPU to run on (default 0; firewall.sh picks the idlest)
@@ -120,12 +124,13 @@ void remove_runtime_dir() {
 // Options
 
 struct Options {
-    std::set<std::string> sections{"parse", "classify", "established", "new", "memory"};
+    std::set<std::string> sections{"parse", "classify", "established", "new", "lb", "memory"};
     std::string rules_file, trace_file, write_dir, results_file;
     unsigned reps = 7;
     uint32_t packets = 65536;
     std::vector<uint32_t> conns{1000, 100000, 1000000};
     uint32_t new_conns = 262144;
+    uint32_t lb_conns = 100000;
     uint64_t seed = 1;
     std::vector<std::string> eal;      // after --, verbatim
     std::vector<std::string> eal_add;  // --eal-add, appended to the defaults
@@ -158,8 +163,8 @@ Options parse_options(int argc, char** argv) {
         }
         if (a == "-h" || a == "--help") {
             std::printf("usage: %s [--only LIST] [--rules FILE --trace FILE] [--write-acl-files DIR] [--reps N]\n"
-                        "       [--packets N] [--conns LIST] [--new-conns N] [--seed N] [--results FILE]\n"
-                        "       [--lcore N] [--eal-add ARG]... [-- EAL args]\n"
+                        "       [--packets N] [--conns LIST] [--new-conns N] [--lb-conns N] [--seed N]\n"
+                        "       [--results FILE] [--lcore N] [--eal-add ARG]... [-- EAL args]\n"
                         "(the comment at the top of tests/bench/sluice_bench.cpp explains each)\n",
                         argv[0]);
             std::exit(0);
@@ -173,8 +178,8 @@ Options parse_options(int argc, char** argv) {
         if (a == "--only") {
             o.sections.clear();
             for (const std::string& s : split(v, ',')) {
-                if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "memory")
-                    fail("--only: unknown section '" + s + "' (parse, classify, established, new, memory)");
+                if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "lb" && s != "memory")
+                    fail("--only: unknown section '" + s + "' (parse, classify, established, new, lb, memory)");
                 o.sections.insert(s);
             }
         } else if (a == "--rules") {
@@ -198,6 +203,8 @@ Options parse_options(int argc, char** argv) {
             for (const std::string& s : split(v, ',')) o.conns.push_back(static_cast<uint32_t>(parse_number(s, a)));
         } else if (a == "--new-conns") {
             o.new_conns = static_cast<uint32_t>(std::clamp<uint64_t>(parse_number(v, a), kBurst, 1u << 22));
+        } else if (a == "--lb-conns") {
+            o.lb_conns = static_cast<uint32_t>(std::clamp<uint64_t>(parse_number(v, a), kBurst, 1'000'000));
         } else if (a == "--seed") {
             o.seed = parse_number(v, a);
         } else {
@@ -706,12 +713,37 @@ void start_port(Dpdk& d) {
     rte_eth_tx_buffer_set_err_callback(buffer, count_tx_drops, &ctx.tx_drop_sinks[port]);
     ctx.tx_buffers[port] = buffer;
     ctx.tx_ports[ctx.tx_port_count++] = port;
+    // A tracking worker's counters (firewall_burst counts every allowed packet under its rule, and every packet of
+    // a balanced connection under its backend). The NAT port pool is per section (see section_lb); the connection
+    // tables get release_connection as their release hook (attach_conn_table).
+    ctx.rule_traffic = static_cast<RuleTraffic*>(
+        rte_zmalloc_socket("bench_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
+    ctx.backend_traffic = static_cast<BackendTraffic*>(
+        rte_zmalloc_socket("bench_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
+    if (!ctx.rule_traffic || !ctx.backend_traffic) fail("out of memory for the rule and backend counters");
+}
+
+// A balanced connection ended: its NAT port goes back to the pool, its backend has one connection less. A copy of
+// release_connection in lib/pipeline/dataplane.cpp (private there), which the Dataplane hooks into every worker's
+// ConnTable.
+void release_connection(void* arg, const ConnEntry& entry) {
+    auto& ctx = *static_cast<LcoreContext*>(arg);
+    if (entry.nat_port != 0) ctx.nat_ports->release(entry.nat_address, entry.nat_port);
+    if (entry.backend != 0 && entry.backend <= kMaxBackends) counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
+}
+
+// Makes table the worker's connection table, hooked as the Dataplane hooks a worker's.
+void attach_conn_table(Dpdk& d, ConnTable& table) {
+    table.set_release_hook(release_connection, d.ctx);
+    d.ctx->conn_table = &table;
 }
 
 void stop_dpdk(Dpdk& d) {
     if (d.ctx) {
         rte_eth_tx_buffer_flush(d.port, 0, d.ctx->tx_buffers[d.port]);
         rte_free(d.ctx->tx_buffers[d.port]);
+        rte_free(d.ctx->rule_traffic);
+        rte_free(d.ctx->backend_traffic);
         d.ctx->~LcoreContext();
         rte_free(d.ctx);
     }
@@ -864,12 +896,67 @@ std::string drops_since(const Dpdk& d, const std::array<uint64_t, kDropReasonCou
     return out;
 }
 
-std::unique_ptr<Snapshot> make_snapshot(const Dpdk& d, const std::vector<RuleSpec>& rules) {
+// The load balancer's set-up (section lb): three TCP services on 192.0.2.100/101/102 port 80, one per mode (nat,
+// dsr, tunnel), each with kLbBackends backends of weight 1 and a Maglev table of kLbMaglevSize slots; a NAT pool of
+// kLbPoolV4 IPv4 addresses (10.1.0.100 and up, each 64512 ports for a single worker: enough for a pass of new
+// connections) and one IPv6 address, as config/sluice.yaml has.
+constexpr uint32_t kLbBackends = 10;
+constexpr uint32_t kLbMaglevSize = 65537;
+constexpr uint32_t kLbPoolV4 = 8;
+constexpr uint32_t kVipNat = 0xc0000264;     // 192.0.2.100 (host order)
+constexpr uint32_t kVipDsr = 0xc0000265;     // 192.0.2.101
+constexpr uint32_t kVipTunnel = 0xc0000266;  // 192.0.2.102
+constexpr uint32_t kNotAVip = 0xc00002c8;    // 192.0.2.200: the destination of the connections of no service
+constexpr uint16_t kVipPort = 80, kNatBackendPort = 8080;
+constexpr uint8_t kTcpSynAck = 0x12;
+
+IpAddress v4(uint32_t host) { return IpAddress::from_v4(htonl(host)); }
+
+void add_services(Config& config) {
+    LoadBalancerConfig& lc = config.load_balancer;
+    for (uint32_t i = 0; i < kLbPoolV4; ++i) {
+        lc.nat_pool.push_back(Prefix{v4(0x0a010064 + i), 32});  // 10.1.0.100 + i
+        lc.nat_pool_families.push_back(IpFamily::ipv4);
+    }
+    uint8_t bytes[16];
+    inet_pton(AF_INET6, "2001:db8:1::100", bytes);
+    lc.nat_pool.push_back(Prefix{IpAddress::from_v6(bytes), 128});
+    lc.nat_pool_families.push_back(IpFamily::ipv6);
+    lc.tunnel_source_v4 = v4(0x0a010001);  // 10.1.0.1
+    const std::pair<LbMode, uint32_t> services[] = {
+        {LbMode::nat, kVipNat}, {LbMode::dsr, kVipDsr}, {LbMode::tunnel, kVipTunnel}};
+    for (uint32_t s = 0; s < std::size(services); ++s) {
+        ServiceConfig sc;
+        sc.name = std::string("bench-") + lb_mode_name(services[s].first);
+        sc.vip = v4(services[s].second);
+        sc.family = IpFamily::ipv4;
+        sc.port = kVipPort;
+        sc.protocol = IPPROTO_TCP;
+        sc.mode = services[s].first;
+        sc.table_size = kLbMaglevSize;
+        for (uint32_t b = 0; b < kLbBackends; ++b) {
+            BackendConfig bc;
+            bc.address = v4(0x0a010000 + ((s + 1) << 8) + 11 + b);  // 10.1.<service+1>.11 and up
+            bc.family = IpFamily::ipv4;
+            bc.port = services[s].first == LbMode::nat ? kNatBackendPort : 0;  // dsr/tunnel keep the VIP's port
+            bc.has_mac = services[s].first == LbMode::dsr;  // dsr needs one; the others use the forward entry's
+            bc.mac = rte_ether_addr{{0x02, 0, 0, 0, static_cast<uint8_t>(s + 1), static_cast<uint8_t>(b)}};
+            sc.backends.push_back(bc);
+        }
+        config.services.push_back(sc);
+    }
+}
+
+// A snapshot forwarding null -> null with the rules (all allow, default allow) when firewall, and the three
+// services when services.
+std::unique_ptr<Snapshot> make_snapshot(const Dpdk& d, const std::vector<RuleSpec>& rules, bool services = false,
+                                        bool firewall = true) {
     Config config;
     config.forward.push_back(ForwardConfig{"null", "null", rte_ether_addr{{0x02, 0, 0, 0, 0, 0x09}}});
-    config.firewall.enabled = true;
+    config.firewall.enabled = firewall;
     config.firewall.default_action = RuleAction::allow;
     for (std::size_t i = 0; i < rules.size(); ++i) config.firewall.rules.push_back(to_rule_config(rules[i], i));
+    if (services) add_services(config);
     const std::vector<PortIdentity> ports{PortIdentity{"null", d.port, d.port_mac}};
     try {
         return build_snapshot(config, ports, 1, static_cast<int>(rte_socket_id()));
@@ -1130,7 +1217,7 @@ void section_established(Dpdk& d, const Options& o, Table& table) {
             refused += conn_table->insert(f, symmetric_flow_hash(f), state, 0, now) < 0;
         }
         if (refused) std::printf("WARNING: %u of %u connections did not fit in a table of %u\n", refused, live, live);
-        ctx.conn_table = conn_table.get();
+        attach_conn_table(d, *conn_table);
 
         // Uniformly random connections, half of the packets in the reply direction: the worst case for the caches.
         std::vector<PacketSpec> stream(o.packets);
@@ -1185,6 +1272,28 @@ void section_established(Dpdk& d, const Options& o, Table& table) {
     }
 }
 
+// Fills the table to capacity with throwaway connections and removes them again (untimed), so that every slot of
+// its entry array and key store, and every bucket, has been written once. rte_hash hands out free slots first in,
+// first out, so passes of new connections walk through the whole table over time; without hugepages (--no-huge)
+// the EAL's memory is faulted in on first touch, and a pass that reaches fresh pages would pay the page faults.
+void touch_all_slots(ConnTable& table) {
+    std::vector<int32_t> positions;
+    positions.reserve(table.capacity());
+    FiveTuple t;
+    t.dst = v4(0x7f000001);
+    t.src_port = htons(1);
+    t.dst_port = htons(2);
+    t.proto = IPPROTO_UDP;
+    t.family = IpFamily::ipv4;
+    for (uint32_t i = 0; i < table.capacity(); ++i) {
+        t.src = v4(0x7f000002 + i);  // 127/8 holds up to 16M of them
+        const int32_t position = table.insert(t, symmetric_flow_hash(t), ConnState::udp_unreplied, UINT32_MAX, 0);
+        if (position < 0) break;
+        positions.push_back(position);
+    }
+    for (const int32_t position : positions) table.remove(position);
+}
+
 // SYN -> lookup miss -> classify (1k rules) -> insert, on a 1M-entry table that already had its pages touched.
 void section_new(Dpdk& d, const Options& o, Table& table) {
     constexpr uint32_t kCapacity = 1'000'000;
@@ -1207,8 +1316,9 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
         }
     }
     ConnTable conn_table(table_name(), kCapacity, static_cast<int>(rte_socket_id()), ConnTimeouts{}, d.tsc_hz);
+    touch_all_slots(conn_table);
     LcoreContext& ctx = *d.ctx;
-    ctx.conn_table = &conn_table;
+    attach_conn_table(d, conn_table);
     const Stage fw = [&](rte_mbuf** pkts, uint16_t n) { return firewall_burst(ctx, *snap, pkts, n, rte_rdtsc()); };
 
     // Empties the table again (untimed), so every pass opens the same connections into the same, warm, table.
@@ -1260,6 +1370,376 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
                   .reference = "target at this TSC rate",
                   .ref = Stat{target_cycles, target_cycles, target_cycles},
                   .sluice = cycles});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Load balancer (section lb): the worker's whole stateful path, firewall_burst then forward_burst with the routes
+// the first hands the second, for the services of add_services, each beside the same path for connections of no
+// service.
+
+// Distinct clients (source address and port) outside 10/8 and 192.0.2/24, to port 80 over TCP (packets_to sets
+// the destination address).
+std::vector<FiveTuple> lb_clients(std::size_t count, Rng& rng) {
+    std::vector<FiveTuple> clients;
+    clients.reserve(count);
+    std::unordered_set<uint64_t> seen;
+    seen.reserve(count * 2);
+    while (clients.size() < count) {
+        const auto src = static_cast<uint32_t>(rng());
+        if ((src >> 24) == 10 || (src >> 8) == 0xc00002) continue;
+        const auto sport = static_cast<uint16_t>(uniform(rng, 1024, 65535));
+        if (!seen.insert(uint64_t{src} << 16 | sport).second) continue;
+        FiveTuple f;
+        f.src = v4(src);
+        f.src_port = htons(sport);
+        f.dst_port = htons(kVipPort);
+        f.proto = IPPROTO_TCP;
+        f.family = IpFamily::ipv4;
+        clients.push_back(f);
+    }
+    return clients;
+}
+
+std::vector<PacketSpec> packets_to(const std::vector<FiveTuple>& clients, uint32_t dst_host, uint8_t tcp_flags) {
+    std::vector<PacketSpec> out(clients.size());
+    for (std::size_t i = 0; i < clients.size(); ++i) {
+        out[i].tuple = clients[i];
+        out[i].tuple.dst = v4(dst_host);
+        out[i].tcp_flags = tcp_flags;
+    }
+    return out;
+}
+
+// The stateful path of a worker: firewall_burst, then forward_burst on what it kept, with its routes.
+Stage worker_path(LcoreContext& ctx, const Snapshot& snapshot) {
+    return [&ctx, &snapshot](rte_mbuf** pkts, uint16_t n) -> uint16_t {
+        PacketRoute routes[kBurst];
+        const uint16_t kept = firewall_burst(ctx, snapshot, pkts, n, rte_rdtsc(), routes);
+        if (kept) forward_burst(ctx, snapshot, pkts, kept, routes);
+        return 0;
+    };
+}
+
+// Connection positions of the streams' tuples (-1 when not tracked).
+std::vector<int32_t> positions_of(const ConnTable& table, const std::vector<PacketSpec>& stream) {
+    std::vector<int32_t> out(stream.size());
+    for (std::size_t off = 0; off < stream.size(); off += kBurst) {
+        const auto n = static_cast<uint32_t>(std::min<std::size_t>(kBurst, stream.size() - off));
+        const FiveTuple* tuples[kBurst];
+        uint32_t hashes[kBurst];
+        for (uint32_t i = 0; i < n; ++i) {
+            tuples[i] = &stream[off + i].tuple;
+            hashes[i] = symmetric_flow_hash(*tuples[i]);
+        }
+        table.lookup_bulk(tuples, hashes, n, &out[off]);
+    }
+    return out;
+}
+
+// Removes the stream's connections (with their NAT aliases, ports and backend counts, through the release hook),
+// the work expiry does for each connection that ends: ConnTable::remove is timed per group of 32 connections
+// (finding them is not), preempted groups left out as in timed_pass. Cycles per connection.
+double timed_removal(Dpdk& d, ConnTable& table, const std::vector<PacketSpec>& stream) {
+    const std::vector<int32_t> positions = positions_of(table, stream);
+    std::vector<std::pair<uint64_t, uint32_t>> groups;  // cycles, connections
+    groups.reserve(positions.size() / kBurst + 1);
+    for (std::size_t off = 0; off < positions.size(); off += kBurst) {
+        const std::size_t end = std::min(positions.size(), off + kBurst);
+        uint32_t removed = 0;
+        const uint64_t t0 = rte_rdtsc_precise();
+        for (std::size_t i = off; i < end; ++i)
+            if (positions[i] >= 0) table.remove(positions[i]), ++removed;
+        const uint64_t t1 = rte_rdtsc_precise();
+        groups.emplace_back(t1 - t0 > d.rdtsc_overhead ? t1 - t0 - d.rdtsc_overhead : 0, removed);
+    }
+    if (groups.empty()) return 0;
+    std::vector<uint64_t> sorted;
+    for (const auto& g : groups) sorted.push_back(g.first);
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    const uint64_t limit = std::max(20 * sorted[sorted.size() / 2], d.tsc_hz / 10'000);
+    uint64_t cycles = 0, removed = 0;
+    for (const auto& [c, n] : groups) {
+        ++g_preempted.bursts;
+        if (c > limit) {
+            ++g_preempted.excluded;
+            continue;
+        }
+        cycles += c;
+        removed += n;
+    }
+    return removed ? static_cast<double>(cycles) / static_cast<double>(removed) : 0;
+}
+
+// A pass whose time is not wanted (setting connections up): its bursts are not counted as timed ones.
+void untimed_pass(Dpdk& d, const std::vector<PacketSpec>& stream, const Stage& stage) {
+    const PreemptionCount saved = g_preempted;
+    timed_pass(d, stream, stage);
+    g_preempted = saved;
+}
+
+std::string port_pool_state(const NatPortPool& ports, std::size_t addresses) {
+    std::size_t lowest = ports.capacity();
+    for (std::size_t a = 0; a < addresses; ++a) lowest = std::min(lowest, ports.free_ports(a));
+    return lowest == ports.capacity() ? std::string() : "a pool address has " + std::to_string(lowest) + " of " +
+                                                            std::to_string(ports.capacity()) + " ports free";
+}
+
+// New connections: SYNs from distinct clients through the worker's path. nat service: miss, pool-address check,
+// VIP lookup, classify (1k rules, all allow), Maglev pick, insert, NAT port, alias insert, then the NAT rewrite.
+// Reference: the same SYNs to a destination that is no service, on a snapshot with the same rules and no
+// services (the firewall-only path). Every pass opens its connections into the same 1M table (every slot touched
+// once beforehand), then removes them again, timed apart (expiry's share of a connection's cost), which returns
+// the NAT ports. The table ends a nat pass half full (two entries per connection), a plain one a quarter full.
+void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, const Snapshot& balanced,
+            const Snapshot& balanced_open, NatPortPool& ports) {
+    constexpr uint32_t kCapacity = 1'000'000;
+    // A nat connection takes two entries (its alias), and a port: keep below the table and the pool.
+    const uint32_t n = std::min<uint32_t>(o.new_conns, 450'000);
+    if (n != o.new_conns) std::printf("lb: new connections: %u per pass (a nat connection takes two entries)\n", n);
+    Rng rng(o.seed + 10);
+    const std::vector<FiveTuple> clients = lb_clients(n, rng);
+    const std::vector<PacketSpec> to_vip = packets_to(clients, kVipNat, kTcpSyn);
+    const std::vector<PacketSpec> to_other = packets_to(clients, kNotAVip, kTcpSyn);
+    ConnTable conn_table(table_name(), kCapacity, static_cast<int>(rte_socket_id()), ConnTimeouts{}, d.tsc_hz);
+    touch_all_slots(conn_table);
+    attach_conn_table(d, conn_table);
+    LcoreContext& ctx = *d.ctx;
+    const std::size_t pool_size = balanced.lb->pool.size();
+
+    uint32_t short_passes = 0;
+    std::string leftovers;
+    std::vector<std::vector<double>> removal(4);  // per variant, cycles per removed connection (warm-up first)
+    const auto pass = [&](std::size_t variant, const std::vector<PacketSpec>& stream, const Snapshot& snapshot,
+                          uint32_t entries_per_conn) {
+        const double cycles = timed_pass(d, stream, worker_path(ctx, snapshot));  // per SYN: each opens one
+        if (conn_table.size() != stream.size() * entries_per_conn) ++short_passes;
+        removal[variant].push_back(timed_removal(d, conn_table, stream));
+        if (conn_table.size() != 0 && leftovers.empty())
+            leftovers = std::to_string(conn_table.size()) + " entries left after removing a pass's connections";
+        if (const std::string p = port_pool_state(ports, pool_size); !p.empty() && leftovers.empty()) leftovers = p;
+        return cycles;
+    };
+    const auto drops_before = drops_of(d);
+    auto r = interleaved(o.reps, {[&] { return pass(0, to_other, plain, 1); },
+                                  [&] { return pass(1, to_vip, balanced, 2); },
+                                  [&] { return pass(2, to_vip, balanced_open, 2); },
+                                  [&] { return pass(3, to_other, balanced, 1); }});
+    for (auto& v : removal) v.erase(v.begin());  // interleaved's warm-up pass
+    const std::string drops = drops_since(d, drops_before);
+    uint64_t opened = 0, closed = 0;
+    for (uint32_t b = 0; b < kMaxBackends; ++b) {
+        opened += ctx.backend_traffic[b].new_connections;
+        closed += ctx.backend_traffic[b].closed_connections;
+    }
+    if (short_passes || !drops.empty() || !leftovers.empty() || opened != closed)
+        std::printf("WARNING: lb new connections: %u passes opened fewer connections than SYNs sent; drops {%s}; %s; "
+                    "backends counted %" PRIu64 " opened, %" PRIu64 " closed\n",
+                    short_passes, drops.c_str(), leftovers.empty() ? "table and pool emptied" : leftovers.c_str(),
+                    opened, closed);
+    ctx.conn_table = nullptr;
+    check_pool(d, "lb new connections");
+
+    const double hz = static_cast<double>(d.tsc_hz);
+    const auto rate = [&](const Stat& cycles) {
+        return Stat{hz / cycles.median / 1e6, hz / cycles.max / 1e6, hz / cycles.min / 1e6};
+    };
+    const Stat target{kTargetNewConnsPerSecond / 1e6, kTargetNewConnsPerSecond / 1e6, kTargetNewConnsPerSecond / 1e6};
+    const Stat ref = stat_of(r[0]), nat = stat_of(r[1]), nat_open = stat_of(r[2]), other = stat_of(r[3]);
+    // Opening and, later, removing (expiry) each connection: what a worker pays per connection at a steady rate.
+    std::vector<double> ref_cycle, nat_cycle;
+    for (std::size_t k = 0; k < r[0].size(); ++k) {
+        ref_cycle.push_back(r[0][k] + removal[0][k]);
+        nat_cycle.push_back(r[1][k] + removal[1][k]);
+    }
+    const Stat nat_sustained = stat_of(nat_cycle);
+    table.add(Row{.id = "lb-new-nat",
+                  .measurement = "new conns, nat service, 1k rules: firewall + forward",
+                  .unit = "cycles/conn",
+                  .reference = "the same, no service (firewall only)",
+                  .ref = ref,
+                  .sluice = nat});
+    table.add(Row{.id = "lb-new-nat-rate",
+                  .measurement =
+                      "new conns, nat service, 1k rules: firewall + forward; " + fmt(nat.median) + " cycles/conn",
+                  .unit = "M conn/s",
+                  .reference = "target (issue #8) per worker",
+                  .ref = target,
+                  .sluice = rate(nat)});
+    table.add(Row{.id = "lb-new-nat-nofw-rate",
+                  .measurement = "new conns, nat service, firewall off: firewall + forward; " + fmt(nat_open.median) +
+                                 " cycles/conn",
+                  .unit = "M conn/s",
+                  .reference = "target (issue #8) per worker",
+                  .ref = target,
+                  .sluice = rate(nat_open)});
+    table.add(Row{.id = "lb-remove-nat",
+                  .measurement = "removing a nat conn (expiry's ConnTable::remove)",
+                  .unit = "cycles/conn",
+                  .reference = "the same, conn of no service",
+                  .ref = stat_of(removal[0]),
+                  .sluice = stat_of(removal[1])});
+    table.add(Row{.id = "lb-new-nat-sustained",
+                  .measurement = "new + removed conns, nat service, 1k rules",
+                  .unit = "cycles/conn",
+                  .reference = "the same, no service (firewall only)",
+                  .ref = stat_of(ref_cycle),
+                  .sluice = nat_sustained});
+    table.add(Row{.id = "lb-new-nat-sustained-rate",
+                  .measurement =
+                      "new + removed conns, nat service, 1k rules; " + fmt(nat_sustained.median) + " cycles/conn",
+                  .unit = "M conn/s",
+                  .reference = "target (issue #8) per worker",
+                  .ref = target,
+                  .sluice = rate(nat_sustained)});
+    table.add(Row{.id = "lb-new-other",
+                  .measurement = "new conns to no service, services configured, 1k rules",
+                  .unit = "cycles/conn",
+                  .reference = "the same, no services configured",
+                  .ref = ref,
+                  .sluice = other});
+}
+
+// Packets of established connections, uniformly random over live connections per table: nat (client -> VIP,
+// rewritten to the backend; and backend -> pool address, rewritten back to the client), dsr and tunnel (client
+// -> VIP; their replies do not come back through sluice). Reference: established connections of no service on the
+// firewall-only snapshot, half of the packets replies, as in section established. Every connection is opened
+// through the worker's path itself (SYN, SYN+ACK where the reply passes sluice, ACK), untimed.
+void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, const Snapshot& balanced) {
+    const uint32_t live = o.lb_conns;
+    const int socket = static_cast<int>(rte_socket_id());
+    LcoreContext& ctx = *d.ctx;
+    Rng rng(o.seed + 11);
+    const std::vector<FiveTuple> clients = lb_clients(live, rng);
+
+    struct Kind {
+        const char* name;
+        uint32_t dst;            // host order
+        const Snapshot* snapshot;
+        bool replies;            // the SYN+ACK comes back through sluice
+        uint32_t entries_per_conn;
+        std::unique_ptr<ConnTable> conns;
+        std::vector<PacketSpec> forward, reply;  // one packet (ACK) per connection, each direction
+    };
+    Kind kinds[] = {{"plain", kNotAVip, &plain, true, 1, nullptr, {}, {}},
+                    {"nat", kVipNat, &balanced, true, 2, nullptr, {}, {}},
+                    {"dsr", kVipDsr, &balanced, false, 1, nullptr, {}, {}},
+                    {"tunnel", kVipTunnel, &balanced, false, 1, nullptr, {}, {}}};
+    const uint64_t t0 = rte_rdtsc();
+    for (Kind& k : kinds) {
+        k.conns =
+            std::make_unique<ConnTable>(table_name(), live * k.entries_per_conn, socket, ConnTimeouts{}, d.tsc_hz);
+        attach_conn_table(d, *k.conns);
+        const Stage path = worker_path(ctx, *k.snapshot);
+        const std::vector<PacketSpec> syns = packets_to(clients, k.dst, kTcpSyn);
+        untimed_pass(d, syns, path);
+        k.forward = packets_to(clients, k.dst, kTcpAck);
+        if (k.replies) {
+            // The reply's tuple: the reversed one, or for nat backend:port -> pool address:NAT port.
+            const std::vector<int32_t> positions = positions_of(*k.conns, syns);
+            k.reply.resize(live);
+            for (uint32_t i = 0; i < live; ++i) {
+                k.reply[i] = PacketSpec{syns[i].tuple.reversed(), kTcpSynAck};
+                if (k.snapshot != &balanced || positions[i] < 0) continue;
+                const ConnEntry& e = k.conns->entry(positions[i]);
+                if (e.backend == 0 || e.nat_port == 0) continue;
+                const LbBackend& backend = balanced.lb->backends[e.backend - 1];
+                FiveTuple& t = k.reply[i].tuple;
+                t.src = backend.address;
+                t.src_port = backend.port_be;
+                t.dst = balanced.lb->pool[e.nat_address];
+                t.dst_port = htons(e.nat_port);
+            }
+            untimed_pass(d, k.reply, path);
+            for (PacketSpec& p : k.reply) p.tcp_flags = kTcpAck;
+        }
+        untimed_pass(d, k.forward, path);
+        uint32_t established = 0;
+        std::map<uint32_t, uint32_t> per_backend;
+        for (const int32_t position : positions_of(*k.conns, k.forward)) {
+            if (position < 0) continue;
+            const ConnEntry& e = k.conns->entry(position);
+            established += e.state == ConnState::tcp_established;
+            if (e.backend) ++per_backend[e.backend - 1];
+        }
+        std::string shares;
+        if (!per_backend.empty()) {
+            uint32_t lo = UINT32_MAX, hi = 0;
+            for (const auto& [b, c] : per_backend) lo = std::min(lo, c), hi = std::max(hi, c);
+            shares = ", " + std::to_string(per_backend.size()) + " backends with " + std::to_string(lo) + ".." +
+                     std::to_string(hi) + " connections each";
+        }
+        std::printf("lb: %s: %u of %u connections established, %u table entries%s\n", k.name, established, live,
+                    k.conns->size(), shares.c_str());
+        if (established != live || k.conns->size() != live * k.entries_per_conn)
+            std::printf("WARNING: lb %s: connections failed to open (drops so far {%s})\n", k.name,
+                        drops_since(d, std::array<uint64_t, kDropReasonCount>{}).c_str());
+    }
+    std::printf("lb: %u connections per kind opened through the worker path in %.1f s\n", live,
+                static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz));
+
+    // The measured streams: random connections, one packet each.
+    const auto stream_of = [&](const Kind& k, uint32_t reply_percent) {
+        std::vector<PacketSpec> s(o.packets);
+        for (PacketSpec& p : s) {
+            const uint32_t i = uniform(rng, 0, live - 1);
+            p = uniform(rng, 0, 99) < reply_percent ? k.reply[i] : k.forward[i];
+        }
+        return s;
+    };
+    const std::vector<PacketSpec> plain_mixed = stream_of(kinds[0], 50), nat_forward = stream_of(kinds[1], 0),
+                                  nat_reply = stream_of(kinds[1], 100), dsr = stream_of(kinds[2], 0),
+                                  tunnel = stream_of(kinds[3], 0);
+    const auto variant = [&](Kind& k, const std::vector<PacketSpec>& stream) {
+        return [&] {
+            ctx.conn_table = k.conns.get();
+            return timed_pass(d, stream, worker_path(ctx, *k.snapshot));
+        };
+    };
+    const auto drops_before = drops_of(d);
+    const uint64_t inserts_before = ctx.counters.conn_inserts;
+    auto r = interleaved(o.reps, {variant(kinds[0], plain_mixed), variant(kinds[1], nat_forward),
+                                  variant(kinds[1], nat_reply), variant(kinds[2], dsr), variant(kinds[3], tunnel)});
+    const std::string drops = drops_since(d, drops_before);
+    bool sizes_changed = false;
+    for (const Kind& k : kinds) sizes_changed |= k.conns->size() != live * k.entries_per_conn;
+    if (!drops.empty() || ctx.counters.conn_inserts != inserts_before || sizes_changed)
+        std::printf("WARNING: lb established: packets of tracked connections were dropped or opened new ones: "
+                    "drops {%s}, inserts %" PRIu64 "%s\n",
+                    drops.c_str(), ctx.counters.conn_inserts - inserts_before,
+                    sizes_changed ? ", table sizes changed" : "");
+    const std::string count = ordinal_count(live);
+    const std::string reference = "the same, " + count + " conns of no service, half replies";
+    const std::pair<const char*, const char*> rows[] = {
+        {"nat", "nat conns, client -> VIP, NAT to backend"},
+        {"nat-reply", "nat conns, backend -> pool, NAT to client"},
+        {"dsr", "dsr conns, client -> VIP, MAC rewrite"},
+        {"tunnel", "tunnel conns, client -> VIP, IPIP encap"}};
+    for (std::size_t k = 0; k < std::size(rows); ++k)
+        table.add(Row{.id = "lb-established-" + std::string(rows[k].first) + "-" + count,
+                      .measurement = "established, " + count + " " + rows[k].second + ": firewall + forward",
+                      .unit = "cycles/pkt",
+                      .reference = reference,
+                      .ref = stat_of(r[0]),
+                      .sluice = stat_of(r[k + 1])});
+    ctx.conn_table = nullptr;
+    check_pool(d, "lb established");
+}
+
+void section_lb(Dpdk& d, const Options& o, Table& table) {
+    const auto rules = generate_rules(1000, o.seed);
+    const uint64_t t0 = rte_rdtsc();
+    const auto plain = make_snapshot(d, rules);                       // the firewall alone: the reference
+    const auto balanced = make_snapshot(d, rules, true);              // the same rules and three services
+    const auto balanced_open = make_snapshot(d, {}, true, false);     // the services, firewall off
+    std::printf("lb: snapshots (1k rules; %zu services of %u backends, Maglev %u) built in %.2f s\n",
+                balanced->lb->services.size(), kLbBackends, kLbMaglevSize,
+                static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz));
+    // The worker's NAT ports, as the Dataplane gives worker 0 of 1 (config/sluice.yaml's nat_ports: 1024-65535).
+    NatPortPool ports(1024, 65535, 0, 1, balanced->lb->pool.size());
+    d.ctx->nat_ports = &ports;
+    lb_new(d, o, table, *plain, *balanced, *balanced_open, ports);
+    lb_established(d, o, table, *plain, *balanced);
+    d.ctx->nat_ports = nullptr;
 }
 
 // Bytes of DPDK heap per tracked connection, for a table of 1M filled to capacity.
@@ -1351,6 +1831,7 @@ int run(int argc, char** argv) {
     section("classify", [&] { section_classify(d, o, table, files, meta); });
     section("established", [&] { section_established(d, o, table); });
     section("new", [&] { section_new(d, o, table); });
+    section("lb", [&] { section_lb(d, o, table); });
     section("memory", [&] { section_memory(d, o, table); });
     const CpuSample cpu_end = cpu_sample();
     const double others = others_share(cpu_start, cpu_end);
