@@ -656,6 +656,28 @@ private:
         rule_stats_.write(std::move(record));
     }
 
+    // Control thread: writes the firewall decisions workers logged (rules with log: true), and once a second how
+    // many the log rate left out.
+    void write_decision_log() {
+        const FirewallTables& fw = *dataplane_->snapshot().firewall;
+        for (const DecisionLogRecord& r : dataplane_->take_decision_log()) {
+            std::string port = std::to_string(r.in_port);
+            for (const PortIdentity& p : port_identities_)
+                if (p.id == r.in_port) port = p.name;
+            // Rule ids index the snapshot that decided; a reload in between may have renumbered them.
+            const std::string rule = r.rule == UINT32_MAX ? "the default" : r.rule < fw.rule_names.size() ? "rule '" + fw.rule_names[r.rule] + "'" : "a rule";
+            const char* verdict = r.action == RuleAction::allow ? "allowed" : r.action == RuleAction::deny ? "denied" : "rejected";
+            spdlog::info("firewall: {} {} {} in on {}", rule, verdict, to_string(r.tuple), port);
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_suppressed_report_ < std::chrono::seconds(1)) return;
+        last_suppressed_report_ = now;
+        const uint64_t suppressed = dataplane_->totals().log_suppressed;
+        if (suppressed > reported_suppressed_)
+            spdlog::info("firewall: {} decision(s) not logged (over firewall.log_rate)", suppressed - reported_suppressed_);
+        reported_suppressed_ = suppressed;
+    }
+
     // Control thread: per-backend health and traffic, summed over the workers, for telemetry and metrics.
     void refresh_backend_stats() {
         BackendsRecord record;
@@ -719,6 +741,7 @@ private:
             refresh_rule_stats();
             refresh_backend_stats();
             run_neighbours();
+            write_decision_log();
             std::vector<uint64_t> heartbeats;
             dataplane_->for_each_lcore([&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
             for (std::size_t stalled : systemd_.tick(heartbeats))
@@ -810,6 +833,8 @@ private:
     BackendRegistry pending_backends_;
     std::unique_ptr<HealthChecker> health_;
     NeighbourTable neighbours_;
+    std::chrono::steady_clock::time_point last_suppressed_report_{};
+    uint64_t reported_suppressed_ = 0;
     Fd health_event_{eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
     std::mutex health_mutex_;
     std::vector<std::tuple<uint32_t, bool, std::string>> health_transitions_;  // from the checker's thread

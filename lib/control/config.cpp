@@ -443,7 +443,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
     std::set<std::string> names;
     for (const YAML::Node& r : node) {
         if (!d.map(r, "a firewall rule", {"name", "in_ports", "source", "destination", "protocol", "source_ports",
-                                          "destination_ports", "action", "rate_limit"}))
+                                          "destination_ports", "action", "rate_limit", "log"}))
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();
@@ -495,6 +495,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
             if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
                 d.error(v, what + ": rate_limit goes with action allow only");
         });
+        d.field(r, "log", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " log", rule.log); });
         const bool ported = rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
         if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)
             d.error(r, what + ": ports need protocol tcp, udp or sctp");
@@ -510,7 +511,9 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
 }
 
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "timeouts", "prefix_sets", "rules"})) return;
+    if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "timeouts", "prefix_sets", "rules", "log_default",
+                                  "log_rate"}))
+        return;
     FirewallConfig& fw = config.firewall;
     fw.enabled = true;
     d.field(node, "default", "firewall", false, [&](const YAML::Node& v) {
@@ -520,6 +523,8 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
         else d.error(v, "firewall default '" + text + "' is not allow or deny");
     });
     d.field(node, "loose_pickup", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "loose_pickup", fw.loose_pickup); });
+    d.field(node, "log_default", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "log_default", fw.log_default); });
+    d.field(node, "log_rate", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "log_rate (lines per second and worker)", fw.log_rate, 1, 10000); });
     d.field(node, "table_size", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "table_size", fw.table_size, 1024, 1 << 24); });
     d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {
         struct Entry { const char* key; uint32_t ConnTimeouts::*field; };

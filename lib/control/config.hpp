@@ -105,12 +105,15 @@ struct FirewallRuleConfig {
     std::vector<PortRange> destination_ports;
     RuleAction action = RuleAction::allow;
     RateLimitConfig rate_limit;
+    bool log = false;  // log the new connections this rule decides (sampled: firewall.log_rate)
 };
 
 struct FirewallConfig {
     bool enabled = false;  // a firewall section is present: connections are tracked and rules apply
     RuleAction default_action = RuleAction::allow;  // for new connections no rule matches (allow or deny)
     bool loose_pickup = false;  // TCP without SYN may open a connection (after a restart)
+    bool log_default = false;   // log the new connections the default action decides
+    uint32_t log_rate = 10;     // decision log lines per second and worker at most (a flood cannot flood the log)
     uint32_t table_size = 1000000;  // tracked connections per worker (not a power of two: see conn_table.hpp)
     ConnTimeouts timeouts;
     std::vector<PrefixSetConfig> prefix_sets;

@@ -256,12 +256,15 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     fw.enabled = fc.enabled;
     if (!fc.enabled) return snapshot;
     fw.loose_pickup = fc.loose_pickup;
+    fw.log_default = fc.log_default;
+    fw.log_tokens_per_tsc = fc.log_rate / static_cast<double>(rte_get_tsc_hz());
     fw.default_action = fc.default_action;
     const uint64_t generation = g_generation.fetch_add(1);
     std::vector<Rule> v4, v6;
     for (uint32_t id = 0; id < fc.rules.size(); ++id) {
         const FirewallRuleConfig& rule = fc.rules[id];
         fw.actions.push_back(rule.action);
+        fw.log_rule.push_back(rule.log ? 1 : 0);
         fw.rule_names.push_back(rule.name);
         if (stable_ids) {
             const auto [it, added] = stable_ids->try_emplace(rule.name, static_cast<uint32_t>(stable_ids->size()));

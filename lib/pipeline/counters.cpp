@@ -13,6 +13,7 @@ void CounterTotals::add(const LcoreCounters& c) {
     rejects_sent += counter_read(c.rejects_sent);
     neighbour_replies += counter_read(c.neighbour_replies);
     neighbour_solicitations += counter_read(c.neighbour_solicitations);
+    log_suppressed += counter_read(c.log_suppressed);
     for (std::size_t p = 0; p < ports.size(); ++p) {
         ports[p].rx_packets += counter_read(c.ports[p].rx_packets);
         ports[p].rx_bytes += counter_read(c.ports[p].rx_bytes);

@@ -30,6 +30,7 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t rejects_sent = 0;    // RSTs and ICMP unreachables sent for reject rules
     uint64_t neighbour_replies = 0;        // ARP replies and NAs sent for sluice's addresses
     uint64_t neighbour_solicitations = 0;  // ARP requests and NSs sent to resolve next hops and backends
+    uint64_t log_suppressed = 0;           // decisions to log that the log rate (or a full ring) left out
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
@@ -47,6 +48,7 @@ struct CounterTotals {
     uint64_t rejects_sent = 0;
     uint64_t neighbour_replies = 0;
     uint64_t neighbour_solicitations = 0;
+    uint64_t log_suppressed = 0;
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void add(const LcoreCounters& c);

@@ -57,6 +57,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
     neighbour_requests_ = rte_ring_create_elem("sluice_nd_requests", sizeof(NeighbourRequest), 256, SOCKET_ID_ANY,
                                                RING_F_SP_ENQ | RING_F_SC_DEQ);
     if (!neighbour_events_ || !neighbour_requests_) throw StartupError("cannot create the neighbour rings");
+    decision_log_ = rte_ring_create_elem("sluice_decision_log", sizeof(DecisionLogRecord), 1024, SOCKET_ID_ANY, RING_F_SC_DEQ);
+    if (!decision_log_) throw StartupError("cannot create the decision log ring");
 
     // Several RX lcores may feed one ring; only its worker takes from it.
     const unsigned ring_flags = RING_F_SC_DEQ | (rx_count <= 1 ? RING_F_SP_ENQ : 0);
@@ -95,6 +97,7 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         ctx->worker_index = next_worker;
         ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
         ctx->neighbour_events = neighbour_events_;
+        ctx->decision_log = decision_log_;
         if (next_worker == 0) {
             ctx->neighbour_requests = neighbour_requests_;
             ctx->pool = spec.solicitation_pool;
@@ -150,7 +153,8 @@ void Dataplane::release() {
     rings_.clear();
     rte_ring_free(neighbour_events_);
     rte_ring_free(neighbour_requests_);
-    neighbour_events_ = neighbour_requests_ = nullptr;
+    rte_ring_free(decision_log_);
+    neighbour_events_ = neighbour_requests_ = decision_log_ = nullptr;
     if (shared_) {
         delete shared_->snapshot.load();
         rte_free(shared_->qsbr);
@@ -254,6 +258,14 @@ std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& f
         return {};
     }
     return walks;
+}
+
+std::vector<DecisionLogRecord> Dataplane::take_decision_log(std::size_t max) {
+    std::vector<DecisionLogRecord> records(max);
+    const unsigned n = rte_ring_dequeue_burst_elem(decision_log_, records.data(), sizeof(DecisionLogRecord),
+                                                   static_cast<unsigned>(max), nullptr);
+    records.resize(n);
+    return records;
 }
 
 bool Dataplane::request_solicitation(const NeighbourRequest& request) {

@@ -70,6 +70,8 @@ public:
     // Blocks the control thread; the workers walk a bounded slice per loop iteration.
     std::vector<std::unique_ptr<FlowWalk>> walk_flows(const FlowFilter& filter, std::size_t max_records,
                                                       const Snapshot* candidate, std::chrono::milliseconds timeout);
+    // Control thread: the firewall decisions workers logged since the last call (at most max).
+    std::vector<DecisionLogRecord> take_decision_log(std::size_t max = 256);
     // Control thread: asks worker 0 to send a solicitation; false when its request ring is full.
     bool request_solicitation(const NeighbourRequest& request);
     // Packets waiting in worker rings right now.
@@ -84,6 +86,7 @@ private:
     std::vector<rte_ring*> rings_;
     rte_ring* neighbour_events_ = nullptr;
     rte_ring* neighbour_requests_ = nullptr;
+    rte_ring* decision_log_ = nullptr;
     bool launched_ = false;
     bool stopped_ = false;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <rte_cycles.h>
+
 #include <rte_hash_crc.h>
 #include <rte_lpm.h>
 #include <rte_lpm6.h>
@@ -39,6 +41,21 @@ bool admit(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTup
     if (bucket->tokens < 1.0) return false;
     bucket->tokens -= 1.0;
     return true;
+}
+
+// Hands a decision to the control thread's log, within the worker's log budget (a token bucket refilled at
+// firewall.log_rate, holding one second's worth).
+void log_decision(LcoreContext& ctx, const FirewallTables& fw, const FiveTuple& tuple, uint32_t rule, RuleAction action,
+                  uint16_t in_port, uint64_t now_tsc) {
+    const double rate_per_s = fw.log_tokens_per_tsc * static_cast<double>(rte_get_tsc_hz());
+    ctx.log_tokens = std::min(rate_per_s, ctx.log_tokens + static_cast<double>(now_tsc - ctx.log_refill_tsc) * fw.log_tokens_per_tsc);
+    ctx.log_refill_tsc = now_tsc;
+    DecisionLogRecord record{tuple, rule, in_port, action, 0};
+    if (ctx.log_tokens < 1.0 || !ctx.decision_log || rte_ring_mp_enqueue_elem(ctx.decision_log, &record, sizeof record) != 0) {
+        counter_add(ctx.counters.log_suppressed);
+        return;
+    }
+    ctx.log_tokens -= 1.0;
 }
 
 }  // namespace
@@ -238,6 +255,8 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
             const RuleAction action = rule == UINT32_MAX ? fw.default_action : fw.actions[rule];
             if (fw.hits) counter_add(fw.hits->hits[hit_base + (rule == UINT32_MAX ? fw.hits->rule_count : rule)]);
+            if (SLUICE_UNLIKELY(rule == UINT32_MAX ? fw.log_default : fw.log_rule[rule]))
+                log_decision(ctx, fw, tuples[i], rule, action, pkts[i]->port, now_tsc);
             if (action == RuleAction::allow && rule != UINT32_MAX && fw.limiter && fw.limits[rule].tokens_per_tsc > 0 &&
                 !admit(fw, rule, ctx.qsbr_thread_id, tuples[i], now_tsc)) {
                 fate[i] = Fate::drop;

@@ -62,6 +62,16 @@ struct NeighbourRequest {
 };
 static_assert(sizeof(NeighbourRequest) == 40);
 
+// A firewall decision to log (rules with `log: true`), worker -> control thread. 48 bytes: an rte_ring element.
+struct DecisionLogRecord {
+    FiveTuple tuple;
+    uint32_t rule;       // rule id in the snapshot that decided, UINT32_MAX: the default
+    uint16_t in_port;
+    RuleAction action;
+    uint8_t reserved;
+};
+static_assert(sizeof(DecisionLogRecord) == 48);
+
 // How a packet that passed the stateful stage leaves: routed by its ingress port, or rewritten for a backend.
 enum class RouteKind : uint8_t { plain, to_backend, nat_reply };
 inline constexpr uint32_t kNoService = UINT32_MAX;
@@ -119,6 +129,7 @@ struct alignas(kCacheLine) LcoreContext {
     BackendTraffic* backend_traffic = nullptr;  // kMaxBackends entries, with conn_table
     NatPortPool* nat_ports = nullptr;     // with conn_table
     rte_ring* neighbour_events = nullptr;   // every worker -> control thread (MP/SC)
+    rte_ring* decision_log = nullptr;       // every worker -> control thread (MP/SC)
     rte_ring* neighbour_requests = nullptr; // control thread -> worker 0 only (SP/SC)
     rte_mempool* pool = nullptr;            // worker 0: where its solicitations come from
 
@@ -130,6 +141,8 @@ struct alignas(kCacheLine) LcoreContext {
     uint64_t next_drain_tsc = 0;
     uint64_t drain_interval_tsc = 0;
     uint32_t idle_streak = 0;
+    double log_tokens = 0;          // decision-log token bucket (firewall.log_rate, burst of one second)
+    uint64_t log_refill_tsc = 0;
     LcoreCounters counters;
 
     // Scratch: one pending burst per destination worker, filled by the RX stage.

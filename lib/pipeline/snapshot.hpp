@@ -84,6 +84,9 @@ struct FirewallTables {
     std::size_t blocklist_prefixes = 0;
     std::unique_ptr<RuleHits> hits;     // mutable counters, see RuleHits
     std::vector<RateLimit> limits;      // by rule id
+    std::vector<uint8_t> log_rule;      // by rule id: 1 when its decisions are logged
+    bool log_default = false;
+    double log_tokens_per_tsc = 0;      // each worker's decision-log budget (firewall.log_rate)
     std::unique_ptr<RateLimiterState> limiter;  // mutable, per lcore slot; null when no rule is limited
 
     FirewallTables() = default;

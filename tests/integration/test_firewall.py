@@ -263,3 +263,22 @@ def test_sluicectl_explain_runs_the_live_lookups(tmp_path, ns):
     assert "early-drop prefix set: dropped" in blocked.stdout
     assert "rule #1 'inside-out' matches: allow" in v6.stdout
     assert bad.returncode == 1 and "error: source '10.0.0.1' is not ADDRESS:PORT" in bad.stdout
+
+
+def test_logged_rule_decisions_are_sampled_and_rate_limited(tmp_path, ns):
+    """A rule with log: true writes its decisions to the log, at most log_rate a second per worker; the rest are
+    counted and summed up in one line."""
+    config = firewall_config(tmp_path, log_rate=5)
+    config["firewall"]["rules"].insert(0, {"name": "quarantine", "source": BLOCKED, "action": "deny", "log": True})
+    flood = [wan(IP(src=BLOCKED, dst=INSIDE) / TCP(sport=20000 + i, dport=22, flags="S")) for i in range(60)]
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("wan0", flood, 0)], before_stop=lambda: wait_until(
+            lambda: "not logged" in sluice.log(), timeout=10, what="the suppressed-lines summary"))
+    assert stats["drop/rule_deny"] == 60
+    lines = [l for l in sluice.log().splitlines() if "firewall: rule 'quarantine' denied" in l]
+    assert 1 <= len(lines) <= 7, lines  # a burst of about one second's budget (5), nothing like 60
+    assert f"{BLOCKED}" in lines[0] and ":22" in lines[0] and "in on wan" in lines[0]
+    import re
+    suppressed = sum(int(n) for n in re.findall(r"(\d+) decision\(s\) not logged", sluice.log()))
+    assert suppressed + len(lines) == 60
