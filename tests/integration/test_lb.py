@@ -699,3 +699,32 @@ def test_explain_names_the_backend_the_data_path_picks(tmp_path, ns):
         went[len(went)] = got[IP].dst
     assert [said[p] for _, p in flows] == [went[i] for i in range(len(flows))]
     assert len(set(said.values())) > 1  # 12 flows over 3 backends: the check is not vacuous
+
+
+def test_nat_port_exhaustion_drops_new_connections_and_recovers_when_a_port_is_freed(tmp_path, ns):
+    """A worker out of NAT ports refuses new connections (nat_ports_exhausted) and keeps the old ones; a connection
+    that ends (RST, then its short close timeout) gives its port back, and the next new connection gets it."""
+    web = service("web", VIP4, 80, "tcp", "nat", [backend(B4[0], port=8080)])
+    firewall = {"default": "allow", "table_size": 1024, "timeouts": {"tcp_close": 1}}
+    lab = Lab(tmp_path, ns, [web], workers=1, nat_ports="20000-20003", firewall=firewall)  # 4 ports, one worker
+    syns = [from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=46000 + i, dport=80, flags="S", seq=i)) for i in range(6)]
+    with lab:
+        lab.send("cl0", syns)
+        out = lab.wait_out("server", 4)
+        ports = sorted(p[TCP].sport for _, p in out)
+        assert ports == [20000, 20001, 20002, 20003]
+        assert drops_of(lab.sluice.stats()) == {"nat_ports_exhausted": 2}
+        # An old connection still works: its backend's SYN+ACK comes back to the client.
+        first = next(p for _, p in out if p[TCP].seq == 0)
+        lab.send("sv0", [from_server(IP(src=B4[0], dst=POOL4) / TCP(sport=8080, dport=first[TCP].sport, flags="SA", seq=7, ack=1))])
+        lab.wait_out("client", 1)
+        # The client resets the first connection: its port is free again, and a new connection takes it.
+        lab.send("cl0", [from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=46000, dport=80, flags="R", seq=1))])
+        lab.wait_out("server", 5)
+        time.sleep(2.5)  # tcp_close: 1 s, then the incremental expiry reaches it and the port goes back to the pool
+        lab.send("cl0", [from_client(IP(src="203.0.113.8", dst=VIP4) / TCP(sport=47000, dport=80, flags="S", seq=100))])
+        out = lab.wait_out("server", 6)
+        stats = lab.finish()
+    reused = [p for _, p in out if p[IP].dst == B4[0] and p[TCP].seq == 100]
+    assert len(reused) == 1 and reused[0][TCP].sport == first[TCP].sport
+    assert drops_of(stats) == {"nat_ports_exhausted": 2}
