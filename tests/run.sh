@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of sluice: installs what is missing, builds (release, and ASan+UBSan in build-asan), runs the
-# unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports) and the lab end-to-end test,
-# and ends with the single line "N passed, N failed".
+# unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports), the lab demo, the
+# end-to-end tests (tests/e2e) and the fuzzers, and ends with the single line "N passed, N failed".
 #   SLUICE_SANITIZE=0 skips the sanitizer build.
+#   SLUICE_FUZZ=0 skips the fuzzers (tests/fuzz, built with clang in build-fuzz); SLUICE_FUZZ_SECONDS (60) per target.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -73,6 +74,12 @@ else
     record_failure lab "deploy/lab/demo.sh --once failed (see build/test-results/lab.log)"
 fi
 
+step "end-to-end tests (tests/e2e: the lab with real clients and servers, testpmd flowgen over memif)"
+SLUICE_BIN="$root/build/app/sluice/sluice" "$python" -m pytest -q -p no:cacheprovider "$root/tests/e2e" \
+    --junitxml="$results/e2e.xml" -o junit_suite_name=e2e || true
+[ -s "$results/e2e.xml" ] || record_failure e2e "pytest did not run"
+"$root/deploy/lab/lab.sh" down >/dev/null 2>&1 || true  # whatever a failed test left behind
+
 if [ "${SLUICE_SANITIZE:-1}" != 0 ]; then
     step "build (address + undefined sanitizers)"
     # -Dwerror=false: GCC 12 warns falsely under sanitizers; the release build keeps -Werror. -O1: what sanitizers
@@ -85,6 +92,13 @@ if [ "${SLUICE_SANITIZE:-1}" != 0 ]; then
     else
         record_failure build-asan "the sanitizer build failed"
     fi
+fi
+
+if [ "${SLUICE_FUZZ:-1}" != 0 ]; then
+    # libFuzzer (clang, build-fuzz): each target replays tests/fuzz/regressions/TARGET, then fuzzes for
+    # SLUICE_FUZZ_SECONDS (60) from its seed corpus; one pass/fail per target (fuzz-TARGET.xml). See docs/security.md.
+    step "fuzzing (parse, icmp_error, config: ${SLUICE_FUZZ_SECONDS:-60} s each)"
+    "$root/tests/fuzz/run_fuzzers.sh" "$results" "${SLUICE_FUZZ_SECONDS:-60}" || true
 fi
 
 step "summary"

@@ -95,6 +95,14 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
         tuple.dst_port = load_raw16(h + 2);
         return DropReason::none;
     }
+    case IPPROTO_SCTP: {
+        // RFC 9260 3.1: a 12-byte common header whose first two fields are the ports (rules match on them).
+        constexpr uint32_t kSctpCommonHeader = 12;
+        if (avail < kSctpCommonHeader) return DropReason::l4_truncated;
+        tuple.src_port = load_raw16(h);
+        tuple.dst_port = load_raw16(h + 2);
+        return DropReason::none;
+    }
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6: {
         if (avail < sizeof(rte_icmp_hdr)) return DropReason::l4_truncated;
@@ -229,6 +237,7 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         tcp_flags = l4[13];
         [[fallthrough]];
     case IPPROTO_UDP:
+    case IPPROTO_SCTP:
         tuple.src_port = load_raw16(l4);
         tuple.dst_port = load_raw16(l4 + 2);
         break;

@@ -54,7 +54,7 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
 
     // Plain Ethernet right before the IP header (VLAN tags are not kept), then trim to the headers.
     const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
-    const uint32_t l4_from_l3 = meta.l4_offset - meta.l3_offset;
+    uint32_t l4_from_l3 = meta.l4_offset - meta.l3_offset;
     if (meta.family == IpFamily::ipv4) {
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
         const uint32_t src = ip->src_addr;
@@ -70,6 +70,14 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
         write_ethernet(l3 - sizeof(rte_ether_hdr), peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV4));
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
+        if (l4_from_l3 != sizeof(rte_ipv6_hdr)) {
+            // The RST carries no extension headers: the TCP header moves up behind the IPv6 header (the checksum's
+            // pseudo-header takes the payload length and next header from the IPv6 header alone).
+            std::memmove(l3 + sizeof(rte_ipv6_hdr), tcp, sizeof(rte_tcp_hdr));
+            tcp = reinterpret_cast<rte_tcp_hdr*>(l3 + sizeof(rte_ipv6_hdr));
+            ip->proto = IPPROTO_TCP;
+            l4_from_l3 = sizeof(rte_ipv6_hdr);
+        }
         uint8_t tmp[16];
         std::memcpy(tmp, ip->src_addr, 16);
         std::memcpy(ip->src_addr, ip->dst_addr, 16);

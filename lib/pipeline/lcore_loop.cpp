@@ -100,7 +100,9 @@ void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, 
 // The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
 // worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
 inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
-    if (lb.pool.empty() || meta.l4_offset == 0 || (meta.l4_proto != 6 && meta.l4_proto != 17) || (meta.flags & kMetaIcmpError))
+    // Fragments flow on addresses alone (parse_frame does not promise their L4 bytes), ICMP errors on their quote.
+    if (lb.pool.empty() || meta.l4_offset == 0 || (meta.l4_proto != 6 && meta.l4_proto != 17) ||
+        (meta.flags & (kMetaIcmpError | kMetaFragment)))
         return worker_for_hash(meta.flow_hash, workers);
     const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
     IpAddress dst{};

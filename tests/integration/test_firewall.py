@@ -169,6 +169,24 @@ def test_reject_sends_a_valid_rst_and_icmp_unreachable(tmp_path, ns):
     assert not os.path.exists(tmp_path / "lan_out.pcap") or len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 0
 
 
+def test_ipv6_rst_for_a_syn_with_extension_headers_has_none_and_a_valid_checksum(tmp_path, ns):
+    """Found by the parser fuzzer: the RST kept the SYN's hop-by-hop header in its checksum's length and read past
+    the frame. The RST now carries no extension header."""
+    from scapy.all import IPv6, IPv6ExtHdrHopByHop
+    syn = wan(IPv6(src="2001:db8::5", dst="2001:db8:1::1") / IPv6ExtHdrHopByHop() /
+              TCP(sport=40000, dport=23, flags="S", seq=7))
+    sluice = Sluice(tmp_path, firewall_config(tmp_path), netns=ns)
+    with sluice:
+        stats = run(sluice, [("wan0", [syn], 0)])
+    [rst] = rdpcap(str(tmp_path / "wan_out.pcap"))
+    assert rst[IPv6].nh == 6 and rst[IPv6].plen == 20 and rst[IPv6].src == "2001:db8:1::1"
+    assert rst[TCP].flags == "RA" and rst[TCP].ack == 8 and rst[TCP].sport == 23
+    fresh = rst.copy()
+    del fresh[TCP].chksum
+    assert Ether(bytes(fresh))[TCP].chksum == rst[TCP].chksum
+    assert stats["drop/rule_reject"] == 1
+
+
 def test_expired_connection_is_new_again(tmp_path, ns):
     config = firewall_config(tmp_path, timeouts={"udp_unreplied": 1, "udp_replied": 1})
     out = lan(IP(src=INSIDE, dst=OUTSIDE) / UDP(sport=6000, dport=123))

@@ -328,3 +328,20 @@ TEST_CASE("parse: the worker rebuilds the same tuple from the meta", "[parse]") 
         CHECK(flags == (meta.l4_proto == IPPROTO_TCP ? 0x02 : 0));
     }
 }
+
+TEST_CASE("parse: SCTP ports are in the tuple (rules match on them), a header under 12 bytes is truncated", "[parse]") {
+    Bytes sctp(12, 0);
+    put16(sctp, 0, 3868);
+    put16(sctp, 2, 36412);
+    PacketMeta meta;
+    FiveTuple tuple;
+    REQUIRE(parse(ipv4_frame(IPPROTO_SCTP, "10.0.0.1", "10.0.0.2", 0, 0, sctp), meta, tuple) == DropReason::none);
+    CHECK(ntohs(tuple.src_port) == 3868);
+    CHECK(ntohs(tuple.dst_port) == 36412);
+    FiveTuple again;
+    uint8_t flags;
+    const Bytes frame = ipv4_frame(IPPROTO_SCTP, "10.0.0.1", "10.0.0.2", 0, 0, sctp);
+    tuple_from_meta(frame.data(), static_cast<uint32_t>(frame.size()), meta, again, flags);
+    CHECK(again == tuple);  // the worker rebuilds the same tuple
+    CHECK(parse(ipv4_frame(IPPROTO_SCTP, "10.0.0.1", "10.0.0.2", 0, 0, Bytes(8, 0))) == DropReason::l4_truncated);
+}
