@@ -229,6 +229,8 @@ lb_health() {
 looks() {
   note "sluicectl rules:"
   "${SLUICECTL[@]}" rules | sed 's/^/     /' || return 1
+  note "sluicectl services:"
+  "${SLUICECTL[@]}" services | sed 's/^/     /' || return 1
   note "sluicectl backends:"
   "${SLUICECTL[@]}" backends | sed 's/^/     /' || return 1
   note "curl http://127.0.0.1:9469/metrics (a few lines; sluice runs in sl-gw):"

@@ -55,6 +55,13 @@ def test_1000_tcp_connections_through_a_nat_vip_follow_the_weights(lab_env):
     assert result["error_count"] == 0, result["errors"]
     assert sum(result["answers"].values()) == 1000
     assert_spread(result["answers"], {"backend1": 2, "backend2": 1, "backend3": 1}, 1000)
+    # sluicectl sums it up per service and per backend, from the workers' counters.
+    services = subprocess.run(["/usr/bin/python3", str(ROOT / "app/sluicectl/sluicectl"), "--prefix", "sluice-lab", "services"],
+                              capture_output=True, text=True, timeout=30)
+    web = next(l.split() for l in services.stdout.splitlines() if l.startswith("web "))
+    assert web[1] == "nat" and web[2] == "3/3" and int(web[4]) >= 1000, services.stdout
+    per_backend = {b["backend"]: b["new_connections"] for b in backends() if b["service"] == "web"}
+    assert sum(per_backend.values()) == int(web[4])
 
 
 def test_tcp_connections_through_a_dsr_vip(lab_env):
