@@ -55,11 +55,14 @@ def test_1000_tcp_connections_through_a_nat_vip_follow_the_weights(lab_env):
     assert result["error_count"] == 0, result["errors"]
     assert sum(result["answers"].values()) == 1000
     assert_spread(result["answers"], {"backend1": 2, "backend2": 1, "backend3": 1}, 1000)
-    # sluicectl sums it up per service and per backend, from the workers' counters.
-    services = subprocess.run(["/usr/bin/python3", str(ROOT / "app/sluicectl/sluicectl"), "--prefix", "sluice-lab", "services"],
-                              capture_output=True, text=True, timeout=30)
-    web = next(l.split() for l in services.stdout.splitlines() if l.startswith("web "))
-    assert web[1] == "nat" and web[2] == "3/3" and int(web[4]) >= 1000, services.stdout
+    # sluicectl sums it up per service and per backend, from the workers' counters (refreshed every 250 ms).
+    def web_row():
+        out = subprocess.run(["/usr/bin/python3", str(ROOT / "app/sluicectl/sluicectl"), "--prefix", "sluice-lab", "services"],
+                             capture_output=True, text=True, timeout=30).stdout
+        row = next(l.split() for l in out.splitlines() if l.startswith("web "))
+        return row if int(row[4]) >= 1000 else None
+    web = wait_until(web_row, timeout=5, what="sluicectl services to count the 1000 connections")
+    assert web[1] == "nat" and web[2] == "3/3", web
     per_backend = {b["backend"]: b["new_connections"] for b in backends() if b["service"] == "web"}
     assert sum(per_backend.values()) == int(web[4])
 
