@@ -215,12 +215,20 @@ uint64_t Dataplane::ring_slots() const {
     return slots;
 }
 
+namespace {
+
+// Up to max elements of type T from an rte_ring of elements (the workers -> control thread rings).
+template <typename T>
+std::vector<T> drain_ring(rte_ring* ring, std::size_t max) {
+    std::vector<T> out(max);
+    out.resize(rte_ring_dequeue_burst_elem(ring, out.data(), sizeof(T), static_cast<unsigned>(max), nullptr));
+    return out;
+}
+
+}  // namespace
+
 std::vector<NeighbourEvent> Dataplane::take_neighbour_events(std::size_t max) {
-    std::vector<NeighbourEvent> events(max);
-    const unsigned n = rte_ring_dequeue_burst_elem(neighbour_events_, events.data(), sizeof(NeighbourEvent),
-                                                   static_cast<unsigned>(max), nullptr);
-    events.resize(n);
-    return events;
+    return drain_ring<NeighbourEvent>(neighbour_events_, max);
 }
 
 std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& filter, std::size_t max_records,
@@ -261,11 +269,7 @@ std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& f
 }
 
 std::vector<DecisionLogRecord> Dataplane::take_decision_log(std::size_t max) {
-    std::vector<DecisionLogRecord> records(max);
-    const unsigned n = rte_ring_dequeue_burst_elem(decision_log_, records.data(), sizeof(DecisionLogRecord),
-                                                   static_cast<unsigned>(max), nullptr);
-    records.resize(n);
-    return records;
+    return drain_ring<DecisionLogRecord>(decision_log_, max);
 }
 
 bool Dataplane::request_solicitation(const NeighbourRequest& request) {
