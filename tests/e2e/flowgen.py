@@ -35,6 +35,17 @@ class Flowgen:
         """The device string of sluice's port facing the generator."""
         return f"net_memif0,role=client,socket={self.socket}"
 
+    def sluice_config(self, firewall):
+        """sluice between the generator (port `in`) and net_null (`out`), one lcore, with this firewall section."""
+        return {
+            "dataplane": {"idle_sleep_us": 0},
+            "ports": [{"name": "in", "device": self.sluice_port()}, {"name": "out", "device": "net_null0,no-rx=1"}],
+            "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+            "forward": [{"from": "in", "to": "out", "next_hop_mac": "02:00:00:00:00:02"},
+                        {"from": "out", "to": "in", "next_hop_mac": "02:00:00:00:00:01"}],
+            "firewall": firewall,
+        }
+
     def stop(self):
         """Stops forwarding (testpmd's `stop`: it prints its totals and keeps the memif link up, so sluice can take
         what is still in the ring) and returns how many packets it handed to memif."""

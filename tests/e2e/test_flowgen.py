@@ -11,14 +11,7 @@ def test_testpmd_flowgen_over_memif_is_all_accounted_for(tmp_path):
     gen = Flowgen(tmp_path, "flowgen")
     sluice = None
     try:
-        config = {
-            "dataplane": {"idle_sleep_us": 0},
-            "ports": [{"name": "in", "device": gen.sluice_port()}, {"name": "out", "device": "net_null0,no-rx=1"}],
-            "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
-            "forward": [{"from": "in", "to": "out", "next_hop_mac": "02:00:00:00:00:02"},
-                        {"from": "out", "to": "in", "next_hop_mac": "02:00:00:00:00:01"}],
-            "firewall": {"default": "allow", "table_size": 65536},  # every flow tracked on the way
-        }
+        config = gen.sluice_config({"default": "allow", "table_size": 65536})  # every flow tracked on the way
         sluice = Sluice(tmp_path, config).start()
         wait_until(lambda: sluice.stats()["rx_packets"] > 100000, timeout=20, what="traffic from testpmd")
         time.sleep(3)

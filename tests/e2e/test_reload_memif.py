@@ -21,14 +21,7 @@ def test_hundred_reloads_of_alternating_rule_sets_under_memif_traffic_account_fo
     gen = Flowgen(tmp_path, "reloadgen")
     sluice = None
     try:
-        config = {
-            "dataplane": {"idle_sleep_us": 0},
-            "ports": [{"name": "in", "device": gen.sluice_port()}, {"name": "out", "device": "net_null0,no-rx=1"}],
-            "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
-            "forward": [{"from": "in", "to": "out", "next_hop_mac": "02:00:00:00:00:02"},
-                        {"from": "out", "to": "in", "next_hop_mac": "02:00:00:00:00:01"}],
-            "firewall": rule_set(True),
-        }
+        config = gen.sluice_config(rule_set(True))
         sluice = Sluice(tmp_path, config).start()
         eal = yaml.safe_load(sluice.config_path.read_text())["eal"]
         wait_until(lambda: sluice.stats()["rx_packets"] > 10000, timeout=20, what="traffic from testpmd")
