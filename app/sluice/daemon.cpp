@@ -42,6 +42,7 @@
 #include "metrics/prometheus_exporter.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/dataplane.hpp"
+#include "xdp/steering.hpp"
 
 namespace sluice {
 namespace {
@@ -72,7 +73,7 @@ std::map<int, rte_mempool*> create_pools(const Config& config, const std::vector
     std::map<int, MempoolDemand> demand;
     for (const auto& port : ports) {
         MempoolDemand& d = demand[port->socket()];
-        d.rx_descriptors += uint64_t{port->spec().rx_queues} * port->spec().rx_descriptors;
+        d.rx_descriptors += uint64_t{port->spec().rx_queues} * port->spec().rx_descriptors + port->mbufs_kept_by_driver();
         d.tx_descriptors += uint64_t{workers} * port->spec().tx_descriptors;
         d.max_frame = std::max(d.max_frame, max_frame_size(port->spec().mtu));
     }
@@ -227,7 +228,7 @@ public:
 private:
     // Staged start; each stage throws StartupError and stop() unwinds whatever was built.
     void start() {
-        eal_ = std::make_unique<EalGuard>(build_eal_args(program_, config_.eal, config_.ports, extra_eal_args_));
+        eal_ = std::make_unique<EalGuard>(build_eal_args(program_, config_.eal, prepare_xdp_ports(config_.ports), extra_eal_args_));
         check_lcores(config_);
         if (!register_packet_meta()) throw StartupError("cannot register the packet metadata mbuf field");
         register_telemetry_commands();
@@ -239,6 +240,12 @@ private:
         for (const LcoreConfig& l : config_.lcores) workers += l.worker;
         pools_ = create_pools(config_, ports_, workers);
         for (auto& port : ports_) port->start(workers, pools_.at(port->socket()));
+        for (const PortSpec& spec : config_.ports) {
+            const std::string iface = af_xdp_interface(spec.device);
+            if (!iface.empty() && spec.xdp_steering != XdpSteeringMode::off)
+                steering_.push_back(std::make_unique<XdpSteering>(spec.name, iface));
+        }
+        publish_steering();
         for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
         health_ = std::make_unique<HealthChecker>([this](uint32_t id, bool up, const std::string& reason) {
             {
@@ -271,6 +278,7 @@ private:
         view_.reload = &reload_status_;
         view_.rules = &rule_stats_;
         view_.backends = &backend_stats_;
+        view_.xdp = &xdp_stats_;
         reload_status_.update([&](ReloadRecord& r) {
             r.running_hash = config_.hash;
             r.running_path = config_.path;
@@ -366,6 +374,7 @@ private:
         config_ = std::move(*candidate.config);
         apply_neighbour_targets();
         apply_health_targets();
+        publish_steering();
         reload_status_.update([&](ReloadRecord& r) {
             ++r.successes;
             r.last_ok = true;
@@ -712,6 +721,29 @@ private:
         backend_stats_.write(std::move(record));
     }
 
+    // Keeps each XDP port's steering equal to the config and to the kernel addresses its interface has now (an
+    // operator may add a management address at any time), and publishes the program's counters.
+    void publish_steering() {
+        XdpRecord record;
+        for (std::size_t i = 0; i < steering_.size(); ++i) {
+            XdpSteering& steering = *steering_[i];
+            const PortSpec* spec = config_.find_port(steering.port());
+            const XdpSteeringMode mode = spec ? spec->xdp_steering : XdpSteeringMode::all;
+            std::vector<SteeringEntry> entries = steering_entries(config_, steering.port(), kernel_addresses(steering.iface()));
+            if (i >= steering_published_.size()) steering_published_.resize(i + 1);
+            if (entries != steering_published_[i]) {
+                if (steering.publish(mode, entries))
+                    spdlog::info("port '{}': XDP steering on {} ({}): {} prefixes", steering.port(), steering.iface(),
+                                 mode == XdpSteeringMode::services ? "services" : "all", entries.size());
+                steering_published_[i] = std::move(entries);
+            }
+            const SteeringCounters c = steering.counters();
+            record.ports.push_back({steering.port(), steering.iface(), mode == XdpSteeringMode::services ? "services" : "all",
+                                    c.to_sluice, c.to_kernel, c.other, steering_published_[i].size()});
+        }
+        xdp_stats_.write(std::move(record));
+    }
+
     // Waits for signals, reload requests and config file changes; logs link changes.
     void control_loop() {
         sigset_t signals;
@@ -740,6 +772,7 @@ private:
             }
             refresh_rule_stats();
             refresh_backend_stats();
+            publish_steering();
             run_neighbours();
             write_decision_log();
             std::vector<uint64_t> heartbeats;
@@ -798,12 +831,20 @@ private:
             log_totals(dataplane_->totals(), ports_);
             dataplane_.reset();
         }
+        std::map<int, uint32_t> kept_by_drivers;  // by socket: see Port::mbufs_kept_by_driver()
+        for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_kept_by_driver();
         ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
         for (auto& [socket, pool] : pools_) {
-            const uint32_t leaked = mbufs_in_use(pool);
-            if (leaked) {
-                spdlog::error("mempool on socket {}: {} mbuf(s) leaked of {}", socket, leaked, pool->size);
+            const uint32_t in_use = mbufs_in_use(pool);
+            const uint32_t kept = kept_by_drivers[socket];
+            if (in_use != kept) {
+                spdlog::error("mempool on socket {}: {} mbuf(s) leaked of {}{}", socket,
+                              static_cast<int64_t>(in_use) - static_cast<int64_t>(kept), pool->size,
+                              kept ? fmt::format(" ({} more are net_af_xdp's fill rings, which it never returns)", kept) : "");
                 exit_code = kExitLeakedMbufs;
+            } else if (kept) {
+                spdlog::info("mempool on socket {}: all {} mbufs returned but the {} net_af_xdp keeps in its fill rings",
+                             socket, pool->size, kept);
             } else {
                 spdlog::info("mempool on socket {}: all {} mbufs returned", socket, pool->size);
             }
@@ -827,6 +868,9 @@ private:
     ReloadStatus reload_status_;
     RuleStats rule_stats_;
     BackendStats backend_stats_;
+    std::vector<std::unique_ptr<XdpSteering>> steering_;          // net_af_xdp ports that run sluice's program
+    std::vector<std::vector<SteeringEntry>> steering_published_;  // what each holds now
+    XdpStats xdp_stats_;
     StableRuleIds stable_rule_ids_;
     StableRuleIds pending_rule_ids_;
     BackendRegistry backends_;

@@ -11,7 +11,8 @@
 #                                          sl-backend1..3: eth0 10.77.2.11..13 (02:77:00:00:03:01..03), VIP
 #                                          10.77.100.2 on lo (dsr), backend.py: HTTP :80 (its name), UDP :53
 #
-# sluice owns gw-client and gw-server through net_af_packet (config/lab.yaml). The gateway addresses 10.77.1.1,
+# sluice owns gw-client and gw-server through net_af_xdp and its XDP program (config/lab.yaml; SLUICE_LAB_DRIVER=
+# af_packet selects the af_packet fallback). The gateway addresses 10.77.1.1,
 # 10.77.2.1, fd77:1::1 and fd77:2::1 exist nowhere: the hosts reach them through permanent neighbour entries. sluice's
 # VIPs (10.77.100.0/24) and NAT pool (10.77.3.100) are routed to it the same way. gw-mgmt is the exception path: the
 # kernel of sl-gw reaches the backends through it for sluice's health checks, beside the data plane. Every neighbour
@@ -28,7 +29,8 @@
 #        lab.sh backend-stop N | backend-start N   stop / start backend N's servers (health-check experiments)
 #
 # Environment: SLUICE_BIN (default build/app/sluice/sluice), SLUICE_LAB_CONFIG (default config/lab.yaml),
-# SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30).
+# SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30),
+# SLUICE_LAB_DRIVER (af_xdp, the default, or af_packet).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,6 +50,7 @@ PIDFILE=$STATE/sluice.pid
 LOG=$STATE/sluice.log
 FILE_PREFIX=sluice-lab   # must match --file-prefix in config/lab.yaml
 PYTHON=/usr/bin/python3  # not the first python3 on PATH: a pyenv shim may shadow it
+DRIVER=${SLUICE_LAB_DRIVER:-af_xdp}  # af_packet: the fallback, for kernels without AF_XDP
 
 say() { printf 'lab: %s\n' "$*"; }
 die() { printf 'lab: error: %s\n' "$*" >&2; exit 1; }
@@ -92,9 +95,18 @@ cmd_start() {
   [ -x "$SLUICE_BIN" ] || die "$SLUICE_BIN is missing; build first (ninja -C build)"
   [ -r "$CONFIG" ] || die "$CONFIG is missing"
   mkdir -p "$STATE"
+  local config=$CONFIG
+  case "$DRIVER" in
+    af_xdp) ;;
+    af_packet)  # the same config with the fallback devices config/lab.yaml documents
+      config=$STATE/lab-af_packet.yaml
+      sed -E 's#device: net_af_xdp([0-9]+),iface=([a-z0-9-]+)$#device: net_af_packet\1,iface=\2,qpairs=1,framecnt=4096#' \
+        "$CONFIG" > "$config" ;;
+    *) die "SLUICE_LAB_DRIVER must be af_xdp or af_packet, not '$DRIVER'" ;;
+  esac
   # setsid: the daemon outlives the calling shell and a Ctrl-C there. `ip netns exec` execs without forking, so $!
   # is sluice's own pid.
-  setsid ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$CONFIG" >"$LOG" 2>&1 </dev/null &
+  setsid ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$config" >"$LOG" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDFILE"
   local deadline=$((SECONDS + READY_TIMEOUT))
@@ -208,6 +220,9 @@ cmd_up() {
   # up as outgoing traffic and forward.
   ip netns exec "$NS_GW" ip link set lo up
   ip netns exec "$NS_GW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  # gw-mgmt and gw-server share the server LAN: each answers ARP only for its own addresses (no ARP flux), so an
+  # address the kernel holds on gw-server is reached through gw-server, past sluice's XDP program.
+  ip netns exec "$NS_GW" sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
   local dev mac
   for pair in gw-client=02:77:00:00:01:01 gw-server=02:77:00:00:02:01; do
     dev=${pair%%=*} mac=${pair#*=}

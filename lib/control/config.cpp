@@ -149,7 +149,7 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
     if (!d.sequence(node, "ports")) return;
     for (const YAML::Node& p : node) {
         if (!d.map(p, "a port", {"name", "device", "rx_queues", "rx_descriptors", "tx_descriptors", "mtu", "promiscuous",
-                                   "addresses"}))
+                                   "addresses", "xdp_steering"}))
             continue;
         PortSpec spec;
         d.field(p, "name", "a port", true, [&](const YAML::Node& v) { d.string(v, "port name", spec.name); });
@@ -172,6 +172,20 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
         }
         d.field(p, "mtu", what, false, [&](const YAML::Node& v) { d.integer(v, what + " mtu", spec.mtu, 68, 9600); });
         d.field(p, "promiscuous", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " promiscuous", spec.promiscuous); });
+        d.field(p, "xdp_steering", what, false, [&](const YAML::Node& v) {
+            std::string mode;
+            if (!d.string(v, what + " xdp_steering", mode)) return;
+            if (mode == "all") spec.xdp_steering = XdpSteeringMode::all;
+            else if (mode == "services") spec.xdp_steering = XdpSteeringMode::services;
+            else if (mode == "off") spec.xdp_steering = XdpSteeringMode::off;
+            else return d.error(v, what + " xdp_steering must be all, services or off, not '" + mode + "'");
+            if (!spec.device.starts_with("net_af_xdp"))
+                d.error(v, what + " xdp_steering applies to net_af_xdp devices only");
+            else if (spec.device.find(",xdp_prog=") != std::string::npos && spec.xdp_steering != XdpSteeringMode::off)
+                d.error(v, what + ": the device names its own xdp_prog, so sluice's steering cannot apply (xdp_steering: off)");
+        });
+        // A device with its own program keeps it: sluice steers nothing there.
+        if (spec.device.find(",xdp_prog=") != std::string::npos) spec.xdp_steering = XdpSteeringMode::off;
         if (spec.name.empty()) continue;
         if (port_marks.count(spec.name)) {
             d.error(p, "port name '" + spec.name + "' is used twice (first at line " +

@@ -75,6 +75,21 @@ struct BackendsRecord {
     std::vector<BackendRecord> backends;  // in config order
 };
 
+// sluice's XDP program on one net_af_xdp port: where it sent frames (lib/xdp/steer.bpf.c).
+struct XdpPortRecord {
+    std::string port;
+    std::string iface;
+    std::string mode;  // all, services
+    uint64_t to_sluice = 0;
+    uint64_t to_kernel = 0;
+    uint64_t other = 0;  // neither IP nor ARP: the kernel's
+    std::size_t prefixes = 0;
+};
+
+struct XdpRecord {
+    std::vector<XdpPortRecord> ports;
+};
+
 // A record written by the control thread and read by telemetry and the exporter, under a mutex.
 template <typename Record>
 class Published {
@@ -95,6 +110,7 @@ private:
 
 using RuleStats = Published<RuleHitsRecord>;
 using BackendStats = Published<BackendsRecord>;
+using XdpStats = Published<XdpRecord>;
 
 struct StatusView {
     const Dataplane* dataplane = nullptr;
@@ -103,6 +119,7 @@ struct StatusView {
     const ReloadStatus* reload = nullptr;
     const RuleStats* rules = nullptr;
     const BackendStats* backends = nullptr;
+    const XdpStats* xdp = nullptr;
 };
 
 }  // namespace sluice

@@ -101,14 +101,28 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool) {
     ret = rte_eth_dev_start(port_id_);
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_start: " + errstr(ret));
     started_ = true;
+    tx_queues_ = tx_queues;
     spdlog::info("{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}",
                  who, spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues,
                  tx_desc, spec_.mtu, socket_id);
 }
 
+// XSK_RING_CONS__DEFAULT_NUM_DESCS, the fill-ring stock of 22.11's net_af_xdp (ETH_AF_XDP_DFLT_NUM_DESCS).
+constexpr uint32_t kAfXdpFillRingMbufs = 2048;
+
+bool is_af_xdp(const std::string& device) { return device.starts_with("net_af_xdp"); }
+
+uint32_t Port::mbufs_kept_by_driver() const {
+    return is_af_xdp(spec_.device) ? uint32_t{spec_.rx_queues} * kAfXdpFillRingMbufs : 0;
+}
+
 void Port::stop() {
     if (!started_) return;
     started_ = false;
+    // net_af_xdp frees a sent mbuf only when a later TX call reaps the completion ring; an empty burst reaps them
+    // (the lcores have stopped: the control thread owns the queues now).
+    if (is_af_xdp(spec_.device))
+        for (uint16_t q = 0; q < tx_queues_; ++q) rte_eth_tx_burst(port_id_, q, nullptr, 0);
     const int ret = rte_eth_dev_stop(port_id_);
     if (ret != 0) spdlog::warn("port '{}': rte_eth_dev_stop: {}", spec_.name, errstr(ret));
 }

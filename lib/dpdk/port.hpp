@@ -11,6 +11,10 @@
 
 namespace sluice {
 
+// What sluice's XDP program does on a net_af_xdp port (lib/xdp): everything but the kernel's own addresses to
+// sluice (a gateway), only sluice's addresses (VIPs, NAT pool, port addresses), or no program of sluice's.
+enum class XdpSteeringMode : uint8_t { all, services, off };
+
 struct PortSpec {
     std::string name;    // the operator's name, used in logs, metrics and the forwarding table
     std::string device;  // a PCI address (0000:03:00.0) or a vdev string (net_pcap0,rx_pcap=in.pcap)
@@ -19,6 +23,7 @@ struct PortSpec {
     uint16_t tx_descriptors = 1024;
     uint16_t mtu = 1500;
     bool promiscuous = true;
+    XdpSteeringMode xdp_steering = XdpSteeringMode::all;  // net_af_xdp devices only
     friend bool operator==(const PortSpec&, const PortSpec&) = default;
 };
 
@@ -48,6 +53,10 @@ public:
     const PortSpec& spec() const { return spec_; }
     int socket() const;  // the NUMA socket the device sits on (0 when unknown)
     const rte_ether_addr& mac() const { return mac_; }
+    // mbufs the driver takes when its RX queues are set up and never gives back, not even at close: DPDK 22.11's
+    // net_af_xdp stocks each queue's AF_XDP fill ring with 2048 mbufs (its zero-copy umem is the pool) and deletes
+    // the umem over them. The pool is sized with them and the shutdown check counts them as accounted for.
+    uint32_t mbufs_kept_by_driver() const;
     void log_link() const;
 
 private:
@@ -55,6 +64,7 @@ private:
     uint16_t port_id_ = 0;
     rte_ether_addr mac_{};
     bool started_ = false;
+    uint16_t tx_queues_ = 0;
 };
 
 }  // namespace sluice

@@ -147,6 +147,22 @@ public:
             }
         }
 
+        if (view_.xdp) {
+            const XdpRecord xdp = view_.xdp->read();
+            if (!xdp.ports.empty()) {
+                MetricFamily& frames = family("sluice_xdp_frames_total",
+                                              "Frames sluice's XDP program steered, by verdict (sluice, kernel, other: neither IP nor ARP)",
+                                              MetricType::Counter);
+                MetricFamily& prefixes = family("sluice_xdp_prefixes", "Prefixes in a port's XDP steering map", MetricType::Gauge);
+                for (const XdpPortRecord& p : xdp.ports) {
+                    sample(frames, {{"port", p.port}, {"verdict", "sluice"}}, static_cast<double>(p.to_sluice));
+                    sample(frames, {{"port", p.port}, {"verdict", "kernel"}}, static_cast<double>(p.to_kernel));
+                    sample(frames, {{"port", p.port}, {"verdict", "other"}}, static_cast<double>(p.other));
+                    sample(prefixes, {{"port", p.port}}, static_cast<double>(p.prefixes));
+                }
+            }
+        }
+
         const ReloadRecord reload = view_.reload->read();
         MetricFamily& reloads = family("sluice_config_reloads_total", "Config reloads, by result", MetricType::Counter);
         sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));

@@ -1,9 +1,10 @@
 """End to end through the lab: real TCP stacks (curl-like HTTP clients in sl-client, Python servers in
-sl-backend1..3), sluice in sl-gw on net_af_packet, health checks over the lab's exception path. Each test is bounded
+sl-backend1..3), sluice in sl-gw on net_af_xdp with its own XDP program, health checks over the lab's exception path. Each test is bounded
 in time and leaves the lab as it found it."""
 
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -178,3 +179,86 @@ def test_sigterm_under_traffic_exits_clean_and_a_restart_carries_traffic_again(l
     after = client("http", f"http://{NAT_VIP}/", 50)
     assert after["error_count"] == 0, after["errors"]
     assert sum(result["answers"].values()) > 0
+
+
+def metric(name, **labels):
+    """A sample of sluice's /metrics (it listens on 127.0.0.1 inside sl-gw)."""
+    text = subprocess.run(["ip", "netns", "exec", "sl-gw", "curl", "-s", "-m", "5", "http://127.0.0.1:9469/metrics"],
+                          capture_output=True, text=True, timeout=10, check=True).stdout
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{wanted}}} "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no {name}{{{wanted}}} in /metrics")
+
+
+def xdp_program(iface):
+    link = subprocess.run(["ip", "-n", "sl-gw", "link", "show", iface], capture_output=True, text=True, check=True).stdout
+    return link.split("prog/xdp", 1)[1].split()[3] if "prog/xdp" in link else None  # "id N name NAME ..."
+
+
+def ping_from_server_lan(address, count):
+    out = subprocess.run(["ip", "netns", "exec", "sl-server", "ping", "-c", str(count), "-i", "0.2", "-W", "1", address],
+                         capture_output=True, text=True, timeout=30)
+    return int(out.stdout.split(" received")[0].rsplit(",", 1)[1])
+
+
+def test_xdp_program_gives_the_kernel_its_own_addresses_and_sluice_the_rest(lab_env):
+    """gw-server carries sluice's data plane through net_af_xdp; an address the kernel holds on that same link is
+    answered by the kernel (its ARP and pings pass), everything else stays sluice's (the same ping, once the address
+    is gone, reaches sluice, whose firewall drops it)."""
+    assert xdp_program("gw-server") == "sluice_steer" and xdp_program("gw-client") == "sluice_steer"
+    prefixes = metric("sluice_xdp_prefixes", port="server")
+    kernel_before = metric("sluice_xdp_frames_total", port="server", verdict="kernel")
+    subprocess.run(["ip", "-n", "sl-gw", "addr", "add", "10.77.2.253/32", "dev", "gw-server"], check=True)
+    try:
+        wait_until(lambda: metric("sluice_xdp_prefixes", port="server") == prefixes + 1, timeout=5,
+                   what="the kernel's new address in the steering map")
+        load = subprocess.Popen(CLIENT + ["http", f"http://{NAT_VIP}/", "100"], stdout=subprocess.PIPE, text=True)
+        assert ping_from_server_lan("10.77.2.253", 5) == 5  # the kernel answers through sluice's own link
+        during = json.loads(load.communicate(timeout=120)[0].strip().splitlines()[-1])
+        assert during["error_count"] == 0, during["errors"]  # sluice's traffic on the same link is untouched
+        wait_until(lambda: metric("sluice_xdp_frames_total", port="server", verdict="kernel") >= kernel_before + 6,
+                   timeout=5, what="an ARP request and 5 echo requests passed to the kernel")
+    finally:
+        subprocess.run(["ip", "-n", "sl-gw", "addr", "del", "10.77.2.253/32", "dev", "gw-server"], check=False)
+    wait_until(lambda: metric("sluice_xdp_prefixes", port="server") == prefixes, timeout=5, what="the address withdrawn")
+    denied_before = stats()["drop/rule_deny"]
+    assert ping_from_server_lan("10.77.2.253", 3) == 0  # sl-server still has the MAC: the frames now reach sluice
+    wait_until(lambda: stats()["drop/rule_deny"] >= denied_before + 3, timeout=5,
+               what="sluice's firewall dropping the pings it now gets")
+
+
+def test_a_killed_sluice_leaves_its_xdp_program_and_the_next_start_replaces_it(lab_env):
+    pid = lab("pid").stdout.strip()
+    subprocess.run(["kill", "-KILL", pid], check=True)
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=10, what="sluice gone")
+    assert xdp_program("gw-server") == "sluice_steer"  # the kernel keeps it: the PMD could not detach it
+    started = lab("start", check=False)
+    assert started.returncode == 0, started.stdout + started.stderr
+    log = (lab_env["state"] / "sluice.log").read_text()
+    assert "removed the XDP program" in log and "a previous sluice left on gw-server" in log
+    time.sleep(1.5)  # health checks mark the backends up again
+    after = client("http", f"http://{NAT_VIP}/", 50)
+    assert after["error_count"] == 0, after["errors"]
+
+
+def test_af_packet_fallback_carries_the_same_traffic(lab_env):
+    assert lab("stop", check=False).returncode == 0
+    env = dict(os.environ, SLUICE_LAB_DRIVER="af_packet")
+    try:
+        started = subprocess.run([str(ROOT / "deploy/lab/lab.sh"), "start"], capture_output=True, text=True, timeout=120,
+                                 env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "net_af_packet0,iface=gw-client" in (lab_env["state"] / "sluice.log").read_text()
+        assert xdp_program("gw-server") is None
+        time.sleep(1.5)
+        result = client("http", f"http://{NAT_VIP}/", 100)
+        assert result["error_count"] == 0, result["errors"]
+        assert len(result["answers"]) == 3, result
+        stopped = lab("stop", check=False)
+        assert stopped.returncode == 0 and "stopped cleanly" in stopped.stdout, stopped.stdout + stopped.stderr
+    finally:
+        lab("stop", check=False)
+        lab("start")
+    assert xdp_program("gw-server") == "sluice_steer"
