@@ -200,6 +200,9 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
         if (i == kMaxIpv6ExtHeaders || ext_length > end - offset) return DropReason::ipv6_bad_ext_header;
         next = frame[offset];
         offset += ext_length;
+        // RFC 8200 4.5: after a non-first fragment's header comes data, never a header, whatever the next header
+        // field names (it is the fragmentable part's first header, in the first fragment).
+        if (non_first_fragment) break;
     }
     meta.l4_proto = next;
     tuple.proto = next;

@@ -263,6 +263,24 @@ TEST_CASE("parse: IPv6 fragments hash on addresses only; non-first ones have no 
     CHECK(meta_later.flow_hash == meta_first.flow_hash);
 }
 
+TEST_CASE("parse: a non-first IPv6 fragment's data is not walked as extension headers", "[parse]") {
+    // Destination options may follow the fragment header (RFC 8200 4.1); in a later fragment the bytes after the
+    // fragment header are the datagram's middle, not that header.
+    Bytes fragment(8, 0);
+    fragment[0] = IPPROTO_DSTOPTS;
+    fragment[2] = 0x01;  // offset 32 bytes, no M flag
+    Bytes later = ipv6_frame(IPPROTO_UDP, "2001:db8::1", "2001:db8::2", 1, 2, fragment, IPPROTO_FRAGMENT);
+    later[14 + 48] = 0x63;      // read as a header: next header 99 ...
+    later[14 + 48 + 1] = 0xff;  // ... and 2 KiB long, far past the packet
+    PacketMeta meta;
+    FiveTuple tuple;
+    REQUIRE(parse(later, meta, tuple) == DropReason::none);
+    CHECK((meta.flags & kMetaFragment));
+    CHECK(meta.l4_offset == 0);
+    CHECK(meta.l4_proto == IPPROTO_DSTOPTS);  // the fragment header's next header, as every later fragment has it
+    CHECK(tuple.src_port == 0);
+}
+
 TEST_CASE("parse: malformed IPv6 frames are named", "[parse]") {
     const Bytes good = ipv6_frame(IPPROTO_TCP, "2001:db8::1", "2001:db8::2", 1, 2);
     CHECK(parse(Bytes(good.begin(), good.begin() + 14 + 39)) == DropReason::ipv6_truncated);
