@@ -48,4 +48,25 @@ struct Transition {
 // the responder (reply == true).
 Transition step(ConnState state, uint8_t flags, bool reply, Kind kind);
 
+// What a one-way connection (kConnFlagOneWay: dsr, tunnel) does with a first packet that is not a SYN. Behind ECMP
+// such a packet belongs to a connection another instance saw open (it died, or ECMP rehashed); the backend still
+// holds the connection, so the packet must reach it (Maglev paper §3.3, Katran's LRU-miss path):
+// - adopt: an ACK (with or without data): track the connection from here on, as established, as if the
+//   handshake had been seen (Katran, nf_conntrack_tcp_loose: a mid-stream ACK proves a live connection as much
+//   as one-way tracking ever can);
+// - forward: a FIN or RST: the connection is ending; pass it on without an entry (Katran forwards too), so the
+//   backend releases its side, but leave no entry behind for a connection that is going away (and none that a
+//   stream of spoofed RSTs could fill the table with);
+// - none: SYN (opens as usual), SYN+ACK, or flags no stack sends (Kind::bad): not a mid-stream packet.
+enum class Pickup : uint8_t { none, adopt, forward };
+
+constexpr Pickup one_way_pickup(Kind kind) {
+    switch (kind) {
+    case Kind::ack: return Pickup::adopt;
+    case Kind::fin:
+    case Kind::rst: return Pickup::forward;
+    default: return Pickup::none;
+    }
+}
+
 }  // namespace sluice::tcp

@@ -102,11 +102,19 @@ public:
         MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out)", MetricType::Counter);
         MetricFamily& rejects = family("sluice_rejects_sent_total", "TCP RSTs and ICMP unreachables sent for reject rules", MetricType::Counter);
         MetricFamily& full = family("sluice_conntrack_full_drops_total", "New connections a worker refused because its table was full", MetricType::Counter);
+        MetricFamily& adopted = family("sluice_lb_stateless_adoptions_total",
+                                       "dsr/tunnel connections a worker picked up mid-stream by Maglev (no SYN seen: another instance opened them)",
+                                       MetricType::Counter);
+        MetricFamily& passed = family("sluice_lb_stateless_forwards_total",
+                                      "FINs and RSTs of unknown dsr/tunnel connections a worker sent to their Maglev backend without an entry",
+                                      MetricType::Counter);
         dp.for_each_lcore([&](const LcoreContext& ctx) {
             if (!ctx.worker) return;
             const std::string w = std::to_string(ctx.worker_index);
             const uint64_t opened = counter_read(ctx.counters.conn_inserts), gone = counter_read(ctx.counters.conn_expired);
             sample(rejects, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.rejects_sent)));
+            sample(adopted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_adoptions)));
+            sample(passed, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_stateless_forwards)));
             if (!ctx.conn_table) return;
             sample(entries, {{"worker", w}}, static_cast<double>(opened - gone));
             sample(capacity, {{"worker", w}}, ctx.conn_table->capacity());

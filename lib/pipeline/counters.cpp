@@ -14,6 +14,8 @@ void CounterTotals::add(const LcoreCounters& c) {
     neighbour_replies += counter_read(c.neighbour_replies);
     neighbour_solicitations += counter_read(c.neighbour_solicitations);
     log_suppressed += counter_read(c.log_suppressed);
+    lb_adoptions += counter_read(c.lb_adoptions);
+    lb_stateless_forwards += counter_read(c.lb_stateless_forwards);
     for (std::size_t p = 0; p < ports.size(); ++p) {
         ports[p].rx_packets += counter_read(c.ports[p].rx_packets);
         ports[p].rx_bytes += counter_read(c.ports[p].rx_bytes);

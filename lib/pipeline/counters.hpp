@@ -31,6 +31,8 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t neighbour_replies = 0;        // ARP replies and NAs sent for sluice's addresses
     uint64_t neighbour_solicitations = 0;  // ARP requests and NSs sent to resolve next hops and backends
     uint64_t log_suppressed = 0;           // decisions to log that the log rate (or a full ring) left out
+    uint64_t lb_adoptions = 0;             // dsr/tunnel connections picked up mid-stream (no SYN seen: ECMP moved them)
+    uint64_t lb_stateless_forwards = 0;    // FINs and RSTs of unknown dsr/tunnel connections sent on by Maglev, no entry
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
@@ -49,6 +51,8 @@ struct CounterTotals {
     uint64_t neighbour_replies = 0;
     uint64_t neighbour_solicitations = 0;
     uint64_t log_suppressed = 0;
+    uint64_t lb_adoptions = 0;
+    uint64_t lb_stateless_forwards = 0;
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void add(const LcoreCounters& c);

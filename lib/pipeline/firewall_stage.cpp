@@ -8,8 +8,9 @@
 #include <rte_lpm.h>
 #include <rte_lpm6.h>
 
-#include "packet/packet_meta.hpp"
+#include "conntrack/tcp_state.hpp"
 #include "lb/maglev.hpp"
+#include "packet/packet_meta.hpp"
 #include "packet/reject.hpp"
 
 namespace sluice {
@@ -17,12 +18,17 @@ namespace {
 
 enum class Fate : uint8_t { pass, drop, reject, classify };
 
-// Counts a packet of a tracked connection under the rule that allowed it (entries keep the rule's stable id).
-inline void count_rule_traffic(LcoreContext& ctx, const ConnEntry& entry, uint32_t bytes) {
-    if (entry.rule_index >= kMaxCountedRules) return;  // the default action, or past the counted range
-    RuleTraffic& traffic = ctx.rule_traffic[entry.rule_index];
+constexpr uint8_t kIpProtoTcp = 6;
+
+// Counts a packet under the rule that allowed it (by its stable id; entries keep it).
+inline void count_rule_traffic(LcoreContext& ctx, uint32_t stable_rule, uint32_t bytes) {
+    if (stable_rule >= kMaxCountedRules) return;  // the default action, or past the counted range
+    RuleTraffic& traffic = ctx.rule_traffic[stable_rule];
     counter_add(traffic.packets);
     counter_add(traffic.bytes, bytes);
+}
+inline void count_rule_traffic(LcoreContext& ctx, const ConnEntry& entry, uint32_t bytes) {
+    count_rule_traffic(ctx, entry.rule_index, bytes);
 }
 
 // Takes a token from the rule's bucket (or its source's), refilled for the time since the bucket's last use.
@@ -74,6 +80,8 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     Fate fate[kBurst];
     DropReason reason[kBurst];
     ConnState opening[kBurst];
+    tcp::Pickup pickup[kBurst];     // a mid-stream TCP packet to a dsr or tunnel VIP (docs/architecture.md)
+    uint32_t pickup_rule[kBurst];   // pickup == forward: the stable id of the rule that allowed it
     PacketRoute route[kBurst];
 
     for (uint16_t i = 0; i < count; ++i) {
@@ -146,7 +154,21 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             continue;
         }
         route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided
-        if (ConnTable::initial_state(tuples[i], tcp_flags[i], fw.loose_pickup, opening[i]) != TrackVerdict::ok) {
+        pickup[i] = service >= 0 && tuples[i].proto == kIpProtoTcp ? tcp::one_way_pickup(tcp::classify(tcp_flags[i]))
+                                                                   : tcp::Pickup::none;
+        if (SLUICE_UNLIKELY(pickup[i] != tcp::Pickup::none)) {
+            // A packet of a connection this instance never saw open: behind ECMP, another instance opened it and
+            // died, or ECMP rehashed. dsr and tunnel services pick it up by Maglev (the same table on every
+            // instance gives the same backend) once the rules allow it; nat cannot (the backend knows the
+            // connection by another instance's pool address and port), whatever loose_pickup says.
+            if (lb.services[service].mode == LbMode::nat) {
+                fate[i] = Fate::drop;
+                reason[i] = DropReason::lb_nat_no_state;
+                retry[retry_count++] = i;
+                continue;
+            }
+            opening[i] = ConnState::tcp_established;
+        } else if (ConnTable::initial_state(tuples[i], tcp_flags[i], fw.loose_pickup, opening[i]) != TrackVerdict::ok) {
             fate[i] = Fate::drop;
             reason[i] = DropReason::ct_no_connection;
             retry[retry_count++] = i;
@@ -171,6 +193,15 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 return;
             }
             backend = service->backend_ids[local];
+            if (SLUICE_UNLIKELY(pickup[i] == tcp::Pickup::forward)) {
+                // A FIN or RST with no connection: to the Maglev backend, without an entry. Looked up again
+                // below (an entry this burst made for the flow takes it), counted once that is settled.
+                route[i] = PacketRoute{-1, backend, RouteKind::to_backend};
+                pickup_rule[i] = stable_rule;
+                fate[i] = Fate::pass;
+                retry[retry_count++] = i;
+                return;
+            }
         }
         // insert() hands back the entry a second new packet of the same flow in this burst already made.
         const uint32_t before = table.size();
@@ -183,6 +214,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         ConnEntry& entry = table.entry(position);
         if (table.size() != before) {
             counter_add(ctx.counters.conn_inserts);
+            if (pickup[i] == tcp::Pickup::adopt) counter_add(ctx.counters.lb_adoptions);
             entry.in_port = pkts[i]->port;
             if (service) {
                 const LbBackend& target = lb.backends[backend];
@@ -272,17 +304,30 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     decide(fw.acl_v4.get(), fw.v4_rule_ids, v4_new, v4_count);
     decide(fw.acl_v6.get(), fw.v6_rule_ids, v6_new, v6_count);
 
-    if (retry_count && table.size() != 0) {
+    if (retry_count) {
         const FiveTuple* again[kBurst] = {};
         uint32_t again_hashes[kBurst] = {};
         int32_t found[kBurst];
         for (uint16_t k = 0; k < retry_count; ++k) {
             again[k] = &tuples[retry[k]];
             again_hashes[k] = hashes[retry[k]];
+            found[k] = -1;
         }
-        table.lookup_bulk(again, again_hashes, retry_count, found);
-        for (uint16_t k = 0; k < retry_count; ++k)
-            if (found[k] >= 0) settle_known(retry[k], found[k], false);
+        if (table.size() != 0) table.lookup_bulk(again, again_hashes, retry_count, found);
+        for (uint16_t k = 0; k < retry_count; ++k) {
+            const uint16_t i = retry[k];
+            if (found[k] >= 0) {
+                route[i] = PacketRoute{};
+                settle_known(i, found[k], false);
+            } else if (route[i].kind == RouteKind::to_backend) {  // a FIN or RST passed on without an entry
+                const uint32_t bytes = rte_pktmbuf_pkt_len(pkts[i]);
+                counter_add(ctx.counters.lb_stateless_forwards);
+                count_rule_traffic(ctx, pickup_rule[i], bytes);
+                BackendTraffic& traffic = ctx.backend_traffic[route[i].backend];
+                counter_add(traffic.packets);
+                counter_add(traffic.bytes, bytes);
+            }
+        }
     }
 
     rte_mbuf* dropped[kBurst];

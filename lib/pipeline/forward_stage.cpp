@@ -66,7 +66,6 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     const LbTables& lb = *snapshot.lb;
     const LbBackend& backend = lb.backends[route.backend];
     const PacketMeta& meta = *packet_meta(m);
-    const ConnEntry& entry = ctx.conn_table->entry(route.conn);
     if (route.kind == RouteKind::nat_reply) {
         // route.conn is the alias entry, which holds the client and the VIP the reply goes back as.
         IpAddress client, vip;
@@ -79,6 +78,7 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     if (backend.has_mac) out.dst_mac = backend.mac;
     switch (backend.mode) {
     case LbMode::nat: {
+        const ConnEntry& entry = ctx.conn_table->entry(route.conn);  // dsr and tunnel may have none (route.conn -1)
         const uint8_t* l4 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
         uint16_t dst_port;
         std::memcpy(&dst_port, l4 + 2, 2);

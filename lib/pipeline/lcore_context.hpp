@@ -77,7 +77,8 @@ enum class RouteKind : uint8_t { plain, to_backend, nat_reply };
 inline constexpr uint32_t kNoService = UINT32_MAX;
 
 struct PacketRoute {
-    int32_t conn = -1;        // the connection's entry (to_backend), or its alias entry (nat_reply)
+    int32_t conn = -1;        // the connection's entry (to_backend; -1 for a dsr/tunnel FIN or RST sent on without
+                              // one), or its alias entry (nat_reply)
     uint32_t backend = 0;     // stable backend id (to_backend, nat_reply)
     RouteKind kind = RouteKind::plain;
 };

@@ -389,3 +389,58 @@ TEST_CASE("UDP, ICMP and other protocols", "[conntrack]") {
     for (int s = 0; s < static_cast<int>(ConnState::count); ++s)
         CHECK(std::string(conn_state_name(static_cast<ConnState>(s))) != "unknown");
 }
+
+TEST_CASE("one_way_pickup: which mid-stream packet adopts, passes or is not a pickup", "[conntrack]") {
+    // An ACK, with or without data or ECN bits, adopts the connection; FIN+ACK and RST (with or without ACK) pass
+    // without an entry; SYN opens as usual; SYN+ACK and flags no stack sends are not mid-stream packets.
+    CHECK(tcp::one_way_pickup(tcp::classify(ACK)) == tcp::Pickup::adopt);
+    CHECK(tcp::one_way_pickup(tcp::classify(ACK | PSH)) == tcp::Pickup::adopt);
+    CHECK(tcp::one_way_pickup(tcp::classify(ACK | tcp::kEce | tcp::kCwr | tcp::kUrg)) == tcp::Pickup::adopt);
+    CHECK(tcp::one_way_pickup(tcp::classify(FIN | ACK)) == tcp::Pickup::forward);
+    CHECK(tcp::one_way_pickup(tcp::classify(FIN | ACK | PSH)) == tcp::Pickup::forward);
+    CHECK(tcp::one_way_pickup(tcp::classify(RST)) == tcp::Pickup::forward);
+    CHECK(tcp::one_way_pickup(tcp::classify(RST | ACK)) == tcp::Pickup::forward);
+    CHECK(tcp::one_way_pickup(tcp::classify(SYN)) == tcp::Pickup::none);
+    CHECK(tcp::one_way_pickup(tcp::classify(SYN | ACK)) == tcp::Pickup::none);
+    CHECK(tcp::one_way_pickup(tcp::classify(FIN)) == tcp::Pickup::none);
+    CHECK(tcp::one_way_pickup(tcp::classify(0)) == tcp::Pickup::none);
+    CHECK(tcp::one_way_pickup(tcp::classify(SYN | FIN)) == tcp::Pickup::none);
+    CHECK(tcp::one_way_pickup(tcp::classify(SYN | RST)) == tcp::Pickup::none);
+}
+
+TEST_CASE("An adopted one-way connection starts established and ends like one that saw its SYN", "[conntrack]") {
+    // What the stateful stage does with a mid-stream ACK to a dsr or tunnel VIP: insert established, mark one-way,
+    // then track the packet.
+    ConnTimeouts timeouts;
+    timeouts.tcp_established = 50;
+    timeouts.tcp_fin_wait = 7;
+    timeouts.tcp_close = 2;
+    ConnTable table(unique_table_name(), 64, SOCKET_ID_ANY, timeouts, kFakeTscHz);
+    const FiveTuple client = v4_tuple(IPPROTO_TCP, 0xcb007101, 40000, 0xc0000264, 80);
+    const int32_t index = table.insert(client, symmetric_flow_hash(client), ConnState::tcp_established, 0, 100);
+    REQUIRE(index >= 0);
+    ConnEntry& e = table.entry(index);
+    e.flags |= kConnFlagOneWay;
+    REQUIRE(table.track(index, client, ACK, 60, 100) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_established);
+    CHECK(e.expires_tsc == 100 + 50 * kFakeTscHz);  // the established timeout, not syn_sent's
+    CHECK(e.packets[0] == 1);
+    CHECK_FALSE(table.is_reply(index, client));  // the client is the initiator
+
+    // Data goes on, retransmitted SYNs change nothing; FIN starts the close, RST ends it, a new SYN reopens.
+    REQUIRE(table.track(index, client, ACK | PSH, 600, 200) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_established);
+    REQUIRE(table.track(index, client, SYN, 60, 300) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_established);
+    REQUIRE(table.track(index, client, FIN | ACK, 60, 400) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_fin_wait);
+    CHECK(e.expires_tsc == 400 + 7 * kFakeTscHz);
+    REQUIRE(table.track(index, client, ACK, 60, 500) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_fin_wait);  // the client's last ACK: still closing
+    REQUIRE(table.track(index, client, RST, 40, 600) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_close);
+    CHECK(e.expires_tsc == 600 + 2 * kFakeTscHz);
+    REQUIRE(table.track(index, client, SYN, 60, 700) == TrackVerdict::ok);
+    CHECK(e.state == ConnState::tcp_syn_sent);
+    CHECK(e.packets[0] == 7);
+}
