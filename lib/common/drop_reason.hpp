@@ -42,6 +42,7 @@ namespace sluice {
     X(neighbour_unresolved, "the next hop or backend has no MAC yet (ARP/ND resolution pending)")  \
     X(neighbour_frame, "an ARP or ND frame sluice took (learned from; not forwarded)")             \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
+    X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")      \
     X(no_route, "no forwarding entry for the ingress port")                                       \
     X(ring_full, "the owning worker's input ring was full")                                       \
     X(tx_full, "the TX queue did not accept the packet")                                          \

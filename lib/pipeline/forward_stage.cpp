@@ -101,6 +101,19 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     return DropReason::none;
 }
 
+// Every rewrite leaves a plain Ethernet header before the IP header. A packet over the egress MTU is dropped, not
+// fragmented, and no ICMP "too big" is sent (yet): the sender's path MTU discovery times out instead.
+bool fits_mtu(const rte_mbuf* m, uint16_t mtu) {
+    const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
+    uint16_t length_be;
+    if ((l3[0] >> 4) == 4) {
+        std::memcpy(&length_be, l3 + 2, 2);
+        return rte_be_to_cpu_16(length_be) <= mtu;
+    }
+    std::memcpy(&length_be, l3 + 4, 2);  // IPv6 payload length
+    return rte_be_to_cpu_16(length_be) + sizeof(rte_ipv6_hdr) <= mtu;
+}
+
 }  // namespace
 
 void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, const PacketRoute* routes) {
@@ -118,6 +131,8 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
         } else {
             verdict = rewrite_for_forwarding(m, entry);
         }
+        if (SLUICE_UNLIKELY(verdict == DropReason::none && !fits_mtu(m, snapshot.port_mtu[entry.out_port])))
+            verdict = DropReason::frame_too_big;
         if (SLUICE_UNLIKELY(verdict != DropReason::none)) {
             ctx.counters.drop(verdict);
             dropped[dropped_count++] = m;
