@@ -68,3 +68,35 @@ def test_metrics_match_the_packets_sent(tmp_path):
     assert re.search(r'^sluice_config_info\{hash="[0-9a-f]{16}"\} 1$', text, re.M)
     assert re.search(r'^sluice_build_info\{version="[0-9.]+"\} 1$', text, re.M)
     assert "# TYPE sluice_drops_total counter" in text
+
+
+def test_by_default_metrics_listen_on_loopback_only_and_telemetry_is_root_only(tmp_path):
+    """Security defaults (docs/security.md): with no `metrics` section the exporter binds 127.0.0.1:9469, nothing
+    else; the telemetry socket lives in a directory only root may enter."""
+    import os
+    import stat
+    from pathlib import Path
+
+    from netns import Netns
+
+    ns = Netns(f"slsec{os.getpid()}", [])  # its own loopback: the lab's sluice may hold 9469 in the root namespace
+    try:
+        ns.exec("ip", "link", "set", "lo", "up")
+        config = {
+            "ports": [{"name": "a", "device": "net_null0,no-rx=1"}, {"name": "b", "device": "net_null1,no-rx=1"}],
+            "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+        }
+        sluice = Sluice(tmp_path, config, netns=ns)
+        sluice.config_path.write_text(sluice.config_path.read_text().replace("metrics:\n  listen: ''\n", ""))
+        assert "metrics" not in sluice.config_path.read_text()
+        with sluice:
+            listeners = [line.split()[1] for line in ns.exec("cat", "/proc/net/tcp").stdout.splitlines()[1:]
+                         if line.split()[3] == "0A"]  # state LISTEN
+            assert listeners == ["0100007F:24FD"], listeners  # 127.0.0.1:9469, and only that
+            assert ns.exec("curl", "-s", "-m", "5", "http://127.0.0.1:9469/metrics").stdout.startswith("# HELP")
+            runtime = Path(sluice.telemetry.path).parent
+            mode = runtime.stat()
+            assert stat.S_IMODE(mode.st_mode) & 0o077 == 0 and mode.st_uid == 0, oct(mode.st_mode)
+            assert sluice.stop() == 0, sluice.log()
+    finally:
+        ns.delete()
