@@ -41,6 +41,9 @@ namespace sluice {
     X(tunnel_too_big, "packet too big for the egress MTU once encapsulated")                        \
     X(neighbour_unresolved, "the next hop or backend has no MAC yet (ARP/ND resolution pending)")  \
     X(neighbour_frame, "an ARP or ND frame sluice took (learned from; not forwarded)")             \
+    X(fragment_invalid, "a tiny first fragment (L4 header cut) or a TCP fragment overlapping the TCP header (RFC 1858)") \
+    X(fragment_unmatched, "a later fragment whose first fragment was not seen (connection tracking on)") \
+    X(fragment_table_full, "too many fragmented datagrams in flight on one RX lcore")                \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
     X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")      \
     X(no_route, "no forwarding entry for the ingress port")                                       \

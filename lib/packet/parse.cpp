@@ -73,6 +73,24 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
     return true;
 }
 
+// Whether a first fragment ends before its L4 header does (RFC 1858's tiny fragment: the ports or the TCP flags
+// would come in a later fragment, where no filter looks).
+bool l4_header_cut(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto) {
+    const uint32_t avail = end - l4;
+    switch (proto) {
+    case IPPROTO_TCP:
+        return avail < sizeof(rte_tcp_hdr) || (frame[l4 + 12] >> 4) * 4u > avail || (frame[l4 + 12] >> 4) < 5;
+    case IPPROTO_UDP:
+    case IPPROTO_ICMP:
+    case IPPROTO_ICMPV6:
+        return avail < 8;
+    case IPPROTO_SCTP:
+        return avail < 12;
+    default:
+        return false;
+    }
+}
+
 // Fills the ports of the tuple from the L4 header at frame[l4], which ends at frame[end]. An ICMP error replaces the
 // tuple with the flow it quotes, so it reaches (and is judged by) that flow's worker.
 DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto, PacketMeta& meta, FiveTuple& tuple) {
@@ -149,6 +167,8 @@ DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseO
         // Every fragment of a datagram hashes on addresses and protocol alone so all reach one worker.
         meta.flags |= kMetaFragment;
         meta.l4_offset = fragment_offset ? 0 : static_cast<uint16_t>(l3 + header_length);
+        if (!fragment_offset && l4_header_cut(frame, meta.l4_offset, l3 + total_length, meta.l4_proto))
+            meta.flags |= kMetaFragmentTiny;
         return DropReason::none;
     }
     meta.l4_offset = static_cast<uint16_t>(l3 + header_length);
@@ -208,6 +228,7 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
     tuple.proto = next;
     if (meta.flags & kMetaFragment) {
         meta.l4_offset = non_first_fragment ? 0 : static_cast<uint16_t>(offset);
+        if (!non_first_fragment && l4_header_cut(frame, offset, end, next)) meta.flags |= kMetaFragmentTiny;
         return DropReason::none;
     }
     meta.l4_offset = static_cast<uint16_t>(offset);
@@ -234,7 +255,18 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         std::memcpy(tuple.src.bytes, ip + 8, 16);
         std::memcpy(tuple.dst.bytes, ip + 24, 16);
     }
-    if (!l4 || (meta.flags & kMetaFragment)) return;  // fragments flow on addresses alone
+    if (meta.flags & kMetaFragment) {
+        // A fragment's ports are its datagram's, which the RX lcore learnt from the first fragment
+        // (pipeline/fragments.hpp). A first fragment with its whole L4 header has them itself.
+        if (meta.flags & kMetaFragmentPorts) {
+            tuple.src_port = meta.fragment_src_port;
+            tuple.dst_port = meta.fragment_dst_port;
+            if (l4 && meta.l4_proto == IPPROTO_TCP) tcp_flags = l4[13];
+            return;
+        }
+        if (meta.flags & kMetaFragmentTiny) return;
+    }
+    if (!l4) return;
     switch (meta.l4_proto) {
     case IPPROTO_TCP:
         tcp_flags = l4[13];
@@ -251,6 +283,26 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
     default:
         break;
     }
+}
+
+FragmentInfo fragment_info(const uint8_t* frame, const PacketMeta& meta) {
+    const uint8_t* ip = frame + meta.l3_offset;
+    if (meta.family == IpFamily::ipv4) {
+        const uint16_t fragment = load_be16(ip + 6);
+        return {load_be16(ip + 4), (fragment & 0x1fffu) * 8u, (fragment & 0x2000) != 0};
+    }
+    // parse_frame walked this chain already and found a fragment header in it.
+    uint8_t next = ip[6];
+    const uint8_t* header = ip + sizeof(rte_ipv6_hdr);
+    for (int i = 0; i <= kMaxIpv6ExtHeaders && next != IPPROTO_FRAGMENT; ++i) {
+        const uint32_t length = next == IPPROTO_AH ? (header[1] + 2u) * 4u : (header[1] + 1u) * 8u;
+        next = header[0];
+        header += length;
+    }
+    const uint16_t fragment = load_be16(header + 2);
+    uint32_t id;
+    std::memcpy(&id, header + 4, 4);
+    return {rte_be_to_cpu_32(id), (fragment & 0xfff8u), (fragment & 1) != 0};
 }
 
 DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,

@@ -19,11 +19,24 @@ struct PacketMeta {
     uint8_t l4_proto;     // IPPROTO_* after the IPv6 extension headers
     uint8_t flags;        // kMeta*
     uint8_t reserved;
+    uint16_t fragment_src_port;  // kMetaFragmentPorts: the datagram's ports, from its first fragment (network order)
+    uint16_t fragment_dst_port;
 };
-static_assert(sizeof(PacketMeta) == 12);
+static_assert(sizeof(PacketMeta) == 16);
 
 inline constexpr uint8_t kMetaFragment = 1;   // an IPv4 or IPv6 fragment (hashed on addresses and protocol only)
 inline constexpr uint8_t kMetaIcmpError = 2;  // an ICMP/ICMPv6 error: the tuple and hash are those of the quoted flow
+// (4 is kMetaNeighbour, neighbour.hpp)
+inline constexpr uint8_t kMetaFragmentTiny = 8;    // a first fragment that ends inside its L4 header (RFC 1858)
+inline constexpr uint8_t kMetaFragmentPorts = 16;  // fragment_*_port hold the ports (fragments.hpp); flow_hash has them
+
+// Where a fragment sits in its datagram, for a frame parse_frame accepted with kMetaFragment.
+struct FragmentInfo {
+    uint32_t id;      // IPv4: 16 bits; IPv6: the fragment header's 32
+    uint32_t offset;  // bytes
+    bool more;        // more fragments follow
+};
+FragmentInfo fragment_info(const uint8_t* frame, const PacketMeta& meta);
 
 struct ParseOptions {
     bool ipv4_checksum_verified = false;  // the NIC already checked it (RTE_MBUF_F_RX_IP_CKSUM_GOOD)

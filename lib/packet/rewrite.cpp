@@ -30,11 +30,23 @@ void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint
                  uint16_t dst_port) {
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     uint8_t* l3 = frame + meta.l3_offset;
-    uint8_t* l4 = frame + meta.l4_offset;
     const bool v4 = meta.family == IpFamily::ipv4;
     const std::size_t address_len = v4 ? 4 : 16;
     uint8_t* src_field = l3 + (v4 ? 12 : 8);
     uint8_t* dst_field = src_field + address_len;
+    if (meta.l4_offset == 0) {
+        // A later fragment: the ports and the L4 checksum (over the whole datagram) are in the first fragment,
+        // whose rewrite updated them; here only the addresses change.
+        if (v4) {
+            auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+            const uint16_t ip_sum = checksum_update_bytes(ip->hdr_checksum, src_field, src.bytes, 4);
+            ip->hdr_checksum = checksum_update_bytes(ip_sum, dst_field, dst.bytes, 4);
+        }
+        std::memcpy(src_field, src.bytes, address_len);
+        std::memcpy(dst_field, dst.bytes, address_len);
+        return;
+    }
+    uint8_t* l4 = frame + meta.l4_offset;
     uint16_t* checksum = l4_checksum(l4, meta.l4_proto, meta.family);
 
     uint16_t l4_sum = checksum ? *checksum : 0;

@@ -92,6 +92,13 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
                                std::to_string(kMaxRxQueuesPerLcore) + " RX queues");
         ctx->rx_queue_count = static_cast<uint16_t>(plan.rx_queues.size());
         std::copy(plan.rx_queues.begin(), plan.rx_queues.end(), ctx->rx_queues.begin());
+        if (plan.rx && spec.conntrack) {
+            try {
+                ctx->fragments = new FragmentTracker("sluice_frag" + std::to_string(plan.lcore_id), socket, rte_get_tsc_hz());
+            } catch (const std::exception& e) {
+                throw StartupError(std::string("lcore ") + std::to_string(plan.lcore_id) + ": " + e.what());
+            }
+        }
         if (!plan.worker) continue;
 
         ctx->worker_index = next_worker;
@@ -143,6 +150,7 @@ void Dataplane::release() {
         for (uint16_t i = 0; i < ctx->tx_port_count; ++i) rte_free(ctx->tx_buffers[ctx->tx_ports[i]]);
         delete ctx->conn_table;
         delete ctx->nat_ports;
+        delete ctx->fragments;
         rte_free(ctx->rule_traffic);
         rte_free(ctx->backend_traffic);
         ctx->~LcoreContext();

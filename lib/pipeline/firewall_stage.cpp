@@ -102,7 +102,11 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             return;
         }
         const bool reply = via_alias || table.is_reply(conn, tuples[i]);
-        if (table.track_direction(conn, reply, tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) != TrackVerdict::ok) {
+        // A later fragment has no TCP header: it belongs to the connection but moves no state.
+        const PacketMeta& meta = *packet_meta(pkts[i]);
+        const bool later_fragment = (meta.flags & kMetaFragment) && meta.l4_offset == 0;
+        if (!later_fragment &&
+            table.track_direction(conn, reply, tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) != TrackVerdict::ok) {
             fate[i] = Fate::drop;
             reason[i] = DropReason::ct_invalid;
             return;
@@ -151,6 +155,13 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         const int32_t service = lb.enabled() ? lb.find_service(tuples[i]) : -1;
         if (service < 0 && !fw.enabled) {
             fate[i] = Fate::pass;  // no firewall: only balanced connections are tracked
+            continue;
+        }
+        const PacketMeta& meta = *packet_meta(pkts[i]);
+        if (SLUICE_UNLIKELY((meta.flags & kMetaFragment) && meta.l4_offset == 0)) {
+            fate[i] = Fate::drop;  // only a first fragment (it has the L4 header) may open a connection
+            reason[i] = DropReason::fragment_unmatched;
+            retry[retry_count++] = i;  // its first fragment may have opened the connection in this very burst
             continue;
         }
         route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided

@@ -79,9 +79,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     switch (backend.mode) {
     case LbMode::nat: {
         const ConnEntry& entry = ctx.conn_table->entry(route.conn);  // dsr and tunnel may have none (route.conn -1)
-        const uint8_t* l4 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
-        uint16_t dst_port;
-        std::memcpy(&dst_port, l4 + 2, 2);
+        uint16_t dst_port = meta.fragment_dst_port;  // a later fragment has no L4 header
+        if (meta.l4_offset) std::memcpy(&dst_port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
         nat_rewrite(m, meta, lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port), backend.address,
                     backend.port_be ? backend.port_be : dst_port);
         return rewrite_for_forwarding(m, out);

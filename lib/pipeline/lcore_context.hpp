@@ -17,6 +17,7 @@
 #include "lb/nat_ports.hpp"
 #include "pipeline/counters.hpp"
 #include "pipeline/flow_walk.hpp"
+#include "pipeline/fragments.hpp"
 #include "pipeline/snapshot.hpp"
 
 namespace sluice {
@@ -129,6 +130,7 @@ struct alignas(kCacheLine) LcoreContext {
     RuleTraffic* rule_traffic = nullptr;  // kMaxCountedRules entries, with conn_table
     BackendTraffic* backend_traffic = nullptr;  // kMaxBackends entries, with conn_table
     NatPortPool* nat_ports = nullptr;     // with conn_table
+    FragmentTracker* fragments = nullptr; // rx lcores, when connections are tracked (fragments.hpp)
     rte_ring* neighbour_events = nullptr;   // every worker -> control thread (MP/SC)
     rte_ring* decision_log = nullptr;       // every worker -> control thread (MP/SC)
     rte_ring* neighbour_requests = nullptr; // control thread -> worker 0 only (SP/SC)

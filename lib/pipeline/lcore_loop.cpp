@@ -100,17 +100,19 @@ void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, 
 // The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
 // worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
 inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
-    // Fragments flow on addresses alone (parse_frame does not promise their L4 bytes), ICMP errors on their quote.
-    if (lb.pool.empty() || meta.l4_offset == 0 || (meta.l4_proto != 6 && meta.l4_proto != 17) ||
-        (meta.flags & (kMetaIcmpError | kMetaFragment)))
+    // ICMP errors go on their quote; fragments on addresses alone, unless the RX lcore gave them their datagram's
+    // ports (fragments.hpp): then as the datagram would.
+    const bool fragment_ports = meta.flags & kMetaFragmentPorts;
+    if (lb.pool.empty() || (meta.l4_proto != 6 && meta.l4_proto != 17) || (meta.flags & kMetaIcmpError) ||
+        (meta.l4_offset == 0 && !fragment_ports) || ((meta.flags & kMetaFragment) && !fragment_ports))
         return worker_for_hash(meta.flow_hash, workers);
     const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
     IpAddress dst{};
     if (meta.family == IpFamily::ipv4) std::memcpy(dst.bytes, l3 + 16, 4);
     else std::memcpy(dst.bytes, l3 + 24, 16);
     if (!lb.is_pool_address(meta.family, dst)) return worker_for_hash(meta.flow_hash, workers);
-    uint16_t port;
-    std::memcpy(&port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
+    uint16_t port = meta.fragment_dst_port;
+    if (!fragment_ports) std::memcpy(&port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
     return nat_port_owner(rte_be_to_cpu_16(port), workers);
 }
 
@@ -133,6 +135,25 @@ void flush_pending(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc
             rte_pktmbuf_free_bulk(burst + sent, n - sent);
         }
     }
+}
+
+// Fragments under connection tracking get their datagram's ports (fragments.hpp) or are dropped; others pass.
+uint16_t fragment_burst(LcoreContext& ctx, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc) {
+    uint16_t kept = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        if (SLUICE_UNLIKELY(packet_meta(m)->flags & kMetaFragment)) {
+            const DropReason verdict = ctx.fragments->annotate(m, now_tsc);
+            if (verdict != DropReason::none) {
+                ctx.counters.drop(verdict);
+                rte_pktmbuf_free(m);
+                continue;
+            }
+        }
+        pkts[kept++] = m;
+    }
+    ctx.fragments->sweep(now_tsc);
+    return kept;
 }
 
 uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
@@ -165,6 +186,7 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
         // Blocklisted sources go before they cost a ring slot.
         if (snapshot.firewall->blocklist_v4 || snapshot.firewall->blocklist_v6)
             valid = blocklist_burst(ctx, *snapshot.firewall, pkts, valid);
+        if (ctx.fragments) valid = fragment_burst(ctx, pkts, valid, now_tsc);
         const LbTables& lb = *snapshot.lb;
         for (uint16_t i = 0; i < valid; ++i) {
             const uint16_t w = owning_worker(pkts[i], *packet_meta(pkts[i]), lb, ctx.worker_count);

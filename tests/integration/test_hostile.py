@@ -7,7 +7,8 @@ reasons the table names, exactly. Every run must exit 0 with every mbuf back in 
 
 - FORWARD: plain forwarding, no firewall: the parser's checks, TTL, tags, fragments, lengths, ICMP quotes.
 - FIREWALL: a stateful firewall that allows everything to the destination prefixes: only a plain SYN may open a TCP
-  connection; fragments are judged on addresses and protocol; ICMP errors need a tracked flow.
+  connection; fragments follow their datagram's connection (ports from the first fragment); ICMP errors need a
+  tracked flow.
 To add a case, add a row; docs/security.md ("Hostile packets") says which row covers which policy."""
 
 import collections
@@ -238,15 +239,20 @@ FIREWALL = [
     Case("new IPv6 TCP XMAS", lambda: v6() / tcp(sport=41022, flags="FPU"), DROP, "ct_no_connection"),
     Case("new IPv6 TCP no flags", lambda: v6() / tcp(sport=41023, flags=""), DROP, "ct_no_connection"),
     Case("TCP SYN to a destination no rule allows", lambda: v4(dst=DENIED4) / tcp(sport=41030, flags="S"), DROP, "rule_deny"),
-    # --- fragments: judged on addresses and protocol (ports 0); a TCP fragment never opens (no flags read) ----------
-    Case("TCP SYN in a first fragment", lambda: v4(flags="MF", id=31) / tcp(sport=41040, flags="S") / Raw(b"a" * 8), DROP, "ct_no_connection"),
-    Case("tiny first fragment hiding the TCP flags", lambda: v4(flags="MF", id=32, proto=6) / Raw(bytes(tcp(sport=41041, flags="S"))[:8]), DROP, "ct_no_connection"),
-    Case("later TCP fragment", lambda: v4(frag=3, id=31, proto=6) / Raw(b"b" * 16), DROP, "ct_no_connection"),
-    Case("IPv6 TCP first fragment", lambda: v6() / IPv6ExtHdrFragment(m=1, id=33, nh=6) / tcp(sport=41042, flags="S"), DROP, "ct_no_connection"),
+    # --- fragments under tracking (pipeline/fragments.hpp): a first fragment teaches the RX lcore its datagram's
+    # ports, later fragments take them and follow their connection; tiny and overlapping ones are dropped ----------
+    Case("TCP SYN in a first fragment (opens, as unfragmented)", lambda: v4(flags="MF", id=31) / tcp(sport=41040, flags="S") / Raw(b"a" * 8), PASS),
+    Case("tiny first fragment hiding the TCP flags", lambda: v4(flags="MF", id=32, proto=6) / Raw(bytes(tcp(sport=41041, flags="S"))[:8]), DROP, "fragment_invalid"),
+    Case("later TCP fragment of that SYN's datagram", lambda: v4(frag=3, id=31, proto=6) / Raw(b"b" * 16), PASS),
+    Case("TCP fragment at offset 8 bytes, inside the TCP header (RFC 1858)", lambda: v4(flags="MF", frag=1, id=31, proto=6) / Raw(b"e" * 16), DROP, "fragment_invalid"),
+    Case("IPv6 TCP SYN first fragment", lambda: v6() / IPv6ExtHdrFragment(m=1, id=33, nh=6) / tcp(sport=41042, flags="S"), PASS),
     Case("UDP first fragment to an allowed destination", lambda: v4(flags="MF", id=34) / UDP(sport=5001, dport=53, len=40) / Raw(b"a" * 16), PASS),
     Case("UDP later fragment to an allowed destination", lambda: v4(frag=3, id=34, proto=17) / Raw(b"b" * 16), PASS),
-    Case("UDP tiny first fragment hiding the ports", lambda: v4(flags="MF", id=35, proto=17) / Raw(b"\x13\x89"), PASS),
-    Case("UDP fragment to a destination no rule allows", lambda: v4(dst=DENIED4, frag=3, id=36, proto=17) / Raw(b"c" * 16), DROP, "rule_deny"),
+    Case("UDP later fragment after the last one went (record gone)", lambda: v4(frag=2, id=34, proto=17) / Raw(b"b" * 8), DROP, "fragment_unmatched"),
+    Case("UDP tiny first fragment hiding the ports", lambda: v4(flags="MF", id=35, proto=17) / Raw(b"\x13\x89"), DROP, "fragment_invalid"),
+    Case("UDP later fragment whose first never came", lambda: v4(frag=3, id=38, proto=17) / Raw(b"c" * 16), DROP, "fragment_unmatched"),
+    Case("UDP first fragment to a destination no rule allows", lambda: v4(dst=DENIED4, flags="MF", id=36) / UDP(sport=5002, dport=53, len=40) / Raw(b"a" * 16), DROP, "rule_deny"),
+    Case("its later fragment (no connection: the rules said no)", lambda: v4(dst=DENIED4, frag=3, id=36, proto=17) / Raw(b"c" * 16), DROP, "fragment_unmatched"),
     # --- ICMP errors: pass only when they quote a tracked flow ---------------------------------------------------------
     Case("ICMP error quoting an untracked flow", lambda: icmp_error(bytes(QUOTE_V4)[:28]), DROP, "icmp_unrelated"),
     Case("ICMP error quoting a truncated header", lambda: icmp_error(bytes(QUOTE_V4)[:24]), DROP, "icmp_bad_quote"),
@@ -254,7 +260,7 @@ FIREWALL = [
     # --- an ICMP error quoting the first SYN above, a burst later (32 frames on): related, it passes ----------------------
     Case("ICMP error quoting the tracked SYN", lambda: v4(src="192.0.2.1") / ICMP(type=3, code=4) / Raw(bytes(IP(src=A4, dst=B4) / tcp(sport=41001, flags="S"))[:28]), PASS),
 ]
-FIREWALL_CONNECTIONS = 3 + 1 + 1   # the three SYNs, the canaries' one UDP flow, the port-less UDP fragment flow
+FIREWALL_CONNECTIONS = 3 + 1 + 3   # the three SYNs, the canaries' one UDP flow, the fragmented datagrams' flows
 
 
 def canary(index):
@@ -364,7 +370,7 @@ def test_forward_case(forward_run, case):
 
 def test_firewall_battery_survives_counts_and_leaks_nothing(firewall_run):
     check_run(firewall_run, firewall_run["cases"])
-    # Only the SYNs, the canaries' flow and the port-less UDP fragment flow opened connections: no bad flag set did.
+    # Only the SYNs, the canaries' flow and the fragmented SYNs and UDP datagram opened connections: no bad flag set did.
     assert firewall_run["stats"]["conn_inserts"] == FIREWALL_CONNECTIONS
 
 
