@@ -18,6 +18,7 @@
 #include <sstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <arpa/inet.h>
 
@@ -28,6 +29,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "control/bird_announcer.hpp"
 #include "control/explain.hpp"
 #include "control/health_checker.hpp"
 #include "control/neighbours.hpp"
@@ -279,6 +281,14 @@ private:
         view_.rules = &rule_stats_;
         view_.backends = &backend_stats_;
         view_.xdp = &xdp_stats_;
+        view_.bgp = &bgp_stats_;
+        if (config_.bgp.enabled) {
+            // The first control-loop turn writes the include file (empty or not) and has BIRD read it, so VIPs a
+            // crashed predecessor left in the file are withdrawn unless they are wanted again.
+            bgp_ = std::make_unique<BirdAnnouncer>(config_.bgp);
+            spdlog::info("bgp: announcing VIPs through BIRD at {} (routes in {})", config_.bgp.bird_socket, config_.bgp.include_file);
+        }
+        publish_bgp();
         reload_status_.update([&](ReloadRecord& r) {
             r.running_hash = config_.hash;
             r.running_path = config_.path;
@@ -301,6 +311,7 @@ private:
                     },
                 .flows = [this](const std::string& text) { return on_control_thread([&] { return list_flows(text); }); },
                 .dry_run = [this](const std::string& text) { return on_control_thread([&] { return dry_run(text); }); },
+                .drain = [this](const std::string&) { return on_control_thread([&] { return begin_drain("sluicectl drain"); }); },
             });
         if (!config_.metrics.listen.empty()) {
             try {
@@ -375,6 +386,8 @@ private:
         apply_neighbour_targets();
         apply_health_targets();
         publish_steering();
+        if (bgp_) bgp_->set_config(config_.bgp);  // where BIRD is cannot change without a restart
+        update_announcements();
         reload_status_.update([&](ReloadRecord& r) {
             ++r.successes;
             r.last_ok = true;
@@ -758,15 +771,15 @@ private:
             spdlog::warn("cannot watch {} for changes ({}); reload with SIGHUP", path.parent_path().string(),
                          std::strerror(errno));
 
-        std::vector<int> link_up(ports_.size(), -1);
+        link_up_.assign(ports_.size(), -1);
         bool file_changed = false;
         auto file_changed_at = std::chrono::steady_clock::now();
         for (;;) {
             for (std::size_t i = 0; i < ports_.size(); ++i) {
                 rte_eth_link link{};
                 if (rte_eth_link_get_nowait(ports_[i]->id(), &link) != 0) continue;
-                if (link.link_status != link_up[i]) {
-                    link_up[i] = link.link_status;
+                if (link.link_status != link_up_[i]) {
+                    link_up_[i] = link.link_status;
                     ports_[i]->log_link();
                 }
             }
@@ -774,6 +787,7 @@ private:
             refresh_backend_stats();
             publish_steering();
             run_neighbours();
+            update_announcements();
             write_decision_log();
             std::vector<uint64_t> heartbeats;
             dataplane_->for_each_lcore([&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
@@ -783,16 +797,24 @@ private:
 
             pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0},
                             {health_event_.fd, POLLIN, 0}};
-            const int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
+            int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
+            if (drain_ends_)
+                timeout_ms = static_cast<int>(std::clamp<int64_t>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(*drain_ends_ - std::chrono::steady_clock::now()).count(), 0,
+                    timeout_ms));
             poll(fds, 4, timeout_ms);
             if (fds[3].revents & POLLIN) apply_health_transitions();
 
             signalfd_siginfo info;
             while (read(signal_fd.fd, &info, sizeof info) == sizeof info) {
+                const char* name = info.ssi_signo == SIGINT ? "SIGINT" : info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGHUP";
                 if (info.ssi_signo == SIGHUP) {
                     reload("SIGHUP");
+                } else if (info.ssi_signo == SIGTERM && bgp_ && config_.bgp.drain_on_sigterm && !drain_ends_) {
+                    begin_drain("SIGTERM");
                 } else {
-                    spdlog::info("{}: stopping", info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+                    if (drain_ends_) spdlog::info("{} during the drain: stopping at once", name);
+                    else spdlog::info("{}: stopping", name);
                     return;
                 }
             }
@@ -814,7 +836,63 @@ private:
                 reload("file changed");
             }
             mailbox_.drain();
+            if (drain_ends_ && std::chrono::steady_clock::now() >= *drain_ends_) {
+                spdlog::info("drain over ({} s): stopping", config_.bgp.drain_seconds);
+                return;
+            }
         }
+    }
+
+    // Control thread, every loop turn and after a reload: which VIPs sluice can serve now (every port's link up,
+    // min_healthy usable backends, not draining), handed to BIRD when that changed. See docs/architecture.md,
+    // "Announcing VIPs over BGP".
+    void update_announcements(bool force = false) {
+        if (!bgp_) return;
+        const bool links_up = std::all_of(link_up_.begin(), link_up_.end(), [](int up) { return up == 1; }) && !link_up_.empty();
+        std::vector<ServiceHealth> services;
+        for (const ServiceConfig& service : config_.services) {
+            ServiceHealth h{service.name, to_string(service.vip, service.family), service.family, 0, service.min_healthy};
+            for (const BackendConfig& backend : service.backends) {
+                if (backend.weight == 0) continue;
+                // A checked backend counts once its first check has passed: the data plane takes a backend as up
+                // from the start, but announcing a VIP before anything was checked would flap it at every start.
+                const auto id = backends_.ids.find(service.name + "/" + backend.name());
+                const auto status = id != backends_.ids.end() && health_ ? health_->status(id->second) : std::nullopt;
+                if (!status || (status->up && status->checks > status->failures)) ++h.usable;
+            }
+            services.push_back(std::move(h));
+        }
+        bgp_->update(wanted_vips(services, links_up, drain_ends_.has_value()), std::chrono::steady_clock::now(), force);
+        publish_bgp();
+    }
+
+    void publish_bgp() {
+        BgpRecord record = bgp_ ? bgp_->record() : BgpRecord{};
+        record.draining = drain_ends_.has_value();
+        record.drain_ends_unix = drain_ends_unix_;
+        bgp_stats_.write(std::move(record));
+    }
+
+    // sluicectl drain, or SIGTERM with bgp drain_on_sigterm: withdraw every VIP now, keep forwarding for
+    // drain_seconds while the routers move new flows to the other instances and established connections finish,
+    // then stop. Control thread.
+    std::vector<std::string> begin_drain(const char* trigger) {
+        if (!bgp_) return {"error: nothing to drain: no bgp section in the config (stop sluice with SIGTERM)"};
+        const uint32_t seconds = config_.bgp.drain_seconds;
+        if (!drain_ends_) {
+            drain_ends_ = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+            drain_ends_unix_ = unix_now() + seconds;
+            spdlog::info("{}: draining: withdrawing every VIP, forwarding {} s more, then stopping (SIGTERM again stops at once)",
+                         trigger, seconds);
+            systemd_.stopping();
+            update_announcements(true);
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::seconds>(*drain_ends_ - std::chrono::steady_clock::now()).count();
+        std::vector<std::string> lines;
+        lines.push_back(bgp_->in_sync() ? "every VIP withdrawn (BIRD reconfigured)"
+                                        : "error: BIRD has not taken the withdrawal yet (retrying): " + bgp_->record().last_error.substr(0, 80));
+        lines.push_back(fmt::format("draining: forwarding continues; sluice stops in {} s", std::max<int64_t>(left, 0)));
+        return lines;
     }
 
     // Staged stop, in reverse: readers (telemetry, metrics), lcores (RX first, then rings drained and TX flushed),
@@ -822,6 +900,11 @@ private:
     int stop() {
         int exit_code = kExitOk;
         systemd_.stopping();
+        if (bgp_) {
+            // Routes must not outlive the data plane: withdraw (a drain did already) before anything stops.
+            bgp_->update({}, std::chrono::steady_clock::now(), !bgp_->in_sync() || !bgp_->announced().empty());
+            if (!bgp_->announced().empty()) spdlog::error("bgp: could not withdraw the VIPs from BIRD before stopping");
+        }
         mailbox_.close_all();
         health_.reset();  // joins the checker's thread: no transition arrives from here on
         attach_telemetry(nullptr, nullptr, {});
@@ -871,6 +954,11 @@ private:
     std::vector<std::unique_ptr<XdpSteering>> steering_;          // net_af_xdp ports that run sluice's program
     std::vector<std::vector<SteeringEntry>> steering_published_;  // what each holds now
     XdpStats xdp_stats_;
+    std::unique_ptr<BirdAnnouncer> bgp_;  // bgp section configured
+    BgpStats bgp_stats_;
+    std::vector<int> link_up_;            // per port: -1 unknown, 0 down, 1 up (control loop)
+    std::optional<std::chrono::steady_clock::time_point> drain_ends_;
+    double drain_ends_unix_ = 0;
     StableRuleIds stable_rule_ids_;
     StableRuleIds pending_rule_ids_;
     BackendRegistry backends_;

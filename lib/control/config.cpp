@@ -716,7 +716,7 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
     const LoadBalancerConfig& lb = config.load_balancer;
     for (const YAML::Node& s : node) {
         if (!d.map(s, "a service", {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends",
-                                    "health_check", "backends"}))
+                                    "health_check", "min_healthy", "backends"}))
             continue;
         ServiceConfig service;
         const std::size_t errors_before = d.errors().size();
@@ -750,6 +750,8 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
             if (text == "drop") service.drop_removed = true;
             else if (text != "keep") d.error(v, what + ": removed_backends '" + text + "' is not keep or drop");
         });
+        d.field(s, "min_healthy", what, false,
+                [&](const YAML::Node& v) { d.integer(v, what + " min_healthy", service.min_healthy, 0, 65535); });
         HealthCheckConfig service_health;
         d.field(s, "health_check", what, false, [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });
         d.field(s, "backends", what, true, [&](const YAML::Node& v) {
@@ -787,6 +789,9 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
             }
             if (service.table_size <= service.backends.size())
                 d.error(v, what + ": table_size must be larger than the number of backends");
+            if (s["min_healthy"] && service.min_healthy > service.backends.size())
+                d.error(s["min_healthy"], what + ": min_healthy " + std::to_string(service.min_healthy) + " is more than its " +
+                                              std::to_string(service.backends.size()) + " backend(s): its VIP would never be announced");
         });
         if (d.errors().size() == errors_before) {
             const auto key = std::make_tuple(to_string(service.vip, service.family), service.port, service.protocol);
@@ -804,6 +809,29 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
     }
 }
 
+// An absolute file path that fits a unix socket address (108 bytes with its NUL) when it names a socket.
+void decode_path(Decoder& d, const YAML::Node& v, const std::string& what, std::string& out, bool socket) {
+    if (!d.string(v, what, out)) return;
+    if (out[0] != '/') d.error(v, what + " '" + out + "' must be an absolute path");
+    else if (out.back() == '/') d.error(v, what + " '" + out + "' names a directory, not a file");
+    else if (socket && out.size() > 107) d.error(v, what + " is longer than a unix socket path may be (107 bytes)");
+}
+
+void decode_bgp(Decoder& d, const YAML::Node& node, Config& config) {
+    if (!d.map(node, "bgp", {"bird_socket", "include_file", "drain_seconds", "drain_on_sigterm", "timeout_ms"})) return;
+    BgpConfig& bgp = config.bgp;
+    bgp.enabled = true;
+    d.field(node, "bird_socket", "bgp", false, [&](const YAML::Node& v) { decode_path(d, v, "bgp bird_socket", bgp.bird_socket, true); });
+    d.field(node, "include_file", "bgp", false, [&](const YAML::Node& v) {
+        decode_path(d, v, "bgp include_file", bgp.include_file, false);
+        if (!bgp.include_file.empty() && bgp.include_file == bgp.bird_socket)
+            d.error(v, "bgp include_file must not be the bird_socket");
+    });
+    d.field(node, "drain_seconds", "bgp", false, [&](const YAML::Node& v) { d.integer(v, "bgp drain_seconds", bgp.drain_seconds, 0, 3600); });
+    d.field(node, "drain_on_sigterm", "bgp", false, [&](const YAML::Node& v) { d.boolean(v, "bgp drain_on_sigterm", bgp.drain_on_sigterm); });
+    d.field(node, "timeout_ms", "bgp", false, [&](const YAML::Node& v) { d.integer(v, "bgp timeout_ms", bgp.timeout_ms, 10, 30000); });
+}
+
 ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name) {
     ConfigResult result;
     Config config;
@@ -811,7 +839,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
     if (!root || root.IsNull()) {
         d.errors().push_back({name, 0, 0, "the file is empty"});
     } else if (d.map(root, "the top level", {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall",
-                                                    "load_balancer", "services"})) {
+                                                    "load_balancer", "services", "bgp"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -856,6 +884,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         // load_balancer first: services check their mode against its pools.
         d.field(root, "load_balancer", "the config", false, [&](const YAML::Node& v) { decode_load_balancer(d, v, config); });
         d.field(root, "services", "the config", false, [&](const YAML::Node& v) { decode_services(d, v, config); });
+        d.field(root, "bgp", "the config", false, [&](const YAML::Node& v) { decode_bgp(d, v, config); });
         decode_port_addresses(d, root["ports"], config);
         decode_forward_next_hops(d, root["forward"], config);
         check_dsr_backends(d, root["services"], config);
@@ -929,6 +958,10 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
         changes.push_back("load_balancer nat_pool or nat_ports changed");
     if (running.firewall.table_size != candidate.firewall.table_size) changes.push_back("firewall table_size changed");
     if (running.firewall.timeouts != candidate.firewall.timeouts) changes.push_back("firewall timeouts changed");
+    // drain_seconds, drain_on_sigterm and timeout_ms apply on reload; where BIRD and the file are does not.
+    if (running.bgp.enabled != candidate.bgp.enabled) changes.push_back("bgp section added or removed");
+    else if (running.bgp.bird_socket != candidate.bgp.bird_socket || running.bgp.include_file != candidate.bgp.include_file)
+        changes.push_back("bgp bird_socket or include_file changed");
     return changes;
 }
 

@@ -156,6 +156,7 @@ struct ServiceConfig {
     LbMode mode = LbMode::nat;
     uint32_t table_size = 65537;
     bool drop_removed = false;  // removed_backends: drop (else keep until they end)
+    uint32_t min_healthy = 1;   // bgp: the VIP is announced only while this many backends are usable
     std::vector<BackendConfig> backends;
 };
 
@@ -166,6 +167,17 @@ struct LoadBalancerConfig {
     uint16_t nat_port_last = 65535;
     std::optional<IpAddress> tunnel_source_v4;
     std::optional<IpAddress> tunnel_source_v6;
+};
+
+// Announcing the VIPs over BGP through a local BIRD (lib/control/bird_announcer.hpp); absent section: off.
+struct BgpConfig {
+    bool enabled = false;
+    std::string bird_socket = "/run/bird/bird.ctl";
+    std::string include_file = "/run/bird/sluice-vips.conf";
+    uint32_t drain_seconds = 10;    // sluicectl drain / SIGTERM: VIPs withdrawn, data plane kept this long, then stop
+    bool drain_on_sigterm = true;
+    uint32_t timeout_ms = 2000;     // one request to BIRD (connect, configure, answer) at most
+    friend bool operator==(const BgpConfig&, const BgpConfig&) = default;
 };
 
 // Largest prefix-set file accepted (bytes): a config author cannot make sluice read an unbounded file.
@@ -181,6 +193,7 @@ struct Config {
     FirewallConfig firewall;
     LoadBalancerConfig load_balancer;
     std::vector<ServiceConfig> services;
+    BgpConfig bgp;
     std::vector<PortSpec> ports;
     std::vector<PortAddress> port_addresses;
     std::vector<LcoreConfig> lcores;

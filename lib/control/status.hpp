@@ -108,9 +108,31 @@ private:
     Record record_;
 };
 
+// Announcing VIPs over BGP through BIRD (lib/control/bird_announcer.hpp): what sluice wants announced, what BIRD
+// accepted last, and the counts.
+struct BgpVipRecord {
+    std::string vip;
+    bool wanted = false;     // sluice can serve it now
+    bool announced = false;  // in the file BIRD last accepted
+    uint64_t announcements = 0;
+    uint64_t withdrawals = 0;
+};
+
+struct BgpRecord {
+    bool enabled = false;          // a bgp section is configured
+    bool draining = false;         // sluicectl drain or SIGTERM: every VIP withdrawn, stopping at drain_ends_unix
+    double drain_ends_unix = 0;
+    bool in_sync = false;          // BIRD runs with what sluice wants
+    uint64_t reconfigures = 0;     // BIRD accepted a new file
+    uint64_t reconfigure_failures = 0;
+    std::string last_error;        // the most recent failure talking to BIRD (empty: none yet)
+    std::vector<BgpVipRecord> vips;  // every VIP seen since start, sorted
+};
+
 using RuleStats = Published<RuleHitsRecord>;
 using BackendStats = Published<BackendsRecord>;
 using XdpStats = Published<XdpRecord>;
+using BgpStats = Published<BgpRecord>;
 
 struct StatusView {
     const Dataplane* dataplane = nullptr;
@@ -120,6 +142,7 @@ struct StatusView {
     const RuleStats* rules = nullptr;
     const BackendStats* backends = nullptr;
     const XdpStats* xdp = nullptr;
+    const BgpStats* bgp = nullptr;
 };
 
 }  // namespace sluice

@@ -171,12 +171,42 @@ int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
     {
         std::lock_guard lock(g_mutex);
         const std::string name = cmd;
-        requester = name == "/sluice/explain" ? g_lines.explain : name == "/sluice/flows" ? g_lines.flows : g_lines.dry_run;
+        requester = name == "/sluice/explain" ? g_lines.explain
+                    : name == "/sluice/flows"  ? g_lines.flows
+                    : name == "/sluice/drain"  ? g_lines.drain
+                                               : g_lines.dry_run;
     }
     if (!requester) return -1;
     const std::vector<std::string> lines = requester(params ? params : "");
     rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
     for (const std::string& line : lines) rte_tel_data_add_array_string(d, line.c_str());  // at most 128 characters each
+    return 0;
+}
+
+// /sluice/bgp: VIP announcements through BIRD: state and counts, the VIPs as parallel arrays.
+int bgp_command(const char*, const char*, rte_tel_data* d) {
+    std::lock_guard lock(g_mutex);
+    if (!g_view || !g_view->bgp) return -1;
+    const BgpRecord r = g_view->bgp->read();
+    rte_tel_data_start_dict(d);
+    rte_tel_data_add_dict_u64(d, "enabled", r.enabled);
+    rte_tel_data_add_dict_u64(d, "draining", r.draining);
+    rte_tel_data_add_dict_u64(d, "drain_ends_unix", static_cast<uint64_t>(r.drain_ends_unix));
+    rte_tel_data_add_dict_u64(d, "in_sync", r.in_sync);
+    rte_tel_data_add_dict_u64(d, "reconfigures", r.reconfigures);
+    rte_tel_data_add_dict_u64(d, "reconfigure_failures", r.reconfigure_failures);
+    rte_tel_data_add_dict_string(d, "last_error", r.last_error.substr(0, 127).c_str());
+    const auto array = [&](const char* key, auto get, bool strings) {
+        rte_tel_data* a = rte_tel_data_alloc();
+        rte_tel_data_start_array(a, strings ? RTE_TEL_STRING_VAL : RTE_TEL_U64_VAL);
+        for (const BgpVipRecord& v : r.vips) get(a, v);
+        rte_tel_data_add_dict_container(d, key, a, 0);
+    };
+    array("vip", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_string(a, v.vip.c_str()); }, true);
+    array("wanted", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.wanted); }, false);
+    array("announced", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.announced); }, false);
+    array("announcements", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.announcements); }, false);
+    array("withdrawals", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.withdrawals); }, false);
     return 0;
 }
 
@@ -197,6 +227,10 @@ void register_telemetry_commands() {
                                "Tracked connections (at most 100 listed). Parameters: [ADDRESS] [port N] [PROTO]");
     rte_telemetry_register_cmd("/sluice/dryrun", lines_command,
                                "What a candidate config would change for live traffic, applying nothing. Parameters: [FILE]");
+    rte_telemetry_register_cmd("/sluice/bgp", bgp_command,
+                               "VIP announcements through BIRD: wanted, announced, counts, drain state. No parameters");
+    rte_telemetry_register_cmd("/sluice/drain", lines_command,
+                               "Withdraw every VIP from BGP, keep forwarding bgp.drain_seconds, then stop. No parameters");
     rte_telemetry_register_cmd("/sluice/reload", reload_command,
                                "Reload the config file now, as SIGHUP does; answers with the outcome. No parameters");
 }

@@ -18,10 +18,11 @@ struct LineCommands {
     LinesRequester explain;  // /sluice/explain: "PROTO SRC:PORT DST:PORT [PORT]"
     LinesRequester flows;    // /sluice/flows: "[ADDRESS] [port N] [tcp|udp|...]"
     LinesRequester dry_run;  // /sluice/dryrun: "[FILE]"
+    LinesRequester drain;    // /sluice/drain: no parameters
 };
 
 // Registers /sluice/stats, /sluice/rules, /sluice/backends, /sluice/config, /sluice/reload, /sluice/explain,
-// /sluice/flows and /sluice/dryrun. Control thread, once, after rte_eal_init.
+// /sluice/flows, /sluice/dryrun, /sluice/bgp and /sluice/drain. Control thread, once, after rte_eal_init.
 void register_telemetry_commands();
 // Attaches what the commands read (the daemon does it once the data plane runs); nullptr detaches, and commands
 // then answer with an error.

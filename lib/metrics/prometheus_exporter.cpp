@@ -171,6 +171,33 @@ public:
             }
         }
 
+        if (view_.bgp) {
+            const BgpRecord bgp = view_.bgp->read();
+            if (bgp.enabled) {
+                MetricFamily& announced = family("sluice_bgp_vip_announced",
+                                                 "1 while a VIP is in the routes BIRD last accepted from sluice (announced over BGP)",
+                                                 MetricType::Gauge);
+                MetricFamily& wanted = family("sluice_bgp_vip_wanted", "1 while sluice can serve a VIP (links up, min_healthy backends, not draining)",
+                                              MetricType::Gauge);
+                MetricFamily& announcements = family("sluice_bgp_announcements_total", "Times BIRD took a VIP in", MetricType::Counter);
+                MetricFamily& withdrawals = family("sluice_bgp_withdrawals_total", "Times BIRD took a VIP out", MetricType::Counter);
+                for (const BgpVipRecord& v : bgp.vips) {
+                    sample(announced, {{"vip", v.vip}}, v.announced);
+                    sample(wanted, {{"vip", v.vip}}, v.wanted);
+                    sample(announcements, {{"vip", v.vip}}, static_cast<double>(v.announcements));
+                    sample(withdrawals, {{"vip", v.vip}}, static_cast<double>(v.withdrawals));
+                }
+                sample(family("sluice_bgp_reconfigures_total", "BIRD reconfigurations sluice asked for that BIRD accepted", MetricType::Counter),
+                       {}, static_cast<double>(bgp.reconfigures));
+                sample(family("sluice_bgp_reconfigure_failures_total",
+                              "Failed attempts to update BIRD (file not written, socket unreachable, timeout, BIRD refused)", MetricType::Counter),
+                       {}, static_cast<double>(bgp.reconfigure_failures));
+                sample(family("sluice_bgp_in_sync", "1 when BIRD runs with the VIPs sluice wants announced", MetricType::Gauge), {}, bgp.in_sync);
+                sample(family("sluice_bgp_draining", "1 while sluice drains (VIPs withdrawn, stopping after bgp.drain_seconds)", MetricType::Gauge),
+                       {}, bgp.draining);
+            }
+        }
+
         const ReloadRecord reload = view_.reload->read();
         MetricFamily& reloads = family("sluice_config_reloads_total", "Config reloads, by result", MetricType::Counter);
         sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
