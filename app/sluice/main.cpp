@@ -1,6 +1,7 @@
 // sluice: a DPDK L4 load balancer and stateful firewall.
 //   sluice --config FILE [-- EAL args]    run until SIGINT/SIGTERM
 //   sluice --check-config FILE            validate FILE and exit 0, or print every error and exit 2
+//   sluice --withdraw-vips FILE           have BIRD withdraw every VIP FILE's bgp section announces (after a crash)
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -9,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/log.hpp"
+#include "control/bird_announcer.hpp"
 #include "control/config.hpp"
 #include "daemon.hpp"
 
@@ -18,9 +20,26 @@ int usage(const char* program, int code) {
     std::fprintf(code ? stderr : stdout,
                  "usage: %s --config FILE [-- EAL arguments]\n"
                  "       %s --check-config FILE\n"
+                 "       %s --withdraw-vips FILE\n"
                  "       %s --version\n",
-                 program, program, program);
+                 program, program, program, program);
     return code;
+}
+
+// A sluice that died without its stop (SIGKILL, a crash) leaves its VIPs in BIRD's include file, and BIRD, alive,
+// keeps announcing them: traffic would go to a host that drops it. The systemd unit runs this after every exit.
+int withdraw_vips(const sluice::Config& config) {
+    if (!config.bgp.enabled) {
+        std::printf("%s: no bgp section: nothing announced\n", config.path.c_str());
+        return 0;
+    }
+    sluice::BirdAnnouncer announcer(config.bgp);
+    if (!announcer.update({}, std::chrono::steady_clock::now(), true)) {
+        std::fprintf(stderr, "sluice: could not withdraw the VIPs: %s\n", announcer.record().last_error.c_str());
+        return 1;
+    }
+    std::printf("every VIP withdrawn (%s emptied, BIRD reconfigured)\n", config.bgp.include_file.c_str());
+    return 0;
 }
 
 }  // namespace
@@ -28,11 +47,13 @@ int usage(const char* program, int code) {
 int main(int argc, char** argv) {
     std::string config_path;
     bool check_only = false;
+    bool withdraw = false;
     std::vector<std::string> extra_eal_args;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if ((arg == "--config" || arg == "--check-config") && i + 1 < argc) {
+        if ((arg == "--config" || arg == "--check-config" || arg == "--withdraw-vips") && i + 1 < argc) {
             check_only = arg == "--check-config";
+            withdraw = arg == "--withdraw-vips";
             config_path = argv[++i];
         } else if (arg == "--") {
             extra_eal_args.assign(argv + i + 1, argv + argc);
@@ -56,6 +77,7 @@ int main(int argc, char** argv) {
         std::printf("%s: configuration is valid\n", config_path.c_str());
         return 0;
     }
+    if (withdraw) return withdraw_vips(*loaded.config);
 
     try {
         sluice::setup_logging(loaded.config->log.level, loaded.config->log.file);
