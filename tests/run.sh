@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of sluice: installs what is missing, builds (release, and ASan+UBSan in build-asan), runs the
-# unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports), the lab demo, the
-# end-to-end tests (tests/e2e) and the fuzzers, and ends with the single line "N passed, N failed".
+# unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports), a 2-minute soak, the lab
+# demo, the end-to-end tests (tests/e2e) and the fuzzers, and ends with the single line "N passed, N failed".
 #   SLUICE_SANITIZE=0 skips the sanitizer build.
 #   SLUICE_FUZZ=0 skips the fuzzers (tests/fuzz, built with clang in build-fuzz); SLUICE_FUZZ_SECONDS (60) per target.
 set -uo pipefail
@@ -64,6 +64,14 @@ run_integration() {  # run_integration NAME SLUICE_BINARY
 
 run_unit unit build
 run_integration integration "$root/build/app/sluice/sluice"
+
+step "soak, 2 minutes (tests/bench/soak.sh: 30 minutes)"
+if SLUICE_BIN="$root/build/app/sluice/sluice" "$root/tests/bench/soak.sh" 120 > "$results/soak.log" 2>&1; then
+    echo '<testsuite name="soak"><testcase classname="soak" name="soak.sh 120"/></testsuite>' > "$results/soak.xml"
+else
+    record_failure soak "tests/bench/soak.sh 120: not flat or failed (see build/test-results/soak.log)"
+fi
+tail -n 1 "$results/soak.log"
 
 step "lab end-to-end (the README's main command)"
 if "$root/deploy/lab/demo.sh" --once > "$results/lab.log" 2>&1; then
