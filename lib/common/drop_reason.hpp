@@ -32,6 +32,7 @@ namespace sluice {
     X(ct_invalid, "packet invalid for its connection's TCP state")                                 \
     X(ct_table_full, "connection table full: new connection refused, old ones kept")               \
     X(rate_limited, "a new connection over its rule's rate limit")                                 \
+    X(new_conn_limited, "a new connection over its worker's cap (dataplane: max_new_connections_per_second)") \
     X(icmp_unrelated, "ICMP error quoting no tracked connection")                                  \
     X(lb_no_backend, "a new connection to a service with no usable backend (all down or draining)")  \
     X(lb_backend_removed, "packet of a connection whose backend was removed (service: removed_backends: drop)") \

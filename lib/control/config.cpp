@@ -856,13 +856,24 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
             d.field(v, "file", "log", false, [&](const YAML::Node& f) { d.string(f, "log file", config.log.file); });
         });
         d.field(root, "dataplane", "the config", false, [&](const YAML::Node& v) {
-            if (!d.map(v, "dataplane", {"ring_size", "idle_sleep_us"})) return;
+            if (!d.map(v, "dataplane", {"ring_size", "idle_sleep_us", "max_new_connections_per_second", "new_connection_burst"}))
+                return;
             d.field(v, "ring_size", "dataplane", false, [&](const YAML::Node& r) {
                 if (d.integer(r, "ring_size", config.dataplane.ring_size, 64, 1 << 20) && !is_power_of_two(config.dataplane.ring_size))
                     d.error(r, "ring_size must be a power of two");
             });
             d.field(v, "idle_sleep_us", "dataplane", false,
                     [&](const YAML::Node& s) { d.integer(s, "idle_sleep_us", config.dataplane.idle_sleep_us, 0, 100000); });
+            DataplaneConfig& dp = config.dataplane;
+            d.field(v, "max_new_connections_per_second", "dataplane", false, [&](const YAML::Node& n) {
+                d.integer(n, "max_new_connections_per_second", dp.max_new_connections_per_second, 0, 100000000);
+            });
+            d.field(v, "new_connection_burst", "dataplane", false, [&](const YAML::Node& n) {
+                if (d.integer(n, "new_connection_burst", dp.new_connection_burst, 0, 100000000) && dp.new_connection_burst &&
+                    dp.max_new_connections_per_second == 0)
+                    d.error(n, "new_connection_burst needs max_new_connections_per_second above 0");
+            });
+            if (dp.new_connection_burst == 0) dp.new_connection_burst = dp.max_new_connections_per_second;  // 1 s worth
         });
         d.field(root, "metrics", "the config", false, [&](const YAML::Node& v) {
             if (!d.map(v, "metrics", {"listen"})) return;
@@ -933,7 +944,10 @@ bool on_link(const Config& config, const std::string& port, IpFamily family, con
 std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate) {
     std::vector<std::string> changes;
     if (running.eal != candidate.eal) changes.push_back("eal arguments changed");
-    if (running.dataplane != candidate.dataplane) changes.push_back("dataplane settings changed");
+    // The new-connection cap travels in the snapshot; the rings and the idle policy are set at start.
+    if (running.dataplane.ring_size != candidate.dataplane.ring_size ||
+        running.dataplane.idle_sleep_us != candidate.dataplane.idle_sleep_us)
+        changes.push_back("dataplane settings changed");
     if (running.metrics.listen != candidate.metrics.listen) changes.push_back("metrics listen address changed");
     if (running.ports != candidate.ports) {
         std::string names;

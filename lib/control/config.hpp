@@ -66,6 +66,10 @@ struct LogConfig {
 struct DataplaneConfig {
     uint32_t ring_size = 4096;
     uint32_t idle_sleep_us = 0;
+    // New connections each worker may open per second, whatever rule allowed them (0: no cap), and how many it may
+    // open at once after a quiet spell (default: one second's worth). Reloadable: they travel in the snapshot.
+    uint32_t max_new_connections_per_second = 0;
+    uint32_t new_connection_burst = 0;
     friend bool operator==(const DataplaneConfig&, const DataplaneConfig&) = default;
 };
 

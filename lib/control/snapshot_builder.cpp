@@ -240,6 +240,7 @@ std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& confi
     BackendRegistry local;
     snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     snapshot->firewall = base.firewall;
+    snapshot->new_connections = base.new_connections;
     return snapshot;
 }
 
@@ -250,6 +251,10 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     BackendRegistry local;
     snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     StableRuleIds* stable_ids = live.rule_ids;
+    if (const DataplaneConfig& dp = config.dataplane; dp.max_new_connections_per_second) {  // per worker: not divided
+        snapshot->new_connections.tokens_per_tsc = dp.max_new_connections_per_second / static_cast<double>(rte_get_tsc_hz());
+        snapshot->new_connections.burst = std::max<double>(1.0, dp.new_connection_burst);
+    }
 
     const FirewallConfig& fc = config.firewall;
     FirewallTables& fw = *snapshot->firewall;

@@ -42,11 +42,7 @@ bool admit(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTup
         bucket += tag % kSourceBuckets;
         if (bucket->source_tag != tag) *bucket = TokenBucket{limit.burst, now_tsc, tag, 0};  // a new source: full bucket
     }
-    bucket->tokens = std::min(limit.burst, bucket->tokens + static_cast<double>(now_tsc - bucket->last_tsc) * limit.tokens_per_tsc);
-    bucket->last_tsc = now_tsc;
-    if (bucket->tokens < 1.0) return false;
-    bucket->tokens -= 1.0;
-    return true;
+    return take_token(*bucket, limit, now_tsc);
 }
 
 // Hands a decision to the control thread's log, within the worker's log budget (a token bucket refilled at
@@ -214,9 +210,18 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 return;
             }
         }
+        // The worker's new-connection cap: checked here, after the rules allowed the connection (a denied SYN
+        // takes no token) and before it costs an entry. Known connections never come this far.
+        const bool capped = snapshot.new_connections.tokens_per_tsc > 0;
+        if (capped && !take_token(ctx.new_connections, snapshot.new_connections, now_tsc)) {
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::new_conn_limited;
+            return;
+        }
         // insert() hands back the entry a second new packet of the same flow in this burst already made.
         const uint32_t before = table.size();
         const int32_t position = table.insert(tuples[i], hashes[i], opening[i], stable_rule, now_tsc);
+        if (capped && table.size() == before) ctx.new_connections.tokens += 1.0;  // no entry made: the token goes back
         if (position < 0) {
             fate[i] = Fate::drop;
             reason[i] = DropReason::ct_table_full;

@@ -3,6 +3,7 @@
 // publication except the per-lcore rule counters, each written by its own lcore only.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -60,6 +61,16 @@ struct TokenBucket {
     uint32_t reserved;
 };
 
+// Takes a token from the bucket, refilled first for the time since its last use; false when none is left.
+// Fast-path safe; the caller owns the bucket (a worker's own, or its lcore slot's).
+inline bool take_token(TokenBucket& bucket, const RateLimit& limit, uint64_t now_tsc) {
+    bucket.tokens = std::min(limit.burst, bucket.tokens + static_cast<double>(now_tsc - bucket.last_tsc) * limit.tokens_per_tsc);
+    bucket.last_tsc = now_tsc;
+    if (bucket.tokens < 1.0) return false;
+    bucket.tokens -= 1.0;
+    return true;
+}
+
 inline constexpr std::size_t kSourceBuckets = 1024;  // per limited rule and lcore, indexed by a hash of the source
 
 struct RateLimiterState {
@@ -102,6 +113,10 @@ struct Snapshot {
     std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
     std::array<uint16_t, RTE_MAX_ETHPORTS> port_mtu{};
     std::vector<OwnedAddress> owned;  // answered in ARP/ND (a few: scanned linearly, for neighbour frames only)
+    // New connections each worker may open (dataplane: max_new_connections_per_second, new_connection_burst),
+    // whatever rule allowed them; tokens_per_tsc 0: no cap. The bucket is the worker's own (LcoreContext), so a
+    // reload changes the rate and burst without refilling it.
+    RateLimit new_connections{};
     std::shared_ptr<FirewallTables> firewall = std::make_shared<FirewallTables>();
     std::shared_ptr<const LbTables> lb = std::make_shared<LbTables>();
 };

@@ -141,3 +141,31 @@ TEST_CASE("config: the shipped configs are valid", "[config]") {
         CHECK(r.config);
     }
 }
+
+TEST_CASE("config: the new-connection cap defaults off, its burst to one second's worth, and reloads", "[config]") {
+    const ConfigResult plain = load_config_text(kValid, "valid.yaml");
+    REQUIRE(plain.config);
+    CHECK(plain.config->dataplane.max_new_connections_per_second == 0);
+
+    std::string text = kValid;
+    const std::string at = "  idle_sleep_us: 10\n";
+    text.replace(text.find(at), at.size(), at + "  max_new_connections_per_second: 5000\n");
+    const ConfigResult capped = load_config_text(text, "capped.yaml");
+    INFO(errors_of(capped));
+    REQUIRE(capped.config);
+    CHECK(capped.config->dataplane.max_new_connections_per_second == 5000);
+    CHECK(capped.config->dataplane.new_connection_burst == 5000);
+    CHECK(restart_required_changes(*plain.config, *capped.config).empty());
+
+    text.replace(text.find(at), at.size(), at + "  new_connection_burst: 200\n");
+    const ConfigResult bursty = load_config_text(text, "bursty.yaml");
+    INFO(errors_of(bursty));
+    REQUIRE(bursty.config);
+    CHECK(bursty.config->dataplane.new_connection_burst == 200);
+
+    std::string ring = kValid;
+    ring.replace(ring.find("ring_size: 1024"), 15, "ring_size: 2048");
+    const ConfigResult bigger = load_config_text(ring, "ring.yaml");
+    REQUIRE(bigger.config);
+    CHECK(restart_required_changes(*plain.config, *bigger.config) == std::vector<std::string>{"dataplane settings changed"});
+}
