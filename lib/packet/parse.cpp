@@ -262,9 +262,8 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
             tuple.src_port = meta.fragment_src_port;
             tuple.dst_port = meta.fragment_dst_port;
             if (l4 && meta.l4_proto == IPPROTO_TCP) tcp_flags = l4[13];
-            return;
         }
-        if (meta.flags & kMetaFragmentTiny) return;
+        return;  // as parse_frame left it: ports 0 until the RX lcore gave the datagram's
     }
     if (!l4) return;
     switch (meta.l4_proto) {
@@ -279,6 +278,25 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6:
         if (is_icmp_echo(meta.l4_proto, l4[0])) tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+        break;
+    default:
+        break;
+    }
+}
+
+void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t& src_port, uint16_t& dst_port) {
+    const uint8_t* l4 = frame + meta.l4_offset;
+    src_port = dst_port = 0;
+    switch (meta.l4_proto) {
+    case IPPROTO_TCP:
+    case IPPROTO_UDP:
+    case IPPROTO_SCTP:
+        src_port = load_raw16(l4);
+        dst_port = load_raw16(l4 + 2);
+        break;
+    case IPPROTO_ICMP:
+    case IPPROTO_ICMPV6:
+        if (is_icmp_echo(meta.l4_proto, l4[0])) src_port = dst_port = load_raw16(l4 + 4);  // as parse_frame does
         break;
     default:
         break;

@@ -37,6 +37,9 @@ struct FragmentInfo {
     bool more;        // more fragments follow
 };
 FragmentInfo fragment_info(const uint8_t* frame, const PacketMeta& meta);
+// The ports (network order) in the L4 header of a first fragment that is not kMetaFragmentTiny; 0 for protocols
+// without ports (an ICMP echo's identifier in both, as for unfragmented packets).
+void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t& src_port, uint16_t& dst_port);
 
 struct ParseOptions {
     bool ipv4_checksum_verified = false;  // the NIC already checked it (RTE_MBUF_F_RX_IP_CKSUM_GOOD)

@@ -38,16 +38,17 @@ DropReason FragmentTracker::annotate(rte_mbuf* m, uint64_t now_tsc) {
     const FragmentInfo info = fragment_info(frame, meta);
     FiveTuple tuple;
     uint8_t tcp_flags;
-    // A first fragment's tuple has its ports; a later one's only its addresses and protocol.
-    tuple_from_meta(frame, rte_pktmbuf_data_len(m), meta, tuple, tcp_flags);
+    tuple_from_meta(frame, rte_pktmbuf_data_len(m), meta, tuple, tcp_flags);  // addresses and protocol, ports 0
     const Key key{tuple.src, tuple.dst, info.id, tuple.proto, tuple.family, 0};
     if (info.offset == 0) {
         if (meta.flags & kMetaFragmentTiny) return DropReason::fragment_invalid;
+        uint16_t src_port, dst_port;
+        first_fragment_ports(frame, meta, src_port, dst_port);
         const int32_t position = rte_hash_add_key(table_, &key);
         if (SLUICE_UNLIKELY(position < 0)) return DropReason::fragment_table_full;
-        records_[position] = Record{tuple.src_port, tuple.dst_port, now_tsc + lifetime_tsc_};
-        meta.fragment_src_port = tuple.src_port;
-        meta.fragment_dst_port = tuple.dst_port;
+        records_[position] = Record{src_port, dst_port, now_tsc + lifetime_tsc_};
+        meta.fragment_src_port = src_port;
+        meta.fragment_dst_port = dst_port;
     } else {
         if (tuple.proto == 6 && info.offset < 20) return DropReason::fragment_invalid;  // rewrites the TCP header
         const int32_t position = rte_hash_lookup(table_, &key);

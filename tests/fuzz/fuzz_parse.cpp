@@ -57,11 +57,15 @@ void check_accepted(const uint8_t* f, uint32_t n, const Parsed& p) {
     const uint8_t* ip = f + m.l3_offset;
     const uint32_t end = ip_end(f, m);
     FUZZ_CHECK(end <= n && end >= m.l3_offset + ip_header_length(f, m), "IP datagram ends at %u, frame at %u", end, n);
-    FUZZ_CHECK((m.flags & ~(kMetaFragment | kMetaIcmpError)) == 0, "flags %#x", m.flags);
+    FUZZ_CHECK((m.flags & ~(kMetaFragment | kMetaIcmpError | kMetaFragmentTiny)) == 0, "flags %#x", m.flags);
     const bool fragment = m.flags & kMetaFragment;
     const bool error = m.flags & kMetaIcmpError;
     FUZZ_CHECK(!(fragment && error), "a fragment taken for an ICMP error");
-    FUZZ_CHECK(m.reserved == 0 && t.reserved == 0, "reserved bytes set");
+    // Tiny: a first fragment (it has an L4 offset) whose L4 header the datagram cuts (pipeline/fragments.hpp).
+    FUZZ_CHECK(!(m.flags & kMetaFragmentTiny) || (fragment && m.l4_offset != 0), "tiny flag on %s",
+               fragment ? "a later fragment" : "no fragment");
+    FUZZ_CHECK(m.reserved == 0 && t.reserved == 0 && m.fragment_src_port == 0 && m.fragment_dst_port == 0,
+               "reserved bytes or fragment ports set");
     if (v4(m)) {
         FUZZ_CHECK(!t.src.words[1] && !t.src.words[2] && !t.src.words[3] && !t.dst.words[1] && !t.dst.words[2] &&
                        !t.dst.words[3],

@@ -112,7 +112,9 @@ def test_reload_storm_of_a_thousand_with_bad_configs_midway_loses_nothing_and_le
         assert config["reloads_failed"] >= 10 and config["reloads_ok"] >= 990, config  # the file watch may add some
         stats = sluice.stats()
         assert stats["tx_packets"] > 0 and stats["drops"] == 0, {k: v for k, v in stats.items() if v and "drop" in k}
-        assert rss_end - rss_start < 8 * 1024, (rss_start, rss_end)  # KiB: 900 rebuilds may not grow it by 8 MiB
+        # KiB: 900 rebuilds may not grow it by 8 MiB. Not under ASan, whose quarantine keeps freed memory resident.
+        if "libasan" not in Path(f"/proc/{sluice.proc.pid}/maps").read_text():
+            assert rss_end - rss_start < 8 * 1024, (rss_start, rss_end)
         assert sluice.stop() == 0, sluice.log()
     finally:
         sluice.kill()
