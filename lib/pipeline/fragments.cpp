@@ -2,7 +2,10 @@
 
 #include <stdexcept>
 
+#include <netinet/in.h>
+
 #include <rte_hash_crc.h>
+#include <rte_tcp.h>
 #include <rte_malloc.h>
 
 #include "common/compiler.hpp"
@@ -50,7 +53,7 @@ DropReason FragmentTracker::annotate(rte_mbuf* m, uint64_t now_tsc) {
         meta.fragment_src_port = src_port;
         meta.fragment_dst_port = dst_port;
     } else {
-        if (tuple.proto == 6 && info.offset < 20) return DropReason::fragment_invalid;  // rewrites the TCP header
+        if (tuple.proto == IPPROTO_TCP && info.offset < sizeof(rte_tcp_hdr)) return DropReason::fragment_invalid;  // rewrites the TCP header
         const int32_t position = rte_hash_lookup(table_, &key);
         if (position < 0) return DropReason::fragment_unmatched;
         const Record& record = records_[position];

@@ -31,6 +31,13 @@ def looping_config(tmp_path, forward_p0):
     return config
 
 
+def final_totals(log):
+    """From sluice's log after its stop: packets received on p0 and sent on p1 (the lcores' final totals)."""
+    rx = int(log.split("port 'p0': rx ")[1].split()[0])
+    tx = int(log.split("port 'p1': rx 0 packets 0 bytes, tx ")[1].split()[0])
+    return rx, tx
+
+
 def write_atomically(path, config, eal):
     """What careful editors do: write a new file, then rename it over the old one."""
     config = dict(config, eal=eal, metrics={"listen": ""})
@@ -69,8 +76,7 @@ def test_hundred_reloads_under_traffic_lose_nothing(tmp_path):
         sluice.kill()
     log = sluice.log()
     # The final totals, logged after the drain: every packet received was forwarded or dropped for want of a route.
-    rx = int(log.split("port 'p0': rx ")[1].split()[0])
-    tx = int(log.split("port 'p1': rx 0 packets 0 bytes, tx ")[1].split()[0])
+    rx, tx = final_totals(log)
     no_route = int(log.split("dropped no_route: ")[1].split()[0])
     other_drops = [line for line in log.splitlines() if "dropped " in line and "no_route" not in line]
     assert rx == tx + no_route and not other_drops, log
@@ -119,8 +125,7 @@ def test_reload_storm_of_a_thousand_with_bad_configs_midway_loses_nothing_and_le
     finally:
         sluice.kill()
     log = sluice.log()
-    rx = int(log.split("port 'p0': rx ")[1].split()[0])
-    tx = int(log.split("port 'p1': rx 0 packets 0 bytes, tx ")[1].split()[0])
+    rx, tx = final_totals(log)
     assert rx == tx and "dropped " not in log, log[-3000:]
     assert "all" in log and "mbufs returned" in log
 
