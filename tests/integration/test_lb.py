@@ -169,7 +169,7 @@ class Lab:
             part = frames[start:start + chunk]
             self.ns.inject(ifname, part, self.tmp)
             self.sent += len(part)
-            wait_until(lambda: self.sluice.stats()["rx_packets"] >= self.sent, timeout=15,
+            wait_until(lambda: self.sluice.stats()["rx_packets"] >= self.sent, timeout=45,
                        what=f"{self.sent} frames in")
 
     def out(self, port):
