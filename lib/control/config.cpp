@@ -161,7 +161,13 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
             d.error(p["name"], "port name '" + spec.name + "' must be 1-32 letters, digits or underscores");
             spec.name.clear();
         }
-        d.field(p, "device", what, true, [&](const YAML::Node& v) { d.string(v, what + " device", spec.device); });
+        d.field(p, "device", what, true, [&](const YAML::Node& v) {
+            if (!d.string(v, what + " device", spec.device)) return;
+            // A zero-copy memif port holds pool mbufs the pool's size cannot count, and stops receiving for good
+            // once a stalled peer has them all (docs/security.md, "Exhaustion").
+            if (spec.device.starts_with("net_memif") && spec.device.find("zero-copy=yes") != std::string::npos)
+                d.error(v, what + ": net_memif zero-copy=yes is not supported (its rings hold mbufs the pool is not sized for); use the default copy mode");
+        });
         d.field(p, "rx_queues", what, false,
                 [&](const YAML::Node& v) { d.integer(v, what + " rx_queues", spec.rx_queues, 1, kMaxRxQueuesPerPort); });
         for (auto [key, out] : {std::pair{"rx_descriptors", &spec.rx_descriptors}, {"tx_descriptors", &spec.tx_descriptors}}) {
