@@ -88,10 +88,12 @@ def main():
                 tmp = Path(str(sluice.config_path) + ".tmp")
                 tmp.write_text(text)
                 os.replace(tmp, sluice.config_path)
-                refused += sluice.telemetry.query("/sluice/reload")["last_reload_ok"] == 0
+                # The reply waits for the reload (rte_acl build, RCU grace period): on a starved machine that can
+                # take seconds, which is slowness, not a failure of the soak.
+                refused += sluice.telemetry.query("/sluice/reload", timeout=60)["last_reload_ok"] == 0
                 next_reload = now + RELOAD_EVERY
             if now >= next_sample:
-                s = sluice.stats()
+                s = sluice.telemetry.query("/sluice/stats", timeout=60)
                 samples.append((now - started, rss_kib(sluice.proc.pid), s["mbufs_in_use"], s["conn_entries"],
                                 s["rx_packets"], s["drops"]))
                 print("t={:6.0f}s rss={:7d} KiB mbufs_in_use={:6d} connections={:6d} rx={:12d} drops={}".format(*samples[-1]),

@@ -34,9 +34,9 @@ class Telemetry:
     def __init__(self, prefix):
         self.path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
 
-    def query(self, command):
+    def query(self, command, timeout=2):
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-            s.settimeout(2)
+            s.settimeout(timeout)
             s.connect(self.path)
             greeting = json.loads(s.recv(16384))
             s.send(command.encode())
