@@ -17,14 +17,18 @@ namespace sluice {
     X(ipv4_bad_ihl, "IPv4 header length (IHL) below 5")                                           \
     X(ipv4_bad_length, "IPv4 total length below the header length or beyond the frame")           \
     X(ipv4_bad_checksum, "IPv4 header checksum is wrong")                                         \
+    X(ipv4_bad_option, "IPv4 option list malformed: an option length below 2 or past the header (RFC 791)") \
+    X(ipv4_source_route, "IPv4 loose or strict source route option (RFC 7126 4.3, 4.4: routers drop them by default)") \
     X(ipv6_truncated, "frame ends inside the IPv6 header")                                        \
     X(ipv6_bad_version, "IPv6 ethertype but IP version is not 6")                                 \
     X(ipv6_bad_length, "IPv6 payload length beyond the frame")                                    \
-    X(ipv6_bad_ext_header, "IPv6 extension header chain truncated or longer than 8 headers")      \
+    X(ipv6_bad_ext_header, "IPv6 extension header chain truncated or longer than 8 headers, or hop-by-hop options not first (RFC 8200 4.1)") \
+    X(ipv6_routing_type0, "IPv6 type 0 routing header with segments left (deprecated by RFC 5095)") \
     X(l4_truncated, "packet ends inside its TCP, UDP or ICMP header")                             \
     X(tcp_bad_offset, "TCP data offset below 5 or beyond the packet")                             \
     X(udp_bad_length, "UDP length below 8 or beyond the packet")                                  \
     X(icmp_bad_quote, "ICMP error quoting a truncated or malformed header")                       \
+    X(nd_invalid, "an ND message (ICMPv6 133-137) fragmented (RFC 6980) or with a hop limit not 255 (RFC 4861): never learned from") \
     X(blocklisted, "source in an early-drop prefix set, dropped on the RX lcore")                 \
     X(rule_deny, "a new connection denied by a rule or the default")                             \
     X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)") \

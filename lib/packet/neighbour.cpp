@@ -1,5 +1,6 @@
 #include "packet/neighbour.hpp"
 
+#include <cstddef>
 #include <cstring>
 
 #include <rte_arp.h>
@@ -11,8 +12,10 @@ namespace sluice {
 namespace {
 
 constexpr uint8_t kIcmpv6 = 58;
+constexpr uint8_t kNdRouterSolicitation = 133;  // the first ND type (RFC 4861 4.1) ...
 constexpr uint8_t kNdSolicitation = 135;
 constexpr uint8_t kNdAdvertisement = 136;
+constexpr uint8_t kNdRedirect = 137;            // ... and the last
 constexpr uint8_t kOptionSourceLinkAddress = 1;
 constexpr uint8_t kOptionTargetLinkAddress = 2;
 constexpr uint8_t kNdHopLimit = 255;             // RFC 4861: anything else was forwarded, and is ignored
@@ -56,6 +59,12 @@ DropReason classify_neighbour(const uint8_t* frame, uint32_t length, DropReason 
         (meta.flags & kMetaIcmpError) || meta.l4_offset >= length)
         return verdict;
     const uint8_t type = frame[meta.l4_offset];
+    if (type < kNdRouterSolicitation || type > kNdRedirect) return verdict;
+    // RFC 6980 5: ND in a packet with a fragment header is ignored (fragments hide its options from RA guard and
+    // the like); RFC 4861 6.1, 7.1.1, 7.1.2, 8.1: a hop limit below 255 means it came from off-link. Neither is
+    // learned from, answered or forwarded.
+    if ((meta.flags & kMetaFragment) || frame[meta.l3_offset + offsetof(rte_ipv6_hdr, hop_limits)] != kNdHopLimit)
+        return DropReason::nd_invalid;
     if (type == kNdSolicitation || type == kNdAdvertisement) {
         meta.flags |= kMetaNeighbour;
         meta.flow_hash = 0;
@@ -84,7 +93,8 @@ bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& me
     const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(frame + meta.l3_offset);
     const uint8_t* icmp = frame + meta.l4_offset;
     const uint8_t* end = frame + meta.l3_offset + sizeof(rte_ipv6_hdr) + rte_be_to_cpu_16(ip->payload_len);
-    if (end > frame + length || end - icmp < kNdHeader || ip->hop_limits != kNdHopLimit || icmp[1] != 0) return false;
+    // The hop limit (255) and the absence of a fragment header were checked by classify_neighbour.
+    if (end > frame + length || end - icmp < kNdHeader || icmp[1] != 0) return false;
     message.family = IpFamily::ipv6;
     message.solicitation = icmp[0] == kNdSolicitation;
     std::memcpy(message.target.bytes, icmp + 8, 16);

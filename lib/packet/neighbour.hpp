@@ -27,7 +27,8 @@ struct NeighbourMessage {
 };
 
 // Marks neighbour frames after parse_frame: an untagged ARP frame (which parse_frame refuses as not_ip) becomes
-// valid with kMetaNeighbour; an ICMPv6 NS or NA gets the flag too. Returns the new verdict.
+// valid with kMetaNeighbour; an ICMPv6 NS or NA gets the flag too. Any ND message (ICMPv6 133-137) in a fragmented
+// packet (RFC 6980) or with a hop limit other than 255 (RFC 4861) becomes nd_invalid. Returns the new verdict.
 DropReason classify_neighbour(const uint8_t* frame, uint32_t length, DropReason verdict, PacketMeta& meta);
 
 // Reads a frame classify_neighbour flagged; false when it is malformed or not a solicitation/advertisement.

@@ -18,6 +18,27 @@ bool register_packet_meta() {
     return g_packet_meta_offset >= 0;
 }
 
+namespace {
+
+// Cuts everything after the IP datagram, so NAT, tunnels and forwarding emit exactly the datagram. parse_frame read
+// the first segment only and a datagram it accepts fits there (scatter RX is off; net_pcap alone chains segments, for
+// a frame above the data room), so the trailer is the end of that segment and every segment after it.
+void trim_to_datagram(rte_mbuf* m, uint32_t datagram_end) {
+    if (SLUICE_UNLIKELY(m->next != nullptr)) {
+        for (rte_mbuf* segment = m->next; segment != nullptr;) {
+            rte_mbuf* next = segment->next;
+            rte_pktmbuf_free_seg(segment);
+            segment = next;
+        }
+        m->next = nullptr;
+        m->nb_segs = 1;
+        m->pkt_len = m->data_len;
+    }
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(m->data_len - datagram_end));
+}
+
+}  // namespace
+
 void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts) {
     constexpr uint16_t kPrefetchAhead = 4;
     for (uint16_t i = 0; i < count && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
@@ -30,9 +51,11 @@ void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts) {
         FiveTuple tuple;
         const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
         PacketMeta& meta = *packet_meta(m);
-        verdicts[i] = parse_frame(frame, rte_pktmbuf_data_len(m), options, meta, tuple);
+        uint32_t datagram_end;
+        verdicts[i] = parse_frame(frame, rte_pktmbuf_data_len(m), options, meta, tuple, datagram_end);
         if (SLUICE_UNLIKELY(verdicts[i] == DropReason::not_ip || meta.l4_proto == 58))
             verdicts[i] = classify_neighbour(frame, rte_pktmbuf_data_len(m), verdicts[i], meta);
+        if (SLUICE_UNLIKELY(rte_pktmbuf_pkt_len(m) > datagram_end)) trim_to_datagram(m, datagram_end);
     }
 }
 

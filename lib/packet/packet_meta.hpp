@@ -17,8 +17,10 @@ bool register_packet_meta();
 
 inline PacketMeta* packet_meta(rte_mbuf* m) { return RTE_MBUF_DYNFIELD(m, g_packet_meta_offset, PacketMeta*); }
 
-// Parses a burst in place: fills each mbuf's PacketMeta and verdicts[i] (DropReason::none when valid).
-// Frames are single-segment (scatter RX is never enabled), so headers are read from the first segment.
+// Parses a burst in place: fills each mbuf's PacketMeta and verdicts[i] (DropReason::none when valid), and trims
+// each frame to its IP datagram (padding and appended bytes go; parse_frame's datagram_end).
+// Frames are single-segment (scatter RX is never enabled), so headers are read from the first segment; a chained
+// frame (net_pcap's above the data room) keeps only that segment, since a datagram it accepts fits there.
 void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts);
 
 }  // namespace sluice

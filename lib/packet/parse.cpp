@@ -22,6 +22,12 @@ constexpr uint16_t kEtherQinq = RTE_BE16(RTE_ETHER_TYPE_QINQ);
 constexpr int kMaxVlanTags = 2;
 constexpr int kMaxIpv6ExtHeaders = 8;
 
+// IPv4 option types (RFC 791 3.1; IANA "IP Option Numbers"), copied flag and class included.
+constexpr uint8_t kIpv4OptionEnd = 0, kIpv4OptionNop = 1;
+constexpr uint8_t kIpv4OptionLooseSourceRoute = 131, kIpv4OptionStrictSourceRoute = 137;
+
+constexpr uint8_t kIpv6RoutingType0 = 0;  // RFC 5095 deprecates it
+
 constexpr uint8_t kIcmpEchoRequest = 8, kIcmpEchoReply = 0;
 constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
 
@@ -71,6 +77,29 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
         if (is_icmp_echo(tuple.proto, l4[0])) tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
     }
     return true;
+}
+
+// Walks the options of an IPv4 header (at most 40 bytes, RFC 791 3.1): EOL ends the list, NOP is one byte, every
+// other option carries a length of at least 2 that stays inside the header. Source routes are refused: they let the
+// sender pick the path through (and around) filters, and RFC 7126 4.3 and 4.4 advise routers to drop them by default.
+// Other options (record route, timestamp, router alert...) pass.
+DropReason check_ipv4_options(const uint8_t* options, uint32_t length) {
+    uint32_t at = 0;
+    while (at < length) {
+        const uint8_t type = options[at];
+        if (type == kIpv4OptionEnd) break;
+        if (type == kIpv4OptionNop) {
+            ++at;
+            continue;
+        }
+        if (length - at < 2) return DropReason::ipv4_bad_option;
+        const uint32_t option_length = options[at + 1];
+        if (option_length < 2 || option_length > length - at) return DropReason::ipv4_bad_option;
+        if (type == kIpv4OptionLooseSourceRoute || type == kIpv4OptionStrictSourceRoute)
+            return DropReason::ipv4_source_route;
+        at += option_length;
+    }
+    return DropReason::none;
 }
 
 // Whether a first fragment ends before its L4 header does (RFC 1858's tiny fragment: the ports or the TCP flags
@@ -139,7 +168,7 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
 }
 
 DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseOptions options, PacketMeta& meta,
-                      FiveTuple& tuple) {
+                      FiveTuple& tuple, uint32_t& datagram_end) {
     const uint32_t avail = length - l3;
     if (avail < sizeof(rte_ipv4_hdr)) return DropReason::ipv4_truncated;
     const uint8_t* ip = frame + l3;
@@ -148,10 +177,15 @@ DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseO
     if (header_length < sizeof(rte_ipv4_hdr)) return DropReason::ipv4_bad_ihl;
     if (header_length > avail) return DropReason::ipv4_truncated;
     const uint32_t total_length = load_be16(ip + 2);
-    // A frame longer than the datagram is Ethernet padding; a shorter one lost data.
+    // A frame longer than the datagram carries padding (trimmed: datagram_end); a shorter one lost data.
     if (total_length < header_length || total_length > avail) return DropReason::ipv4_bad_length;
     if (!options.ipv4_checksum_verified && checksum_compute(ip, header_length) != 0)
         return DropReason::ipv4_bad_checksum;
+    if (SLUICE_UNLIKELY(header_length > sizeof(rte_ipv4_hdr))) {
+        const DropReason verdict = check_ipv4_options(ip + sizeof(rte_ipv4_hdr), header_length - sizeof(rte_ipv4_hdr));
+        if (verdict != DropReason::none) return verdict;
+    }
+    datagram_end = l3 + total_length;
 
     meta.family = IpFamily::ipv4;
     meta.l4_proto = ip[9];
@@ -175,13 +209,15 @@ DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseO
     return parse_l4(frame, meta.l4_offset, l3 + total_length, meta.l4_proto, meta, tuple);
 }
 
-DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, PacketMeta& meta, FiveTuple& tuple) {
+DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, PacketMeta& meta, FiveTuple& tuple,
+                      uint32_t& datagram_end) {
     const uint32_t avail = length - l3;
     if (avail < sizeof(rte_ipv6_hdr)) return DropReason::ipv6_truncated;
     const uint8_t* ip = frame + l3;
     if ((ip[0] >> 4) != 6) return DropReason::ipv6_bad_version;
     const uint32_t end = l3 + sizeof(rte_ipv6_hdr) + load_be16(ip + 4);
     if (end > length) return DropReason::ipv6_bad_length;
+    datagram_end = end;
 
     meta.family = IpFamily::ipv6;
     tuple.family = IpFamily::ipv6;
@@ -195,9 +231,18 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
         uint32_t ext_length;
         switch (next) {
         case IPPROTO_HOPOPTS:
-        case IPPROTO_ROUTING:
+            // RFC 8200 4.1: hop-by-hop options come right after the IPv6 header or not at all.
+            if (i != 0) return DropReason::ipv6_bad_ext_header;
+            [[fallthrough]];
         case IPPROTO_DSTOPTS:
             if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
+            ext_length = (frame[offset + 1] + 1u) * 8u;
+            break;
+        case IPPROTO_ROUTING:
+            if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
+            // RFC 5095: a type 0 header still to be processed (segments left) is an amplification and filter-bypass
+            // tool; with none left it is ignored like any unrecognised type.
+            if (frame[offset + 2] == kIpv6RoutingType0 && frame[offset + 3] != 0) return DropReason::ipv6_routing_type0;
             ext_length = (frame[offset + 1] + 1u) * 8u;
             break;
         case IPPROTO_AH:
@@ -324,9 +369,10 @@ FragmentInfo fragment_info(const uint8_t* frame, const PacketMeta& meta) {
 }
 
 DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
-                       FiveTuple& tuple) {
+                       FiveTuple& tuple, uint32_t& datagram_end) {
     meta = PacketMeta{};
     tuple = FiveTuple{};
+    datagram_end = length;
     if (SLUICE_UNLIKELY(length < sizeof(rte_ether_hdr))) return DropReason::l2_truncated;
 
     uint32_t l3 = sizeof(rte_ether_hdr);
@@ -341,9 +387,9 @@ DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions optio
 
     DropReason verdict;
     if (SLUICE_LIKELY(ether_type == kEtherIpv4))
-        verdict = parse_ipv4(frame, length, l3, options, meta, tuple);
+        verdict = parse_ipv4(frame, length, l3, options, meta, tuple, datagram_end);
     else if (ether_type == kEtherIpv6)
-        verdict = parse_ipv6(frame, length, l3, meta, tuple);
+        verdict = parse_ipv6(frame, length, l3, meta, tuple, datagram_end);
     else
         return DropReason::not_ip;
     if (verdict != DropReason::none) return verdict;

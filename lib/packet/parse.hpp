@@ -45,9 +45,12 @@ struct ParseOptions {
     bool ipv4_checksum_verified = false;  // the NIC already checked it (RTE_MBUF_F_RX_IP_CKSUM_GOOD)
 };
 
-// Returns DropReason::none and fills meta and tuple, or the reason the frame must be dropped.
+// Returns DropReason::none and fills meta and tuple, or the reason the frame must be dropped. datagram_end gets the
+// offset just past the IP datagram (its total length, or payload length + 40, from l3_offset), or length for a frame
+// with no IP datagram: the bytes past it (Ethernet padding, or anything appended) belong to no header, and the RX
+// lcore trims them so no stage forwards them.
 DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
-                       FiveTuple& tuple);
+                       FiveTuple& tuple, uint32_t& datagram_end);
 
 // The worker's side: rebuilds the tuple parse_frame gave a frame it accepted, from the frame and its meta, without
 // validating again; tcp_flags gets the TCP flag byte (0 for other protocols and for ICMP errors).

@@ -31,6 +31,7 @@ struct Parsed {
     DropReason verdict;
     PacketMeta meta;
     FiveTuple tuple;
+    uint32_t datagram_end;
 };
 
 // A copy whose heap block is exactly the frame (a growing vector keeps spare capacity ASan would not flag).
@@ -40,7 +41,7 @@ Parsed parse(const std::vector<uint8_t>& frame, bool checksum_verified = false) 
     const std::vector<uint8_t> f = exact(frame);
     Parsed p;
     p.verdict = parse_frame(f.data(), static_cast<uint32_t>(f.size()), ParseOptions{.ipv4_checksum_verified = checksum_verified},
-                            p.meta, p.tuple);
+                            p.meta, p.tuple, p.datagram_end);
     return p;
 }
 

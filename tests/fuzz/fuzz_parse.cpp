@@ -1,7 +1,8 @@
 // libFuzzer target "parse": sluice::parse_frame on arbitrary bytes (every byte of a frame comes from the wire), and on
 // every frame it accepts the promises the pipeline builds on:
 //  - the verdict is a parser reason; ParseOptions::ipv4_checksum_verified changes nothing but the checksum verdict;
-//  - l3_offset/l4_offset and the headers they point at lie inside the IP datagram, itself inside the frame;
+//  - l3_offset/l4_offset and the headers they point at lie inside the IP datagram, itself inside the frame, and
+//    datagram_end (where the RX lcore trims the frame) is the datagram's end;
 //  - the tuple is the packet's (or, kMetaIcmpError, the quoted flow's: fuzz_common.hpp's reference_quote), its
 //    unused bytes are zero, flow_hash == symmetric_flow_hash(tuple) == symmetric_flow_hash(tuple.reversed());
 //  - tuple_from_meta (the worker's side) rebuilds the same tuple, and the TCP flags;
@@ -28,6 +29,7 @@ struct Parsed {
     DropReason verdict;
     PacketMeta meta;
     FiveTuple tuple;
+    uint32_t datagram_end;
     friend bool operator==(const Parsed& a, const Parsed& b) {
         return a.verdict == b.verdict && std::memcmp(&a.meta, &b.meta, sizeof a.meta) == 0 && a.tuple == b.tuple;
     }
@@ -35,7 +37,8 @@ struct Parsed {
 
 Parsed parse(const uint8_t* f, uint32_t n, bool checksum_verified) {
     Parsed p;
-    p.verdict = parse_frame(f, n, ParseOptions{.ipv4_checksum_verified = checksum_verified}, p.meta, p.tuple);
+    p.verdict = parse_frame(f, n, ParseOptions{.ipv4_checksum_verified = checksum_verified}, p.meta, p.tuple,
+                            p.datagram_end);
     return p;
 }
 
@@ -57,6 +60,7 @@ void check_accepted(const uint8_t* f, uint32_t n, const Parsed& p) {
     const uint8_t* ip = f + m.l3_offset;
     const uint32_t end = ip_end(f, m);
     FUZZ_CHECK(end <= n && end >= m.l3_offset + ip_header_length(f, m), "IP datagram ends at %u, frame at %u", end, n);
+    FUZZ_CHECK(p.datagram_end == end, "datagram_end %u, the IP length says %u", p.datagram_end, end);
     FUZZ_CHECK((m.flags & ~(kMetaFragment | kMetaIcmpError | kMetaFragmentTiny)) == 0, "flags %#x", m.flags);
     const bool fragment = m.flags & kMetaFragment;
     const bool error = m.flags & kMetaIcmpError;

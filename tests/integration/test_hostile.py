@@ -5,7 +5,8 @@ setting (a pcap in, a pcap out), with a valid canary frame after every case: a c
 leaves before the next canary, sluice survived it when that canary leaves, and the drop counters must equal the
 reasons the table names, exactly. Every run must exit 0 with every mbuf back in its pool (no leak).
 
-- FORWARD: plain forwarding, no firewall: the parser's checks, TTL, tags, fragments, lengths, ICMP quotes.
+- FORWARD: plain forwarding, no firewall: the parser's checks, TTL, tags, fragments, lengths, IPv4 options, IPv6
+  extension header order, ICMP quotes, neighbour discovery; trailing bytes are trimmed.
 - FIREWALL: a stateful firewall that allows everything to the destination prefixes: only a plain SYN may open a TCP
   connection; fragments follow their datagram's connection (ports from the first fragment); ICMP errors need a
   tracked flow.
@@ -19,12 +20,13 @@ from typing import Callable
 import pytest
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import (ICMP, IP, TCP, UDP, Dot1AD, Dot1Q, Ether, ICMPv6DestUnreach, ICMPv6PacketTooBig, IPv6,
+from scapy.all import (ICMP, IP, TCP, UDP, Dot1AD, Dot1Q, Ether, ICMPv6DestUnreach, ICMPv6EchoRequest, ICMPv6ND_NA,
+                       ICMPv6ND_NS, ICMPv6ND_RA, ICMPv6NDOptDstLLAddr, ICMPv6NDOptSrcLLAddr, ICMPv6PacketTooBig, IPv6,
                        IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, Raw, rdpcap,
                        wrpcap)
 from scapy.layers.ipsec import AH
 
-from sluice_harness import Sluice
+from sluice_harness import Sluice, wait_until
 from test_forward_pcap import MAC_P1_PEER, eth, forwarding_config
 
 PASS, DROP = "pass", "drop"
@@ -98,6 +100,13 @@ def ext_chain(count):
     return layer
 
 
+def neighbour_solicitation(hlim=255, fragment=None):
+    """An NS for B6 from A6 with its source link-layer address, optionally behind a fragment header."""
+    ip = IPv6(src=A6, dst="ff02::1:ff01:1", hlim=hlim)
+    nd = ICMPv6ND_NS(tgt=B6) / ICMPv6NDOptSrcLLAddr(lladdr="02:aa:00:00:00:01")
+    return eth() / (ip / fragment / nd if fragment is not None else ip / nd)
+
+
 def icmp_error(quote):
     return v4() / ICMP(type=3, code=3) / Raw(bytes(quote))
 
@@ -137,15 +146,23 @@ FORWARD = [
     Case("IPv4 total length below the header", lambda: v4(len=19) / UDP_OK, DROP, "ipv4_bad_length"),
     Case("IPv4 total length beyond the frame", lambda: v4(len=200) / UDP_OK, DROP, "ipv4_bad_length"),
     Case("IPv4 total length cuts the UDP header", lambda: v4(len=24) / UDP_OK, DROP, "l4_truncated"),
-    Case("IPv4 total length shorter than the frame (trailer forwarded)", lambda: v4(len=33) / UDP(sport=5000, dport=53, len=13) / Raw(b"query" + b"T" * 300), PASS),
+    Case("IPv4 total length shorter than the frame (trailer trimmed)", lambda: v4(len=33) / UDP(sport=5000, dport=53, len=13) / Raw(b"query" + b"T" * 300), PASS),
+    Case("IPv4 UDP with 20 trailing garbage bytes (trimmed)", lambda: bytes(v4() / UDP_OK) + b"\xee" * 20, PASS),
     Case("IPv4 bad header checksum", lambda: v4(chksum=0xBEEF) / UDP_OK, DROP, "ipv4_bad_checksum"),
     Case("IPv4 TTL 0", lambda: v4(ttl=0) / UDP_OK, DROP, "ttl_expired"),
     Case("IPv4 TTL 1", lambda: v4(ttl=1) / UDP_OK, DROP, "ttl_expired"),
     Case("IPv4 TTL 2", lambda: v4(ttl=2) / UDP_OK, PASS),
     Case("IPv4 valid options (NOP, NOP, NOP, EOL)", lambda: v4(options=b"\x01\x01\x01\x00") / UDP_OK, PASS),
-    Case("IPv4 option length past the header (not validated)", lambda: v4(options=b"\x07\x28\x04\x00") / UDP_OK, PASS),
-    Case("IPv4 option length 0 (not validated)", lambda: v4(options=b"\x44\x00\x00\x00") / UDP_OK, PASS),
-    Case("IPv4 loose source route (not validated)", lambda: v4(options=b"\x83\x07\x04\x0a\x02\x00\x01\x00") / UDP_OK, PASS),
+    Case("IPv4 record route option", lambda: v4(options=b"\x07\x07\x04\x00\x00\x00\x00\x00") / UDP_OK, PASS),
+    Case("IPv4 router alert option", lambda: v4(options=b"\x94\x04\x00\x00") / UDP_OK, PASS),
+    Case("IPv4 option length past the header", lambda: v4(options=b"\x07\x28\x04\x00") / UDP_OK, DROP, "ipv4_bad_option"),
+    Case("IPv4 option length 0", lambda: v4(options=b"\x44\x00\x00\x00") / UDP_OK, DROP, "ipv4_bad_option"),
+    Case("IPv4 option length 1", lambda: v4(options=b"\x07\x01\x00\x00") / UDP_OK, DROP, "ipv4_bad_option"),
+    Case("IPv4 option type in the last byte, no length", lambda: v4(options=b"\x01\x01\x01\x07") / UDP_OK, DROP, "ipv4_bad_option"),
+    Case("IPv4 loose source route", lambda: v4(options=b"\x83\x07\x04\x0a\x02\x00\x01\x00") / UDP_OK, DROP, "ipv4_source_route"),
+    Case("IPv4 strict source route", lambda: v4(options=b"\x89\x07\x04\x0a\x02\x00\x01\x00") / UDP_OK, DROP, "ipv4_source_route"),
+    Case("IPv4 loose source route after NOPs, in a first fragment", lambda: v4(flags="MF", id=16, options=b"\x01\x01\x01\x01\x83\x07\x04\x0a\x02\x00\x01\x00") / UDP(sport=5000, dport=53, len=40) / Raw(b"a" * 16), DROP, "ipv4_source_route"),
+    Case("ICMP error quoting a header with a source route (the quote is not walked)", lambda: icmp_error(bytes(IP(src=B4, dst=A4, options=b"\x83\x07\x04\x0a\x02\x00\x01\x00") / UDP(sport=53, dport=5000))[:36]), PASS),
     Case("IPv4 unknown protocol 253", lambda: v4(proto=253) / Raw(b"x" * 20), PASS),
     # --- IPv6 extension header chains -----------------------------------------------------------------------------
     Case("IPv6 HBH, DST, RT, DST, UDP", lambda: v6() / HBH() / DST() / RT() / DST() / UDP_OK, PASS),
@@ -153,12 +170,18 @@ FORWARD = [
     Case("IPv6 AH then UDP", lambda: v6() / AH(nh=17, payloadlen=4, spi=1, icv=b"\0" * 12) / UDP_OK, PASS),
     Case("IPv6 8 extension headers (the most supported)", lambda: v6() / ext_chain(8), PASS),
     Case("IPv6 9 extension headers", lambda: v6() / ext_chain(9), DROP, "ipv6_bad_ext_header"),
-    Case("IPv6 hop-by-hop after destination options (order not checked)", lambda: v6() / DST() / HBH() / UDP_OK, PASS),
+    Case("IPv6 hop-by-hop after destination options (RFC 8200 4.1)", lambda: v6() / DST() / HBH() / UDP_OK, DROP, "ipv6_bad_ext_header"),
+    Case("IPv6 hop-by-hop twice", lambda: v6() / HBH() / HBH() / UDP_OK, DROP, "ipv6_bad_ext_header"),
+    Case("IPv6 routing type 0, 1 segment left (RFC 5095)", lambda: v6() / RT(type=0, segleft=1, addresses=["2001:db8:2::1"]) / UDP_OK, DROP, "ipv6_routing_type0"),
+    Case("IPv6 routing type 0 after HBH, 2 segments left", lambda: v6() / HBH() / RT(type=0, segleft=2, addresses=["2001:db8:2::1", B6]) / UDP_OK, DROP, "ipv6_routing_type0"),
+    Case("IPv6 routing type 0, no segment left", lambda: v6() / RT(type=0, segleft=0, addresses=["2001:db8:2::1"]) / UDP_OK, PASS),
+    Case("IPv6 routing type 2, 1 segment left", lambda: v6() / RT(type=2, segleft=1, addresses=["2001:db8:2::1"]) / UDP_OK, PASS),
     Case("IPv6 unknown next header 253", lambda: v6(nh=253) / Raw(b"x" * 16), PASS),
     Case("IPv6 DST then unknown next header 253", lambda: v6() / DST(nh=253) / Raw(b"x" * 16), PASS),
     Case("IPv6 no next header (59)", lambda: v6(nh=59), PASS),
     Case("IPv6 payload length beyond the frame", lambda: v6(plen=300) / UDP_OK, DROP, "ipv6_bad_length"),
-    Case("IPv6 payload length shorter than the frame (trailer forwarded)", lambda: v6(plen=13) / UDP(sport=5000, dport=53, len=13) / Raw(b"query" + b"T" * 40), PASS),
+    Case("IPv6 payload length shorter than the frame (trailer trimmed)", lambda: v6(plen=13) / UDP(sport=5000, dport=53, len=13) / Raw(b"query" + b"T" * 40), PASS),
+    Case("IPv6 UDP with 20 trailing garbage bytes (trimmed)", lambda: bytes(v6() / UDP_OK) + b"\xee" * 20, PASS),
     Case("IPv6 version 4 under the IPv6 ethertype", lambda: Ether(src="02:aa:00:00:00:01", dst="02:bb:00:00:00:01", type=0x86DD) / IP(src=A4, dst=B4) / UDP_OK / Raw(b"\0" * 20), DROP, "ipv6_bad_version"),
     Case("IPv6 hop limit 0", lambda: v6(hlim=0) / UDP_OK, DROP, "ttl_expired"),
     Case("IPv6 hop limit 1", lambda: v6(hlim=1) / UDP_OK, DROP, "ttl_expired"),
@@ -203,6 +226,14 @@ FORWARD = [
     Case("ICMPv6 packet-too-big quoting 39 bytes", lambda: v6() / ICMPv6PacketTooBig(mtu=1280) / Raw(bytes(IPv6(src=B6, dst=A6) / UDP_OK)[:39]), DROP, "icmp_bad_quote"),
     Case("ICMPv6 unreachable quoting an IPv4 header", lambda: v6() / ICMPv6DestUnreach() / Raw(bytes(QUOTE_V4)), DROP, "icmp_bad_quote"),
     Case("ICMPv6 unreachable quoting UDP cut at 4", lambda: v6() / ICMPv6DestUnreach() / Raw(bytes(IPv6(src=B6, dst=A6) / UDP_OK)[:44]), DROP, "icmp_bad_quote"),
+    # --- neighbour discovery: taken (never forwarded); learned from only unfragmented with hop limit 255 --------------
+    Case("NS, hop limit 255 (taken: neighbour handling)", lambda: neighbour_solicitation(), DROP, "neighbour_frame"),
+    Case("NS, hop limit 64 (RFC 4861 7.1.1: not learned from)", lambda: neighbour_solicitation(hlim=64), DROP, "nd_invalid"),
+    Case("NS in a fragment (RFC 6980)", lambda: neighbour_solicitation(fragment=IPv6ExtHdrFragment(m=1, id=41)), DROP, "nd_invalid"),
+    Case("NS in an atomic fragment (RFC 6980)", lambda: neighbour_solicitation(fragment=IPv6ExtHdrFragment(id=42)), DROP, "nd_invalid"),
+    Case("NA, hop limit 254 (RFC 4861 7.1.2)", lambda: v6(hlim=254) / ICMPv6ND_NA(tgt=A6, R=0, S=0, O=1), DROP, "nd_invalid"),
+    Case("RA, hop limit 64 (RFC 4861 6.1.2)", lambda: v6(hlim=64) / ICMPv6ND_RA(), DROP, "nd_invalid"),
+    Case("ICMPv6 echo in a fragment (not ND: passes)", lambda: v6() / IPv6ExtHdrFragment(id=43) / ICMPv6EchoRequest(id=5), PASS),
     # --- tags and ethertypes ----------------------------------------------------------------------------------------
     Case("802.1Q tag", lambda: eth() / Dot1Q(vlan=10) / IP(src=A4, dst=B4) / UDP_OK, PASS),
     Case("QinQ (802.1ad over 802.1Q)", lambda: eth() / Dot1AD(vlan=10) / Dot1Q(vlan=20) / IP(src=A4, dst=B4) / UDP_OK, PASS),
@@ -216,7 +247,7 @@ FORWARD = [
     Case("IPv4 1500-byte datagram, exactly the MTU", lambda: v4() / UDP(sport=5000, dport=53) / Raw(b"j" * 1472), PASS),
     Case("IPv6 1501-byte datagram over the 1500 MTU", lambda: v6() / UDP(sport=5000, dport=53) / Raw(b"j" * 1453), DROP, "frame_too_big"),
     Case("IPv4 9000-byte jumbo", lambda: v4() / UDP(sport=5000, dport=53) / Raw(b"j" * 8972), DROP, "ipv4_bad_length"),
-    Case("IPv4 UDP padded to a 9000-byte frame (trailer forwarded)", lambda: v4(len=33) / UDP(sport=5000, dport=53, len=13) / Raw(b"query" + b"P" * 8953), PASS),
+    Case("IPv4 UDP padded to a 9000-byte frame (trimmed to the datagram)", lambda: v4(len=33) / UDP(sport=5000, dport=53, len=13) / Raw(b"query" + b"P" * 8953), PASS),
     Case("IPv6 9000-byte jumbo", lambda: v6() / UDP(sport=5000, dport=53) / Raw(b"j" * 8952), DROP, "ipv6_bad_length"),
 ]
 
@@ -268,15 +299,24 @@ def canary(index):
     return v4(src="10.0.9.1", dst="10.1.9.1") / UDP(sport=20000, dport=9) / Raw(b"canary%d" % index)
 
 
+def datagram_length(ip, ether_type):
+    """The IP datagram's length by its header (IPv4 total length, IPv6 payload length + 40)."""
+    if ether_type == b"\x08\x00":
+        return int.from_bytes(ip[2:4], "big")
+    return 40 + int.from_bytes(ip[4:6], "big")
+
+
 def forwarded(frame):
     """The frame sluice emits for a frame it passes: tags gone, MACs rewritten, TTL/hop limit minus one, IPv4
-    checksum updated, everything else (trailers included) untouched. The source MAC is checked apart."""
+    checksum updated, trimmed to the IP datagram (what follows it is padding or garbage), everything else untouched.
+    The source MAC is checked apart."""
     data = bytes(frame)
     l3 = 14
     while data[l3 - 2:l3] in (b"\x81\x00", b"\x88\xa8"):
         l3 += 4
     ether_type = data[l3 - 2:l3]
     ip = bytearray(data[l3:])
+    ip = ip[:datagram_length(ip, ether_type)]
     if ether_type == b"\x08\x00":
         ip[8] -= 1
         ip = bytearray(ipv4_checksum_fixed(bytes(ip), 0))
@@ -368,6 +408,20 @@ def test_forward_case(forward_run, case):
     check_case(forward_run, FORWARD, case)
 
 
+TRIMMED = [c for c in FORWARD if "trimmed" in c.name]
+
+
+@pytest.mark.parametrize("case", TRIMMED, ids=[c.name for c in TRIMMED])
+def test_trailing_bytes_leave_trimmed_to_the_datagram(forward_run, case):
+    """A frame longer than its datagram leaves as Ethernet + exactly the datagram (the output pcap's frame length)."""
+    sent = forward_run["frames"][2 * FORWARD.index(case)]
+    ether_type = sent[12:14]
+    datagram = datagram_length(sent[14:], ether_type)
+    assert len(sent) > 14 + datagram
+    got = forward_run["per_case"][FORWARD.index(case)]
+    assert len(got) == 1 and len(got[0]) == 14 + datagram, f"{case.name}: {len(got[0]) if got else None} bytes out"
+
+
 def test_firewall_battery_survives_counts_and_leaks_nothing(firewall_run):
     check_run(firewall_run, firewall_run["cases"])
     # Only the SYNs, the canaries' flow and the fragmented SYNs and UDP datagram opened connections: no bad flag set did.
@@ -377,3 +431,36 @@ def test_firewall_battery_survives_counts_and_leaks_nothing(firewall_run):
 @pytest.mark.parametrize("case", FIREWALL, ids=[c.name for c in FIREWALL])
 def test_firewall_case(firewall_run, case):
     check_case(firewall_run, firewall_run["cases"], case)
+
+
+def test_invalid_neighbour_advertisements_are_never_learned(tmp_path):
+    """p1 forwards to a next hop given by address, which sluice must resolve with ND. Advertisements for it in a
+    fragment (RFC 6980) or with a hop limit below 255 (RFC 4861 7.1.2), each with a MAC of its own, are dropped as
+    nd_invalid and never learned; the valid one after them is (so learning works in this run)."""
+    next_hop, good_mac = "2001:db8:1::99", "02:00:00:00:0e:01"
+    bad_macs = ["02:00:00:00:0b:01", "02:00:00:00:0b:02", "02:00:00:00:0b:03"]
+
+    def advertisement(mac, hlim=255, fragment=None):
+        ip = IPv6(src=next_hop, dst="ff02::1", hlim=hlim)
+        nd = ICMPv6ND_NA(tgt=next_hop, R=0, S=0, O=1) / ICMPv6NDOptDstLLAddr(lladdr=mac)
+        return Ether(src=mac, dst="33:33:00:00:00:01") / (ip / fragment / nd if fragment is not None else ip / nd)
+
+    frames = [advertisement(bad_macs[0], fragment=IPv6ExtHdrFragment(m=1, id=51)),
+              advertisement(bad_macs[1], fragment=IPv6ExtHdrFragment(id=52)),
+              advertisement(bad_macs[2], hlim=64),
+              advertisement(good_mac)]
+    wrpcap(str(tmp_path / "in0.pcap"), [])
+    wrpcap(str(tmp_path / "in1.pcap"), frames)
+    config = forwarding_config(tmp_path, f"tx_pcap={tmp_path}/out0.pcap", f"tx_pcap={tmp_path}/out1.pcap")
+    config["ports"][1]["addresses"] = ["2001:db8:1::1/64"]
+    config["forward"][0] = {"from": "p0", "to": "p1", "next_hop": next_hop}
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        stats = sluice.wait_accounted(len(frames))
+        wait_until(lambda: f"neighbour {next_hop} is at {good_mac}" in sluice.log(), timeout=10,
+                   what="the valid advertisement learned")
+        assert sluice.stop() == 0, sluice.log()
+    log = sluice.log()
+    for mac in bad_macs:
+        assert mac not in log, f"{mac} was learned:\n{log}"
+    assert stats.get("drop/nd_invalid") == 3 and stats["drop/neighbour_frame"] == 1, stats

@@ -90,8 +90,13 @@ Bytes ipv6_frame(uint8_t proto, const char* src, const char* dst, uint16_t sport
     return f;
 }
 
+DropReason parse(const Bytes& f, PacketMeta& meta, FiveTuple& tuple, uint32_t& datagram_end) {
+    return parse_frame(f.data(), static_cast<uint32_t>(f.size()), {}, meta, tuple, datagram_end);
+}
+
 DropReason parse(const Bytes& f, PacketMeta& meta, FiveTuple& tuple) {
-    return parse_frame(f.data(), static_cast<uint32_t>(f.size()), {}, meta, tuple);
+    uint32_t datagram_end;
+    return parse(f, meta, tuple, datagram_end);
 }
 
 DropReason parse(const Bytes& f) {
@@ -158,8 +163,9 @@ TEST_CASE("parse: malformed IPv4 frames are named", "[parse]") {
     CHECK(parse(checksum) == DropReason::ipv4_bad_checksum);
     PacketMeta meta;
     FiveTuple tuple;
+    uint32_t datagram_end;
     CHECK(parse_frame(checksum.data(), static_cast<uint32_t>(checksum.size()), {.ipv4_checksum_verified = true}, meta,
-                      tuple) == DropReason::none);
+                      tuple, datagram_end) == DropReason::none);
 
     Bytes options = good;  // IHL 6 claims 24 header bytes: the options eat the TCP header
     options[14] = 0x46;
@@ -362,4 +368,193 @@ TEST_CASE("parse: SCTP ports are in the tuple (rules match on them), a header un
     tuple_from_meta(frame.data(), static_cast<uint32_t>(frame.size()), meta, again, flags);
     CHECK(again == tuple);  // the worker rebuilds the same tuple
     CHECK(parse(ipv4_frame(IPPROTO_SCTP, "10.0.0.1", "10.0.0.2", 0, 0, Bytes(8, 0))) == DropReason::l4_truncated);
+}
+
+namespace {
+
+// A UDP datagram 10.0.0.1:1000 -> 10.0.0.2:53 whose IPv4 header carries `options` (a multiple of 4 bytes).
+Bytes ipv4_with_options(const Bytes& options) {
+    const Bytes l4 = l4_header(IPPROTO_UDP, 1000, 53);
+    Bytes f = ethernet(0x0800);
+    Bytes ip(20, 0);
+    ip[0] = static_cast<uint8_t>(0x40 | (20 + options.size()) / 4);
+    put16(ip, 2, static_cast<uint16_t>(20 + options.size() + l4.size()));
+    ip[8] = 64;
+    ip[9] = IPPROTO_UDP;
+    inet_pton(AF_INET, "10.0.0.1", &ip[12]);
+    inet_pton(AF_INET, "10.0.0.2", &ip[16]);
+    ip.insert(ip.end(), options.begin(), options.end());
+    f.insert(f.end(), ip.begin(), ip.end());
+    f.insert(f.end(), l4.begin(), l4.end());
+    fix_ipv4_checksum(f);
+    return f;
+}
+
+constexpr uint8_t kEol = 0, kNop = 1, kRecordRoute = 7, kTimestamp = 68, kRouterAlert = 148, kLsrr = 131, kSsrr = 137;
+
+}  // namespace
+
+TEST_CASE("parse: IPv4 options that are well formed pass, and the L4 header follows them", "[parse][ipv4-options]") {
+    const Bytes lists[] = {
+        {kNop, kNop, kNop, kEol},                                      // padding only
+        {kRecordRoute, 7, 4, 0, 0, 0, 0, kEol},                        // record route with one empty slot
+        {kTimestamp, 8, 5, 0, 0, 0, 0, 0},                             // timestamp, exactly filling the header
+        {kRouterAlert, 4, 0, 0},                                       // router alert (RFC 2113)
+        {kNop, kRouterAlert, 4, 0, 0, kEol, 0, 0},                     // NOP before, EOL padding after
+        {kEol, 0xff, 0xff, 0xff},                                      // after EOL nothing is an option (RFC 791)
+        {kEol, kLsrr, 7, 4},                                           // not even a source route
+        Bytes(40, kNop),                                               // IHL 15, the most there is
+    };
+    for (const Bytes& options : lists) {
+        INFO("options of " << options.size() << " bytes, first " << int(options[0]));
+        PacketMeta meta;
+        FiveTuple tuple;
+        REQUIRE(parse(ipv4_with_options(options), meta, tuple) == DropReason::none);
+        CHECK(meta.l4_offset == 14 + 20 + options.size());
+        CHECK(ntohs(tuple.src_port) == 1000);
+        CHECK(ntohs(tuple.dst_port) == 53);
+    }
+}
+
+TEST_CASE("parse: malformed IPv4 option lists are ipv4_bad_option", "[parse][ipv4-options]") {
+    const Bytes lists[] = {
+        {kTimestamp, 0, 0, 0},                       // length 0
+        {kRecordRoute, 1, 0, 0},                     // length 1: shorter than its own type and length bytes
+        {kRecordRoute, 40, 4, 0},                    // length 40 in a 4-byte option area
+        {kNop, kRouterAlert, 4, 0},                  // router alert running one byte past the header
+        {kNop, kNop, kNop, kRecordRoute},            // a type byte with no room for its length
+        {kRouterAlert, 4, 0, 0, kTimestamp, 0, 0, 0},  // a good option, then a bad one
+    };
+    for (const Bytes& options : lists) {
+        INFO("options " << int(options[0]) << " " << int(options[1]) << " " << int(options[2]) << " " << int(options[3]));
+        CHECK(parse(ipv4_with_options(options)) == DropReason::ipv4_bad_option);
+    }
+}
+
+TEST_CASE("parse: IPv4 loose and strict source routes are dropped (RFC 7126 4.3, 4.4)", "[parse][ipv4-options]") {
+    CHECK(parse(ipv4_with_options({kLsrr, 7, 4, 10, 2, 0, 1, kEol})) == DropReason::ipv4_source_route);
+    CHECK(parse(ipv4_with_options({kSsrr, 7, 4, 10, 2, 0, 1, kEol})) == DropReason::ipv4_source_route);
+    CHECK(parse(ipv4_with_options({kNop, kNop, kNop, kNop, kLsrr, 3, 4, kEol})) == DropReason::ipv4_source_route);
+    CHECK(parse(ipv4_with_options({kRecordRoute, 7, 4, 0, 0, 0, 0, kSsrr, 3, 4, kEol, kEol})) ==
+          DropReason::ipv4_source_route);
+    CHECK(parse(ipv4_with_options({kLsrr, 40, 4, 0})) == DropReason::ipv4_bad_option);  // malformed first
+
+    // A fragment's own header is walked too; an ICMP error's quoted header is not (only its addresses and ports are read).
+    Bytes fragment = ipv4_with_options({kLsrr, 7, 4, 10, 2, 0, 1, kEol});
+    fragment[14 + 6] = 0x20;  // more fragments
+    fix_ipv4_checksum(fragment);
+    CHECK(parse(fragment) == DropReason::ipv4_source_route);
+
+    const Bytes routed = ipv4_with_options({kLsrr, 7, 4, 10, 2, 0, 1, kEol});
+    Bytes icmp(8, 0);
+    icmp[0] = 3;  // destination unreachable
+    icmp[1] = 3;
+    icmp.insert(icmp.end(), routed.begin() + 14, routed.begin() + 14 + 28 + 8);  // header with options + 8 bytes
+    PacketMeta meta;
+    FiveTuple tuple;
+    REQUIRE(parse(ipv4_frame(IPPROTO_ICMP, "10.0.0.2", "10.0.0.1", 0, 0, icmp), meta, tuple) == DropReason::none);
+    CHECK((meta.flags & kMetaIcmpError));
+    CHECK(ntohs(tuple.dst_port) == 53);
+}
+
+namespace {
+
+// An 8-byte extension header naming `next`.
+Bytes ext_header(uint8_t next) {
+    Bytes h(8, 0);
+    h[0] = next;
+    return h;
+}
+
+Bytes routing_header(uint8_t next, uint8_t type, uint8_t segments_left) {
+    Bytes h(24, 0);  // type 0 with one address: header length 2 (24 bytes)
+    h[0] = next;
+    h[1] = 2;
+    h[2] = type;
+    h[3] = segments_left;
+    return h;
+}
+
+Bytes concat(std::initializer_list<Bytes> parts) {
+    Bytes all;
+    for (const Bytes& p : parts) all.insert(all.end(), p.begin(), p.end());
+    return all;
+}
+
+}  // namespace
+
+TEST_CASE("parse: IPv6 hop-by-hop options anywhere but first are ipv6_bad_ext_header (RFC 8200 4.1)", "[parse][ipv6-ext]") {
+    const char* a = "2001:db8::1";
+    const char* b = "2001:db8::2";
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({ext_header(IPPROTO_DSTOPTS), ext_header(IPPROTO_UDP)}),
+                           IPPROTO_HOPOPTS)) == DropReason::none);
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({ext_header(IPPROTO_HOPOPTS), ext_header(IPPROTO_UDP)}),
+                           IPPROTO_DSTOPTS)) == DropReason::ipv6_bad_ext_header);
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({ext_header(IPPROTO_HOPOPTS), ext_header(IPPROTO_UDP)}),
+                           IPPROTO_HOPOPTS)) == DropReason::ipv6_bad_ext_header);  // twice
+    // After the fragment header of a first fragment (it is in the unfragmentable part or nowhere).
+    Bytes fragment = ext_header(IPPROTO_HOPOPTS);
+    fragment[3] = 0x01;  // M flag
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({fragment, ext_header(IPPROTO_UDP)}), IPPROTO_FRAGMENT)) ==
+          DropReason::ipv6_bad_ext_header);
+}
+
+TEST_CASE("parse: an IPv6 type 0 routing header is dropped while it has segments left (RFC 5095)", "[parse][ipv6-ext]") {
+    const char* a = "2001:db8::1";
+    const char* b = "2001:db8::2";
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 0, 1), IPPROTO_ROUTING)) ==
+          DropReason::ipv6_routing_type0);
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({ext_header(IPPROTO_ROUTING), routing_header(IPPROTO_UDP, 0, 255)}),
+                           IPPROTO_HOPOPTS)) == DropReason::ipv6_routing_type0);
+    // Segments left 0: processed as an unrecognised type, which it then is not: it passes.
+    PacketMeta meta;
+    FiveTuple tuple;
+    REQUIRE(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 0, 0), IPPROTO_ROUTING), meta, tuple) ==
+            DropReason::none);
+    CHECK(meta.l4_offset == 14 + 40 + 24);
+    CHECK(ntohs(tuple.dst_port) == 2);
+    // Other routing types pass whatever their segments left (type 2, mobile IPv6; type 4, segment routing).
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 2, 1), IPPROTO_ROUTING)) == DropReason::none);
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 4, 1), IPPROTO_ROUTING)) == DropReason::none);
+}
+
+TEST_CASE("parse: datagram_end is where the IP datagram ends, whatever follows it", "[parse][trailer]") {
+    PacketMeta meta;
+    FiveTuple tuple;
+    uint32_t datagram_end = 0;
+
+    Bytes v4 = ipv4_frame(IPPROTO_UDP, "10.0.0.1", "10.0.0.2", 53, 53);
+    const uint32_t v4_length = static_cast<uint32_t>(v4.size());
+    REQUIRE(parse(v4, meta, tuple, datagram_end) == DropReason::none);
+    CHECK(datagram_end == v4_length);  // no trailer
+    v4.insert(v4.end(), 20, 0xee);     // 20 bytes of garbage after the datagram
+    REQUIRE(parse(v4, meta, tuple, datagram_end) == DropReason::none);
+    CHECK(datagram_end == v4_length);
+    CHECK(datagram_end == 14u + 20 + 8);
+
+    Bytes padded = ipv4_frame(IPPROTO_TCP, "10.0.0.1", "10.0.0.2", 1, 2);
+    padded.resize(60, 0);  // Ethernet minimum-size padding
+    REQUIRE(parse(padded, meta, tuple, datagram_end) == DropReason::none);
+    CHECK(datagram_end == 14u + 20 + 20);
+
+    Bytes v6 = ipv6_frame(IPPROTO_UDP, "2001:db8::1", "2001:db8::2", 1, 2);
+    const uint32_t v6_length = static_cast<uint32_t>(v6.size());
+    v6.insert(v6.end(), 20, 0xee);
+    REQUIRE(parse(v6, meta, tuple, datagram_end) == DropReason::none);
+    CHECK(datagram_end == v6_length);
+    CHECK(datagram_end == 14u + 40 + 8);
+
+    // Behind a VLAN tag the datagram starts 4 bytes later.
+    Bytes tagged(v4.begin(), v4.begin() + 12);
+    const uint8_t tag[] = {0x81, 0x00, 0x00, 0x0a};
+    tagged.insert(tagged.end(), std::begin(tag), std::end(tag));
+    tagged.insert(tagged.end(), v4.begin() + 12, v4.end());
+    REQUIRE(parse(tagged, meta, tuple, datagram_end) == DropReason::none);
+    CHECK(datagram_end == v4_length + 4);
+
+    // No IP datagram: the whole frame (ARP keeps its padding).
+    Bytes arp = ethernet(0x0806);
+    arp.resize(60, 0);
+    CHECK(parse(arp, meta, tuple, datagram_end) == DropReason::not_ip);
+    CHECK(datagram_end == 60);
 }
