@@ -41,6 +41,8 @@ namespace sluice {
     X(lb_no_backend, "a new connection to a service with no usable backend (all down or draining)")  \
     X(lb_backend_removed, "packet of a connection whose backend was removed (service: removed_backends: drop)") \
     X(lb_nat_no_state, "a non-SYN TCP packet to a nat service with no connection (no shared state across instances)") \
+    X(syn_proxy_bad_cookie, "an ACK with no connection to a syn_proxy service whose cookie is wrong or expired") \
+    X(syn_proxy_pending, "a client packet of a syn_proxy connection whose backend has not answered yet (it is resent)") \
     X(nat_ports_exhausted, "a new NAT connection found no free port on the pool address")           \
     X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")              \
     X(tunnel_too_big, "packet too big for the egress MTU once encapsulated")                        \

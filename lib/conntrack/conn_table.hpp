@@ -78,6 +78,13 @@ inline constexpr uint32_t kNoPeer = UINT32_MAX;
 // sluice sees one direction only (dsr and tunnel: the backend answers the client directly), so the two-sided TCP
 // state machine cannot apply: a SYN opens, any ACK establishes, a FIN starts the close and a RST ends it.
 inline constexpr uint8_t kConnFlagOneWay = 0x10;
+// A syn_proxy connection: the client took sluice's cookie as the server's ISN, the backend chose its own, so every
+// packet's sequence (to the client) or acknowledgment (to the backend) number moves by a shift. Set on the
+// connection and on its alias, whose entry holds the shift (ConnTable::seq_shift).
+inline constexpr uint8_t kConnFlagSynProxy = 0x20;
+// ... and the backend has not answered sluice's SYN yet: the alias holds the cookie, not the shift, and the
+// client's packets wait (they are dropped and resent by the client).
+inline constexpr uint8_t kConnFlagSynProxyPending = 0x40;
 
 // What a packet did to its connection.
 enum class TrackVerdict : uint8_t { ok, invalid };
@@ -147,6 +154,15 @@ public:
         client_port = static_cast<uint16_t>(e.rule_index >> 16);
         vip_port = static_cast<uint16_t>(e.rule_index);
     }
+
+    // A syn_proxy connection's alias keeps its sequence shift (or, while pending, the cookie) in the backend slot,
+    // which an alias does not otherwise use: the reply rewrite reads the alias's cache line anyway.
+    void set_seq_shift(int32_t alias, uint32_t shift) { entries_[alias].backend = shift; }
+    uint32_t seq_shift(int32_t alias) const { return entries_[alias].backend; }
+    // ... and, while pending, the client's receive window (for the ACK that completes the backend's handshake) in
+    // the nat_port slot.
+    void set_pending_window(int32_t alias, uint16_t window) { entries_[alias].nat_port = window; }
+    uint16_t pending_window(int32_t alias) const { return entries_[alias].nat_port; }
 
     // The canonical key stored for an index (a lookup in rte_hash's key store; not for every packet).
     bool key_at(int32_t index, FiveTuple& key) const;

@@ -722,7 +722,7 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
     const LoadBalancerConfig& lb = config.load_balancer;
     for (const YAML::Node& s : node) {
         if (!d.map(s, "a service", {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends",
-                                    "health_check", "min_healthy", "backends"}))
+                                    "health_check", "min_healthy", "syn_proxy", "backends"}))
             continue;
         ServiceConfig service;
         const std::size_t errors_before = d.errors().size();
@@ -758,6 +758,7 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
         });
         d.field(s, "min_healthy", what, false,
                 [&](const YAML::Node& v) { d.integer(v, what + " min_healthy", service.min_healthy, 0, 65535); });
+        d.field(s, "syn_proxy", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " syn_proxy", service.syn_proxy); });
         HealthCheckConfig service_health;
         d.field(s, "health_check", what, false, [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });
         d.field(s, "backends", what, true, [&](const YAML::Node& v) {
@@ -807,6 +808,9 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
             const char* family = service.family == IpFamily::ipv4 ? "IPv4" : "IPv6";
             if (service.mode == LbMode::nat && !has_pool(service.family))
                 d.error(s["mode"], what + ": mode nat needs an " + std::string(family) + " address in load_balancer nat_pool");
+            if (service.syn_proxy && (service.mode != LbMode::nat || service.protocol != IPPROTO_TCP))
+                d.error(s["syn_proxy"], what + ": syn_proxy needs mode nat and protocol tcp (sluice must see both directions "
+                                                "to translate sequence numbers)");
             if (service.mode == LbMode::tunnel &&
                 !(service.family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6))
                 d.error(s["mode"], what + ": mode tunnel needs an " + std::string(family) + " load_balancer tunnel_source");

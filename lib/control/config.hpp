@@ -161,6 +161,7 @@ struct ServiceConfig {
     uint32_t table_size = 65537;
     bool drop_removed = false;  // removed_backends: drop (else keep until they end)
     uint32_t min_healthy = 1;   // bgp: the VIP is announced only while this many backends are usable
+    bool syn_proxy = false;     // SYN cookies: no state before the client completes the handshake (nat, tcp only)
     std::vector<BackendConfig> backends;
 };
 

@@ -139,6 +139,7 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
         service.vip.proto = sc.protocol;
         service.vip.family = sc.family;
         service.mode = sc.mode;
+        service.syn_proxy = sc.syn_proxy;
         service.table_size = sc.table_size;
         std::vector<MaglevBackend> maglev;
         for (const BackendConfig& bc : sc.backends) {

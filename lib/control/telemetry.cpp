@@ -81,6 +81,8 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
     rte_tel_data_add_dict_u64(d, "neighbour_solicitations", totals.neighbour_solicitations);
     rte_tel_data_add_dict_u64(d, "lb_stateless_adoptions", totals.lb_adoptions);
     rte_tel_data_add_dict_u64(d, "lb_stateless_forwards", totals.lb_stateless_forwards);
+    rte_tel_data_add_dict_u64(d, "syn_cookies_sent", totals.syn_cookies_sent);
+    rte_tel_data_add_dict_u64(d, "syn_cookies_accepted", totals.syn_cookies_accepted);
     return 0;
 }
 

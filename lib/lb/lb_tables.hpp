@@ -51,6 +51,7 @@ struct LbService {
     std::string name;
     VipKey vip;
     LbMode mode = LbMode::nat;
+    bool syn_proxy = false;              // nat + tcp: new connections are answered with SYN cookies first
     uint32_t table_size = 0;
     std::vector<uint16_t> maglev;        // slot -> index into backend_ids, kMaglevNoBackend when none is usable
     std::vector<uint32_t> backend_ids;   // in config order: stable ids

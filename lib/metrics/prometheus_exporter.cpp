@@ -99,7 +99,7 @@ public:
         MetricFamily& entries = family("sluice_conntrack_entries", "Connections a worker tracks", MetricType::Gauge);
         MetricFamily& capacity = family("sluice_conntrack_capacity", "Connections a worker can track", MetricType::Gauge);
         MetricFamily& inserts = family("sluice_conntrack_inserts_total", "Connections a worker started tracking", MetricType::Counter);
-        MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out)", MetricType::Counter);
+        MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out, or removed early: a backend removed with drop, a NAT connection that found no port, a client that gave up a SYN-proxy handshake)", MetricType::Counter);
         MetricFamily& rejects = family("sluice_rejects_sent_total", "TCP RSTs and ICMP unreachables sent for reject rules", MetricType::Counter);
         MetricFamily& full = family("sluice_conntrack_full_drops_total", "New connections a worker refused because its table was full", MetricType::Counter);
         MetricFamily& adopted = family("sluice_lb_stateless_adoptions_total",
@@ -108,9 +108,17 @@ public:
         MetricFamily& passed = family("sluice_lb_stateless_forwards_total",
                                       "FINs and RSTs of unknown dsr/tunnel connections a worker sent to their Maglev backend without an entry",
                                       MetricType::Counter);
+        MetricFamily& cookies = family("sluice_syn_cookies_sent_total",
+                                       "SYN+ACKs with a SYN cookie a worker sent for syn_proxy services (no state made)",
+                                       MetricType::Counter);
+        MetricFamily& accepted = family("sluice_syn_cookies_accepted_total",
+                                        "ACKs with a valid SYN cookie: connections a worker opened towards their backend",
+                                        MetricType::Counter);
         dp.for_each_lcore([&](const LcoreContext& ctx) {
             if (!ctx.worker) return;
             const std::string w = std::to_string(ctx.worker_index);
+            sample(cookies, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.syn_cookies_sent)));
+            sample(accepted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.syn_cookies_accepted)));
             const uint64_t opened = counter_read(ctx.counters.conn_inserts), gone = counter_read(ctx.counters.conn_expired);
             sample(rejects, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.rejects_sent)));
             sample(adopted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_adoptions)));

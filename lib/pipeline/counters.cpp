@@ -16,6 +16,8 @@ void CounterTotals::add(const LcoreCounters& c) {
     log_suppressed += counter_read(c.log_suppressed);
     lb_adoptions += counter_read(c.lb_adoptions);
     lb_stateless_forwards += counter_read(c.lb_stateless_forwards);
+    syn_cookies_sent += counter_read(c.syn_cookies_sent);
+    syn_cookies_accepted += counter_read(c.syn_cookies_accepted);
     for (std::size_t p = 0; p < ports.size(); ++p) {
         ports[p].rx_packets += counter_read(c.ports[p].rx_packets);
         ports[p].rx_bytes += counter_read(c.ports[p].rx_bytes);

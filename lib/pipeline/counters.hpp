@@ -26,13 +26,15 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t ring_enqueued = 0; // handed to another worker
     uint64_t ring_dequeued = 0;
     uint64_t conn_inserts = 0;    // connections this worker started tracking
-    uint64_t conn_expired = 0;    // and stopped tracking (timed out); live = inserts - expired
+    uint64_t conn_expired = 0;    // and stopped tracking (timed out or removed early); live = inserts - expired
     uint64_t rejects_sent = 0;    // RSTs and ICMP unreachables sent for reject rules
     uint64_t neighbour_replies = 0;        // ARP replies and NAs sent for sluice's addresses
     uint64_t neighbour_solicitations = 0;  // ARP requests and NSs sent to resolve next hops and backends
     uint64_t log_suppressed = 0;           // decisions to log that the log rate (or a full ring) left out
     uint64_t lb_adoptions = 0;             // dsr/tunnel connections picked up mid-stream (no SYN seen: ECMP moved them)
     uint64_t lb_stateless_forwards = 0;    // FINs and RSTs of unknown dsr/tunnel connections sent on by Maglev, no entry
+    uint64_t syn_cookies_sent = 0;         // SYN+ACKs with a cookie sent for syn_proxy services (no state made)
+    uint64_t syn_cookies_accepted = 0;     // ACKs with a valid cookie: the connection opened towards its backend
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
@@ -53,6 +55,8 @@ struct CounterTotals {
     uint64_t log_suppressed = 0;
     uint64_t lb_adoptions = 0;
     uint64_t lb_stateless_forwards = 0;
+    uint64_t syn_cookies_sent = 0;
+    uint64_t syn_cookies_accepted = 0;
     std::array<PortCounters, RTE_MAX_ETHPORTS> ports{};
 
     void add(const LcoreCounters& c);

@@ -5,6 +5,8 @@
 #include <string>
 #include <thread>
 
+#include <sys/random.h>
+
 #include <rte_lcore.h>
 #include <rte_cycles.h>
 #include <rte_malloc.h>
@@ -12,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dpdk/startup_error.hpp"
+#include "packet/syn_proxy.hpp"
 #include "pipeline/forward_stage.hpp"
 
 namespace sluice {
@@ -71,6 +74,12 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         rings_.push_back(ring);
     }
 
+    // One SYN cookie key for the process: a reload keeps it (cookies in flight stay valid), a restart makes a new
+    // one (the handshakes in flight are retried by their clients).
+    SipHashKey syn_cookie_key;
+    if (getrandom(&syn_cookie_key, sizeof syn_cookie_key, 0) != sizeof syn_cookie_key)
+        throw StartupError("cannot read random bytes for the SYN cookie key");
+
     uint16_t next_worker = 0;
     for (const LcorePlan& plan : spec.lcores) {
         const int socket = static_cast<int>(rte_lcore_to_socket_id(plan.lcore_id));
@@ -102,6 +111,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         if (!plan.worker) continue;
 
         ctx->worker_index = next_worker;
+        ctx->syn_cookie_key = syn_cookie_key;
+        ctx->syn_cookie_period_tsc = rte_get_tsc_hz() * kSynCookiePeriodSeconds;
         ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
         ctx->neighbour_events = neighbour_events_;
         ctx->decision_log = decision_log_;

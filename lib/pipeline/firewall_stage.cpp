@@ -7,16 +7,26 @@
 #include <rte_hash_crc.h>
 #include <rte_lpm.h>
 #include <rte_lpm6.h>
+#include <rte_tcp.h>
 
 #include "conntrack/tcp_state.hpp"
 #include "lb/maglev.hpp"
 #include "packet/packet_meta.hpp"
 #include "packet/reject.hpp"
+#include "packet/syn_proxy.hpp"
 
 namespace sluice {
 namespace {
 
-enum class Fate : uint8_t { pass, drop, reject, classify };
+// answer: the packet became sluice's own segment (syn_proxy) and leaves by the port it came in on.
+enum class Fate : uint8_t { pass, drop, reject, answer, classify };
+
+// What a syn_proxy service does with a TCP packet that has no connection (docs/architecture.md, "SYN proxy").
+enum class SynProxyStep : uint8_t {
+    none,
+    answer_syn,     // a SYN the rules allow: answered with a cookie, nothing kept
+    open_backend,   // an ACK carrying a valid cookie: the connection opens and the ACK becomes the SYN to the backend
+};
 
 constexpr uint8_t kIpProtoTcp = 6;
 
@@ -60,6 +70,16 @@ void log_decision(LcoreContext& ctx, const FirewallTables& fw, const FiveTuple& 
     ctx.log_tokens -= 1.0;
 }
 
+// The MSS sluice announces in its SYN+ACK: what the smallest MTU of the ports it sends on leaves for TCP.
+uint16_t proxy_mss(const LcoreContext& ctx, const Snapshot& snapshot, IpFamily family) {
+    uint16_t mtu = UINT16_MAX;
+    for (uint16_t k = 0; k < ctx.tx_port_count; ++k) mtu = std::min(mtu, snapshot.port_mtu[ctx.tx_ports[k]]);
+    const uint16_t headers = family == IpFamily::ipv4 ? 40 : 60;
+    return mtu > headers ? static_cast<uint16_t>(mtu - headers) : kSynCookieMss[0];
+}
+
+const rte_ether_addr& sender_mac(rte_mbuf* m) { return rte_pktmbuf_mtod(m, const rte_ether_hdr*)->src_addr; }
+
 }  // namespace
 
 uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, uint64_t now_tsc,
@@ -78,6 +98,8 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     ConnState opening[kBurst];
     tcp::Pickup pickup[kBurst];     // a mid-stream TCP packet to a dsr or tunnel VIP (docs/architecture.md)
     uint32_t pickup_rule[kBurst];   // pickup == forward: the stable id of the rule that allowed it
+    SynProxyStep proxy[kBurst];
+    uint8_t cookie_mss[kBurst];     // proxy == open_backend: the kSynCookieMss index the cookie carried
     PacketRoute route[kBurst];
 
     for (uint16_t i = 0; i < count; ++i) {
@@ -89,6 +111,96 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     }
     table.lookup_bulk(tuple_ptrs, hashes, count, positions);
 
+    // Removes a connection before its time, counted like an expiry (the entry gauge is inserts - expired).
+    const auto forget = [&](int32_t conn) {
+        table.remove(conn);
+        counter_add(ctx.counters.conn_expired);
+    };
+
+    // sluice's ACK that completes a syn_proxy backend's handshake, written over the backend's SYN+ACK (packet i,
+    // which came by the connection's alias) and sent back out of the port it came in on.
+    const auto acknowledge_backend = [&](uint16_t i, int32_t alias) {
+        const auto* tcp = rte_pktmbuf_mtod_offset(pkts[i], const rte_tcp_hdr*, packet_meta(pkts[i])->l4_offset);
+        TcpSegment ack;
+        ack.family = tuples[i].family;
+        ack.src = tuples[i].dst;  // the pool address and port
+        ack.dst = tuples[i].src;  // the backend
+        ack.src_port = tuples[i].dst_port;
+        ack.dst_port = tuples[i].src_port;
+        ack.seq = rte_be_to_cpu_32(tcp->recv_ack);
+        ack.ack = rte_be_to_cpu_32(tcp->sent_seq) + 1;
+        ack.flags = RTE_TCP_ACK_FLAG;
+        ack.window = table.pending_window(alias);
+        const rte_ether_addr backend_mac = sender_mac(pkts[i]);
+        fate[i] = write_tcp_segment(pkts[i], *packet_meta(pkts[i]), ack, backend_mac, snapshot.port_mac[pkts[i]->port])
+                      ? Fate::answer
+                      : Fate::drop;  // no room in the mbuf: cannot happen with sluice's pools; fate drop keeps the reason set
+    };
+
+    // The SYN sluice sends a syn_proxy connection's backend, written over client packet i (to the VIP): the client's
+    // ISN and window, and the MSS its cookie kept. The forward stage's NAT rewrite sends it to the backend.
+    const auto write_backend_syn = [&](uint16_t i, uint32_t client_isn, uint8_t mss_index) {
+        rte_mbuf* m = pkts[i];
+        const auto* tcp = rte_pktmbuf_mtod_offset(m, const rte_tcp_hdr*, packet_meta(m)->l4_offset);
+        TcpSegment syn;
+        syn.family = tuples[i].family;
+        syn.src = tuples[i].src;
+        syn.dst = tuples[i].dst;
+        syn.src_port = tuples[i].src_port;
+        syn.dst_port = tuples[i].dst_port;
+        syn.seq = client_isn;
+        syn.flags = RTE_TCP_SYN_FLAG;
+        syn.window = rte_be_to_cpu_16(tcp->rx_win);
+        syn.mss = kSynCookieMss[mss_index];
+        const rte_ether_addr client_mac = sender_mac(m);  // any: the forward stage writes the backend's MAC
+        return write_tcp_segment(m, *packet_meta(m), syn, client_mac, snapshot.port_mac[m->port]);
+    };
+
+    // A packet of a syn_proxy connection whose backend has not answered sluice's SYN yet (came by `position`).
+    // True when it goes on to the normal path (a backend's RST); otherwise fate and reason are final.
+    const auto settle_pending = [&](uint16_t i, int32_t conn, int32_t position, bool via_alias) {
+        fate[i] = Fate::drop;  // until the backend answers, the client's packets wait (they are resent)
+        reason[i] = DropReason::syn_proxy_pending;
+        const PacketMeta& meta = *packet_meta(pkts[i]);
+        if (meta.l4_offset == 0) return false;  // a later fragment
+        const auto* tcp = rte_pktmbuf_mtod_offset(pkts[i], const rte_tcp_hdr*, meta.l4_offset);
+        const tcp::Kind kind = tcp::classify(tcp_flags[i]);
+        ConnEntry& entry = table.entry(conn);
+        if (!via_alias) {
+            if (kind == tcp::Kind::rst) {
+                forget(conn);  // the client gave up: so does sluice (its NAT port is free again)
+                return false;
+            }
+            // A client retransmission: the SYN to the backend may have been lost (nothing else resends it). The
+            // cookie covers the client's ISN, so it tells a retransmission from the start (seq = ISN + 1) apart.
+            const int32_t alias = static_cast<int32_t>(entry.peer);
+            const uint32_t cookie = table.seq_shift(alias);
+            const uint32_t isn = rte_be_to_cpu_32(tcp->sent_seq) - 1;
+            if (rte_be_to_cpu_32(tcp->recv_ack) != cookie + 1 ||
+                syn_cookie_check(ctx.syn_cookie_key, tuples[i], isn, cookie, now_tsc / ctx.syn_cookie_period_tsc) < 0 ||
+                !write_backend_syn(i, isn, static_cast<uint8_t>(cookie & 0x3)))
+                return false;
+            fate[i] = Fate::pass;
+            route[i] = PacketRoute{conn, entry.backend - 1, RouteKind::to_backend};
+            return false;
+        }
+        const uint32_t cookie = table.seq_shift(position);
+        const uint32_t backend_seq = rte_be_to_cpu_32(tcp->sent_seq);
+        if (kind == tcp::Kind::rst) {
+            table.set_seq_shift(position, backend_seq - (cookie + 1));  // the client expects the cookie's ISN + 1
+            entry.flags &= static_cast<uint8_t>(~kConnFlagSynProxyPending);
+            return true;  // tracked and sent on to the client as any reply
+        }
+        if (kind != tcp::Kind::synack ||
+            table.track_direction(conn, true, tcp_flags[i], rte_pktmbuf_pkt_len(pkts[i]), now_tsc) != TrackVerdict::ok)
+            return false;
+        table.set_seq_shift(position, backend_seq - cookie);
+        entry.flags &= static_cast<uint8_t>(~kConnFlagSynProxyPending);
+        table.track_direction(conn, false, tcp::kAck, 0, now_tsc);  // sluice's ACK, written next
+        acknowledge_backend(i, position);
+        return false;
+    };
+
     // A packet of a tracked connection (found under either key): tracked, counted, and routed to its backend.
     const auto settle_known = [&](uint16_t i, int32_t position, bool icmp_error) {
         bool via_alias;
@@ -98,6 +210,15 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             return;
         }
         const bool reply = via_alias || table.is_reply(conn, tuples[i]);
+        if (SLUICE_UNLIKELY(table.entry(conn).flags & kConnFlagSynProxy)) {
+            if ((table.entry(conn).flags & kConnFlagSynProxyPending) && !settle_pending(i, conn, position, via_alias))
+                return;
+            if (via_alias && tcp::classify(tcp_flags[i]) == tcp::Kind::synack) {
+                acknowledge_backend(i, position);  // a retransmission: sluice's ACK was lost; the client never sees it
+                reason[i] = DropReason::syn_proxy_pending;
+                return;
+            }
+        }
         // A later fragment has no TCP header: it belongs to the connection but moves no state.
         const PacketMeta& meta = *packet_meta(pkts[i]);
         const bool later_fragment = (meta.flags & kMetaFragment) && meta.l4_offset == 0;
@@ -114,7 +235,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         const uint32_t backend = entry.backend - 1;
         if (SLUICE_UNLIKELY(backend >= lb.backends.size() ||
                             (lb.backends[backend].removed && lb.backends[backend].drop_when_removed))) {
-            table.remove(conn);
+            forget(conn);
             fate[i] = Fate::drop;
             reason[i] = DropReason::lb_backend_removed;
             return;
@@ -161,9 +282,28 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             continue;
         }
         route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided
-        pickup[i] = service >= 0 && tuples[i].proto == kIpProtoTcp ? tcp::one_way_pickup(tcp::classify(tcp_flags[i]))
-                                                                   : tcp::Pickup::none;
-        if (SLUICE_UNLIKELY(pickup[i] != tcp::Pickup::none)) {
+        proxy[i] = SynProxyStep::none;
+        const tcp::Kind kind = tuples[i].proto == kIpProtoTcp ? tcp::classify(tcp_flags[i]) : tcp::Kind::bad;
+        pickup[i] = service >= 0 && tuples[i].proto == kIpProtoTcp ? tcp::one_way_pickup(kind) : tcp::Pickup::none;
+        if (SLUICE_UNLIKELY(service >= 0 && lb.services[service].syn_proxy && tuples[i].proto == kIpProtoTcp &&
+                            (kind == tcp::Kind::syn || kind == tcp::Kind::ack))) {
+            // A SYN is answered with a cookie once the rules allow it; an ACK must bring a cookie back.
+            pickup[i] = tcp::Pickup::none;
+            opening[i] = ConnState::tcp_syn_sent;
+            proxy[i] = kind == tcp::Kind::syn ? SynProxyStep::answer_syn : SynProxyStep::open_backend;
+            if (kind == tcp::Kind::ack) {
+                const auto* tcp = rte_pktmbuf_mtod_offset(pkts[i], const rte_tcp_hdr*, meta.l4_offset);
+                const int mss = syn_cookie_check(ctx.syn_cookie_key, tuples[i], rte_be_to_cpu_32(tcp->sent_seq) - 1,
+                                                 rte_be_to_cpu_32(tcp->recv_ack) - 1, now_tsc / ctx.syn_cookie_period_tsc);
+                if (mss < 0) {
+                    fate[i] = Fate::drop;
+                    reason[i] = DropReason::syn_proxy_bad_cookie;
+                    retry[retry_count++] = i;  // the connection its cookie opened earlier in this burst takes it
+                    continue;
+                }
+                cookie_mss[i] = static_cast<uint8_t>(mss);
+            }
+        } else if (SLUICE_UNLIKELY(pickup[i] != tcp::Pickup::none)) {
             // A packet of a connection this instance never saw open: behind ECMP, another instance opened it and
             // died, or ECMP rehashed. dsr and tunnel services pick it up by Maglev (the same table on every
             // instance gives the same backend) once the rules allow it; nat cannot (the backend knows the
@@ -185,6 +325,56 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         if (tuples[i].family == IpFamily::ipv4) v4_new[v4_count++] = i;
         else v6_new[v6_count++] = i;
     }
+
+    // An ACK whose cookie opened connection conn (alias: its NAT key) becomes the SYN sluice sends the backend; the
+    // client's packets wait until the backend answers. False when it cannot be written (the caller drops it).
+    const auto open_towards_backend = [&](uint16_t i, int32_t conn, int32_t alias) {
+        const auto* tcp = rte_pktmbuf_mtod_offset(pkts[i], const rte_tcp_hdr*, packet_meta(pkts[i])->l4_offset);
+        table.set_seq_shift(alias, rte_be_to_cpu_32(tcp->recv_ack) - 1);  // the cookie, until the backend's ISN is known
+        table.set_pending_window(alias, rte_be_to_cpu_16(tcp->rx_win));
+        table.entry(conn).flags |= kConnFlagSynProxy | kConnFlagSynProxyPending;
+        table.entry(alias).flags |= kConnFlagSynProxy;
+        if (!write_backend_syn(i, rte_be_to_cpu_32(tcp->sent_seq) - 1, cookie_mss[i])) return false;
+        tcp_flags[i] = tcp::kSyn;
+        counter_add(ctx.counters.syn_cookies_accepted);
+        return true;
+    };
+
+    // A SYN to a syn_proxy service the rules allowed: answered from the VIP with a cookie as its ISN; nothing kept.
+    const auto answer_with_cookie = [&](uint16_t i) {
+        const LbService& service = lb.services[route[i].backend];
+        route[i] = PacketRoute{};
+        if (SLUICE_UNLIKELY(service.maglev[maglev_slot(hashes[i], service.table_size)] == kMaglevNoBackend)) {
+            fate[i] = Fate::drop;  // no handshake with the client when no backend could take the connection
+            reason[i] = DropReason::lb_no_backend;
+            return;
+        }
+        rte_mbuf* m = pkts[i];
+        PacketMeta& meta = *packet_meta(m);
+        const auto* tcp = rte_pktmbuf_mtod_offset(m, const rte_tcp_hdr*, meta.l4_offset);
+        const uint32_t client_isn = rte_be_to_cpu_32(tcp->sent_seq);
+        const uint8_t mss_index =
+            syn_cookie_mss_index(tcp_mss_option(reinterpret_cast<const uint8_t*>(tcp), (tcp->data_off >> 4) * 4u));
+        TcpSegment synack;
+        synack.family = tuples[i].family;
+        synack.src = tuples[i].dst;
+        synack.dst = tuples[i].src;
+        synack.src_port = tuples[i].dst_port;
+        synack.dst_port = tuples[i].src_port;
+        synack.seq = syn_cookie_make(ctx.syn_cookie_key, tuples[i], client_isn, now_tsc / ctx.syn_cookie_period_tsc, mss_index);
+        synack.ack = client_isn + 1;
+        synack.flags = RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG;
+        synack.window = UINT16_MAX;  // no window scaling: the cookie cannot keep the client's (docs/architecture.md)
+        synack.mss = proxy_mss(ctx, snapshot, tuples[i].family);
+        const rte_ether_addr client_mac = sender_mac(m);
+        if (!write_tcp_segment(m, meta, synack, client_mac, snapshot.port_mac[m->port])) {
+            fate[i] = Fate::drop;  // no room in the mbuf: cannot happen with sluice's pools
+            reason[i] = DropReason::syn_proxy_pending;
+            return;
+        }
+        counter_add(ctx.counters.syn_cookies_sent);
+        fate[i] = Fate::answer;
+    };
 
     // A new connection the rules allowed: tracked, and balanced when it is for a service.
     const auto open_connection = [&](uint16_t i, uint32_t stable_rule) {
@@ -228,6 +418,11 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             return;
         }
         ConnEntry& entry = table.entry(position);
+        if (SLUICE_UNLIKELY(proxy[i] == SynProxyStep::open_backend && table.size() == before)) {
+            fate[i] = Fate::drop;  // a second cookie ACK of the flow in this burst: the first one opened it
+            reason[i] = DropReason::syn_proxy_pending;
+            return;
+        }
         if (table.size() != before) {
             counter_add(ctx.counters.conn_inserts);
             if (pickup[i] == tcp::Pickup::adopt) counter_add(ctx.counters.lb_adoptions);
@@ -239,7 +434,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                     const uint8_t address = pool[hashes[i] % pool.size()];
                     const uint16_t port = ctx.nat_ports->allocate(address);
                     if (SLUICE_UNLIKELY(port == 0)) {
-                        table.remove(position);
+                        forget(position);
                         fate[i] = Fate::drop;
                         reason[i] = DropReason::nat_ports_exhausted;
                         return;
@@ -257,12 +452,18 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                     counter_add(ctx.backend_traffic[backend].new_connections);
                     const int32_t alias = table.insert_alias(reply_tuple, symmetric_flow_hash(reply_tuple), position);
                     if (SLUICE_UNLIKELY(alias < 0)) {
-                        table.remove(position);
+                        forget(position);
                         fate[i] = Fate::drop;
                         reason[i] = DropReason::ct_table_full;
                         return;
                     }
                     table.set_origin(alias, tuples[i].src, tuples[i].src_port, tuples[i].dst, tuples[i].dst_port);
+                    if (SLUICE_UNLIKELY(proxy[i] == SynProxyStep::open_backend) && !open_towards_backend(i, position, alias)) {
+                        forget(position);
+                        fate[i] = Fate::drop;
+                        reason[i] = DropReason::syn_proxy_pending;  // no room to write the SYN: cannot happen with sluice's pools
+                        return;
+                    }
                 } else {
                     entry.backend = backend + 1;
                     entry.flags |= kConnFlagOneWay;  // the backend answers the client directly
@@ -281,12 +482,17 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         fate[i] = Fate::pass;
     };
 
+    const auto allow = [&](uint16_t i, uint32_t stable_rule) {
+        if (SLUICE_UNLIKELY(proxy[i] == SynProxyStep::answer_syn)) answer_with_cookie(i);
+        else open_connection(i, stable_rule);
+    };
+
     // One rte_acl call per family over the whole burst's new connections.
     const std::size_t hit_base = static_cast<std::size_t>(ctx.qsbr_thread_id) * (fw.hits ? fw.hits->rule_count + 1 : 0);
     const auto decide = [&](const AclClassifier* acl, const std::vector<uint32_t>& rule_ids, const uint16_t* which, uint16_t n) {
         if (n == 0) return;
         if (!fw.enabled) {  // services without a firewall: every new connection to a VIP is allowed
-            for (uint16_t k = 0; k < n; ++k) open_connection(which[k], UINT32_MAX);
+            for (uint16_t k = 0; k < n; ++k) allow(which[k], UINT32_MAX);
             return;
         }
         const FiveTuple* batch[kBurst] = {};  // {}: GCC cannot see that n >= 1 fills them
@@ -302,6 +508,12 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             const uint16_t i = which[k];
             const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
             const RuleAction action = rule == UINT32_MAX ? fw.default_action : fw.actions[rule];
+            // A SYN a syn_proxy service answers with a cookie opens nothing: its rule's hit, log line and rate-limit
+            // token are taken once, by the ACK that brings the cookie back (spoofed SYNs cannot drain a limit).
+            if (SLUICE_UNLIKELY(proxy[i] == SynProxyStep::answer_syn) && action == RuleAction::allow) {
+                answer_with_cookie(i);
+                continue;
+            }
             if (fw.hits) counter_add(fw.hits->hits[hit_base + (rule == UINT32_MAX ? fw.hits->rule_count : rule)]);
             if (SLUICE_UNLIKELY(rule == UINT32_MAX ? fw.log_default : fw.log_rule[rule]))
                 log_decision(ctx, fw, tuples[i], rule, action, pkts[i]->port, now_tsc);
@@ -310,7 +522,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::rate_limited;
             } else if (action == RuleAction::allow) {
-                open_connection(i, rule == UINT32_MAX ? UINT32_MAX : fw.stable_ids[rule]);
+                allow(i, rule == UINT32_MAX ? UINT32_MAX : fw.stable_ids[rule]);
             } else {
                 fate[i] = action == RuleAction::reject ? Fate::reject : Fate::drop;
                 reason[i] = action == RuleAction::reject ? DropReason::rule_reject : DropReason::rule_deny;
@@ -368,6 +580,13 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 dropped[dropped_count++] = m;
             }
             break;
+        case Fate::answer: {
+            PortCounters& out = ctx.counters.ports[m->port];
+            counter_add(out.tx_packets);
+            counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
+            rte_eth_tx_buffer(m->port, ctx.tx_queue, ctx.tx_buffers[m->port], m);
+            break;
+        }
         case Fate::drop:
             ctx.counters.drop(reason[i]);
             dropped[dropped_count++] = m;

@@ -5,6 +5,7 @@
 #include "packet/checksum.hpp"
 #include "packet/packet_meta.hpp"
 #include "packet/rewrite.hpp"
+#include "packet/syn_proxy.hpp"
 
 namespace sluice {
 
@@ -71,6 +72,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         IpAddress client, vip;
         uint16_t client_port, vip_port;
         ctx.conn_table->origin(route.conn, client, client_port, vip, vip_port);
+        if (SLUICE_UNLIKELY(ctx.conn_table->entry(route.conn).flags & kConnFlagSynProxy) && meta.l4_offset)
+            tcp_shift_seq(rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l4_offset), -ctx.conn_table->seq_shift(route.conn));
         nat_rewrite(m, meta, vip, vip_port, client, client_port);
         return rewrite_for_forwarding(m, out);
     }
@@ -79,6 +82,11 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     switch (backend.mode) {
     case LbMode::nat: {
         const ConnEntry& entry = ctx.conn_table->entry(route.conn);  // dsr and tunnel may have none (route.conn -1)
+        if (SLUICE_UNLIKELY((entry.flags & (kConnFlagSynProxy | kConnFlagSynProxyPending)) == kConnFlagSynProxy) &&
+            meta.l4_offset) {
+            uint8_t* tcp = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l4_offset);
+            if (tcp[13] & RTE_TCP_ACK_FLAG) tcp_shift_ack(tcp, ctx.conn_table->seq_shift(static_cast<int32_t>(entry.peer)));
+        }
         uint16_t dst_port = meta.fragment_dst_port;  // a later fragment has no L4 header
         if (meta.l4_offset) std::memcpy(&dst_port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
         nat_rewrite(m, meta, lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port), backend.address,

@@ -12,6 +12,7 @@
 #include <rte_ring.h>
 
 #include "common/compiler.hpp"
+#include "common/siphash.hpp"
 #include "conntrack/conn_table.hpp"
 #include "dpdk/mempool.hpp"
 #include "lb/nat_ports.hpp"
@@ -135,6 +136,8 @@ struct alignas(kCacheLine) LcoreContext {
     rte_ring* decision_log = nullptr;       // every worker -> control thread (MP/SC)
     rte_ring* neighbour_requests = nullptr; // control thread -> worker 0 only (SP/SC)
     rte_mempool* pool = nullptr;            // worker 0: where its solicitations come from
+    SipHashKey syn_cookie_key{};            // workers: the process's SYN cookie key (syn_proxy.hpp)
+    uint64_t syn_cookie_period_tsc = 0;     // a cookie period in TSC cycles
 
     // Set by the control thread (a walk of this worker's connections, flow_walk.hpp); cleared by it once done.
     std::atomic<FlowWalk*> walk{nullptr};

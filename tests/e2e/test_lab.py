@@ -17,7 +17,19 @@ from sluice_harness import Telemetry, wait_until
 
 CLIENT = ["ip", "netns", "exec", "sl-client", "/usr/bin/python3", str(Path(__file__).with_name("lab_client.py"))]
 telemetry = Telemetry("sluice-lab")
-NAT_VIP, DSR_VIP, UDP_VIP = "10.77.100.1", "10.77.100.2", "10.77.100.3"
+NAT_VIP, DSR_VIP, UDP_VIP, GUARDED_VIP = "10.77.100.1", "10.77.100.2", "10.77.100.3", "10.77.100.4"
+# SYNs to a VIP from spoofed sources in 198.18.0.0/15 (RFC 2544's benchmark range: the answers go nowhere).
+SYN_FLOOD = r'''
+import logging, random, socket, sys
+logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+from scapy.all import IP, TCP
+rng = random.Random(11)
+raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)  # IP_HDRINCL: the spoofed source is kept
+for _ in range(int(sys.argv[2])):
+    syn = IP(src="198.%d.%d.%d" % (18 + rng.randrange(2), rng.randrange(256), rng.randrange(1, 255)), dst=sys.argv[1]) / \
+        TCP(sport=rng.randrange(1024, 65536), dport=80, flags="S", seq=rng.randrange(2**32))
+    raw.sendto(bytes(syn), (sys.argv[1], 0))
+'''
 BACKEND_OF = {"backend1": "10.77.2.11", "backend2": "10.77.2.12", "backend3": "10.77.2.13"}
 
 
@@ -66,6 +78,23 @@ def test_1000_tcp_connections_through_a_nat_vip_follow_the_weights(lab_env):
     assert web[1] == "nat" and web[2] == "3/3", web
     per_backend = {b["backend"]: b["new_connections"] for b in backends() if b["service"] == "web"}
     assert sum(per_backend.values()) == int(web[4])
+
+
+def test_syn_proxy_vip_carries_real_tcp_and_a_syn_flood_opens_nothing(lab_env):
+    """Real TCP stacks through the SYN proxy (sequence numbers translated both ways for the whole connection),
+    while 3,000 SYNs from spoofed sources hit the same VIP: each gets a cookie, none gets an entry."""
+    before = stats()
+    flood = subprocess.Popen(["ip", "netns", "exec", "sl-client", "/usr/bin/python3", "-c", SYN_FLOOD, GUARDED_VIP, "3000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    result = client("http", f"http://{GUARDED_VIP}/", 200)
+    _, flood_err = flood.communicate(timeout=300)
+    assert flood.returncode == 0, flood_err
+    assert result["error_count"] == 0, result["errors"]
+    assert set(result["answers"]) == {"backend1", "backend2", "backend3"}, result["answers"]
+    after = wait_until(lambda: (s := stats())["syn_cookies_sent"] - before["syn_cookies_sent"] >= 3200 and s,
+                       timeout=10, what="a cookie for every SYN")
+    assert after["syn_cookies_accepted"] - before["syn_cookies_accepted"] == 200
+    assert after["conn_inserts"] - before["conn_inserts"] == 200, "only completed handshakes make entries"
 
 
 def test_tcp_connections_through_a_dsr_vip(lab_env):
