@@ -79,6 +79,7 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
     rte_tel_data_add_dict_u64(d, "rejects_sent", totals.rejects_sent);
     rte_tel_data_add_dict_u64(d, "neighbour_replies", totals.neighbour_replies);
     rte_tel_data_add_dict_u64(d, "neighbour_solicitations", totals.neighbour_solicitations);
+    rte_tel_data_add_dict_u64(d, "neighbour_events_lost", totals.neighbour_events_lost);
     rte_tel_data_add_dict_u64(d, "lb_stateless_adoptions", totals.lb_adoptions);
     rte_tel_data_add_dict_u64(d, "lb_stateless_forwards", totals.lb_stateless_forwards);
     rte_tel_data_add_dict_u64(d, "syn_cookies_sent", totals.syn_cookies_sent);

@@ -13,6 +13,7 @@ void CounterTotals::add(const LcoreCounters& c) {
     rejects_sent += counter_read(c.rejects_sent);
     neighbour_replies += counter_read(c.neighbour_replies);
     neighbour_solicitations += counter_read(c.neighbour_solicitations);
+    neighbour_events_lost += counter_read(c.neighbour_events_lost);
     log_suppressed += counter_read(c.log_suppressed);
     lb_adoptions += counter_read(c.lb_adoptions);
     lb_stateless_forwards += counter_read(c.lb_stateless_forwards);

@@ -30,6 +30,7 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t rejects_sent = 0;    // RSTs and ICMP unreachables sent for reject rules
     uint64_t neighbour_replies = 0;        // ARP replies and NAs sent for sluice's addresses
     uint64_t neighbour_solicitations = 0;  // ARP requests and NSs sent to resolve next hops and backends
+    uint64_t neighbour_events_lost = 0;    // learned neighbours the full event ring could not take to the control thread
     uint64_t log_suppressed = 0;           // decisions to log that the log rate (or a full ring) left out
     uint64_t lb_adoptions = 0;             // dsr/tunnel connections picked up mid-stream (no SYN seen: ECMP moved them)
     uint64_t lb_stateless_forwards = 0;    // FINs and RSTs of unknown dsr/tunnel connections sent on by Maglev, no entry
@@ -52,6 +53,7 @@ struct CounterTotals {
     uint64_t rejects_sent = 0;
     uint64_t neighbour_replies = 0;
     uint64_t neighbour_solicitations = 0;
+    uint64_t neighbour_events_lost = 0;
     uint64_t log_suppressed = 0;
     uint64_t lb_adoptions = 0;
     uint64_t lb_stateless_forwards = 0;

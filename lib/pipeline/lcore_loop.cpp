@@ -49,7 +49,9 @@ uint16_t neighbour_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf**
         if (parse_neighbour(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), meta, message)) {
             if (message.has_sender_mac && ctx.neighbour_events) {
                 NeighbourEvent event{message.sender, message.sender_mac, m->port, message.family, {}};
-                rte_ring_mp_enqueue_elem(ctx.neighbour_events, &event, sizeof event);  // full: the next one teaches it
+                // Full (an ARP storm outpacing the control thread): the next one teaches it; counted so it shows.
+                if (rte_ring_mp_enqueue_elem(ctx.neighbour_events, &event, sizeof event) != 0)
+                    counter_add(ctx.counters.neighbour_events_lost);
             }
             if (message.solicitation && owns(snapshot, message.family, message.target, m->port) &&
                 make_neighbour_reply(m, meta, message, snapshot.port_mac[m->port])) {
