@@ -93,9 +93,7 @@ if [ "${SLUICE_SANITIZE:-1}" != 0 ]; then
     step "build (address + undefined sanitizers)"
     # -Dwerror=false: GCC 12 warns falsely under sanitizers; the release build keeps -Werror. -O1: what sanitizers
     # are usually run at, and it keeps the build within a few minutes on 2 CPUs.
-    # Only what the tests run (not the benchmark program, which no test runs).
-    asan_targets="app/sluice/sluice tests/unit/unit_tests tests/unit/dpdk_unit_tests tests/integration/sluice_pool_hog lib/xdp/steer.bpf.o"
-    if build build-asan "$asan_targets" -Dbuildtype=debug -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false -Dwerror=false; then
+    if build build-asan "" -Dbuildtype=debug -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false -Dwerror=false; then
         # DPDK keeps some allocations until exit by design; leaks are checked by the mbuf accounting instead.
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
         run_unit unit-asan build-asan

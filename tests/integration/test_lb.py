@@ -164,7 +164,11 @@ class Lab:
     def __exit__(self, *exc):
         self.sluice.kill()
 
-    def send(self, ifname, frames, chunk=1000):
+    def send(self, ifname, frames, chunk=100):
+        """Injects frames and waits until sluice has read them all, in chunks small enough for the kernel's capture
+        ring: net_pcap's rx_iface opens libpcap with a 16 KiB snap length, so its default 2 MiB ring holds in the
+        order of a hundred frames, and a bigger burst overflows it whenever the RX lcore is slow to run (ASan, a
+        loaded machine): the lost frames never come (two such timeouts in CI runs, 300 frames at once)."""
         for start in range(0, len(frames), chunk):
             part = frames[start:start + chunk]
             self.ns.inject(ifname, part, self.tmp)
