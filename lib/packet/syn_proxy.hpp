@@ -49,6 +49,15 @@ struct TcpSegment {
     uint8_t flags = 0;      // RTE_TCP_*_FLAG
     uint16_t window = 0;
     uint16_t mss = 0;       // > 0: an MSS option is sent
+
+    // Addresses, ports and family from a packet's tuple: its own direction, or reversed for an answer to it.
+    void set_endpoints(const FiveTuple& tuple, bool answer) {
+        family = tuple.family;
+        src = answer ? tuple.dst : tuple.src;
+        dst = answer ? tuple.src : tuple.dst;
+        src_port = answer ? tuple.dst_port : tuple.src_port;
+        dst_port = answer ? tuple.src_port : tuple.dst_port;
+    }
 };
 
 // Turns the mbuf into exactly this segment behind a plain Ethernet header (no VLAN tag, no IP options or

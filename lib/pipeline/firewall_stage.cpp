@@ -122,11 +122,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     const auto acknowledge_backend = [&](uint16_t i, int32_t alias) {
         const auto* tcp = rte_pktmbuf_mtod_offset(pkts[i], const rte_tcp_hdr*, packet_meta(pkts[i])->l4_offset);
         TcpSegment ack;
-        ack.family = tuples[i].family;
-        ack.src = tuples[i].dst;  // the pool address and port
-        ack.dst = tuples[i].src;  // the backend
-        ack.src_port = tuples[i].dst_port;
-        ack.dst_port = tuples[i].src_port;
+        ack.set_endpoints(tuples[i], true);  // from the pool address and port to the backend
         ack.seq = rte_be_to_cpu_32(tcp->recv_ack);
         ack.ack = rte_be_to_cpu_32(tcp->sent_seq) + 1;
         ack.flags = RTE_TCP_ACK_FLAG;
@@ -143,11 +139,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         rte_mbuf* m = pkts[i];
         const auto* tcp = rte_pktmbuf_mtod_offset(m, const rte_tcp_hdr*, packet_meta(m)->l4_offset);
         TcpSegment syn;
-        syn.family = tuples[i].family;
-        syn.src = tuples[i].src;
-        syn.dst = tuples[i].dst;
-        syn.src_port = tuples[i].src_port;
-        syn.dst_port = tuples[i].dst_port;
+        syn.set_endpoints(tuples[i], false);
         syn.seq = client_isn;
         syn.flags = RTE_TCP_SYN_FLAG;
         syn.window = rte_be_to_cpu_16(tcp->rx_win);
@@ -356,11 +348,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         const uint8_t mss_index =
             syn_cookie_mss_index(tcp_mss_option(reinterpret_cast<const uint8_t*>(tcp), (tcp->data_off >> 4) * 4u));
         TcpSegment synack;
-        synack.family = tuples[i].family;
-        synack.src = tuples[i].dst;
-        synack.dst = tuples[i].src;
-        synack.src_port = tuples[i].dst_port;
-        synack.dst_port = tuples[i].src_port;
+        synack.set_endpoints(tuples[i], true);  // from the VIP to the client
         synack.seq = syn_cookie_make(ctx.syn_cookie_key, tuples[i], client_isn, now_tsc / ctx.syn_cookie_period_tsc, mss_index);
         synack.ack = client_isn + 1;
         synack.flags = RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG;
