@@ -6,6 +6,7 @@ cookie's sequence space and the backend's. Every frame is checked field by field
 
 import os
 import random
+import time
 
 import pytest
 from scapy.all import IP, TCP, Ether, IPv6, Raw
@@ -21,6 +22,19 @@ def ns():
     namespace = Netns(f"slsp{os.getpid()}", ["cl0", "sv0"])
     yield namespace
     namespace.delete()
+
+
+def settled(read, quiet=2.0, timeout=90):
+    """The value of read() once it has not changed for `quiet` seconds."""
+    last, since, deadline = read(), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = read()
+        if value != last:
+            last, since = value, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return value
+    raise TimeoutError(f"still changing after {timeout}s: {last}")
 
 
 def with_flags(frames, flags):
@@ -222,13 +236,19 @@ def test_a_syn_flood_creates_no_state_and_a_real_client_still_connects(tmp_path,
                                             seq=rng.randrange(2**32)))
              for _ in range(3000)]
     with lab:
-        lab.send("cl0", flood)
-        lab.wait_out("client", len(flood), timeout=60)
+        # A flood is not paced to the capture ring: the kernel may lose some of it before sluice sees it (net_pcap's
+        # rx_iface), which is not what this test is about. What sluice received is what it must answer.
+        for start in range(0, len(flood), 100):
+            ns.inject("cl0", flood[start:start + 100], tmp_path)
+        received = settled(lambda: lab.sluice.stats()["rx_packets"])
+        assert received >= len(flood) // 2, f"only {received} of {len(flood)} SYNs reached sluice"
+        lab.sent = received
+        lab.wait_out("client", received, timeout=60)
         stats = lab.sluice.stats()
-        assert stats["conn_entries"] == 0 and stats["syn_cookies_sent"] == len(flood)
+        assert stats["conn_entries"] == 0 and stats["syn_cookies_sent"] == received
         c = "198.51.100.5"
         lab.send("cl0", [from_client(IP(src=c, dst=VIP4) / TCP(sport=6000, dport=80, flags="S", seq=1))])
-        got = lab.wait_out("client", len(flood) + 1, timeout=60)
+        got = lab.wait_out("client", received + 1, timeout=60)
         synack = next(f for _, f in got if f[IP].dst == c)
         lab.send("cl0", [from_client(IP(src=c, dst=VIP4) / TCP(sport=6000, dport=80, flags="A", seq=2,
                                                               ack=(synack[TCP].seq + 1) % 2**32))])
