@@ -77,32 +77,9 @@ def port_id(sluice, name):
     return int(re.search(rf"port '{name}':.*? port id (\d+)", sluice.log()).group(1))
 
 
-# A raw-socket sender in the namespace (scapy's sendp takes seconds for a few hundred frames): length-prefixed
-# frames from a file, back to back; a full veth queue is waited out, never a frame lost.
-SENDER = r'''
-import errno, socket, struct, sys, time
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((sys.argv[1], 0))
-data, off = open(sys.argv[2], "rb").read(), 0
-while off < len(data):
-    (length,) = struct.unpack_from("!H", data, off)
-    frame, off = data[off + 2:off + 2 + length], off + 2 + length
-    while True:
-        try:
-            s.send(frame)
-            break
-        except OSError as e:
-            if e.errno != errno.ENOBUFS:
-                raise
-            time.sleep(0.0005)
-'''
-
-
 def inject(sluice, count, first=0):
     """Sends `count` frames (numbered from `first`) into lan0, sluice's side of the veth pair."""
-    path = sluice.config_path.parent / f"frames-{first}-{count}.bin"
-    path.write_bytes(b"".join(struct.pack("!H", len(raw)) + raw for raw in map(bytes, frames(first, count))))
-    sluice.netns.exec("/usr/bin/python3", "-c", SENDER, "lan0p", str(path))
+    sluice.netns.inject("lan0", frames(first, count), paced=False)
 
 
 def settled(sluice, arrived, port="lan", timeout=30):
