@@ -247,6 +247,18 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     uint16_t retry[kBurst], retry_count = 0;
     for (uint16_t i = 0; i < count; ++i) {
         const bool icmp_error = packet_meta(pkts[i])->flags & kMetaIcmpError;
+        if (positions[i] >= 0 && SLUICE_UNLIKELY(!(table.entry(positions[i]).flags & kConnFlagLive))) {
+            positions[i] = -1;  // an earlier packet of this burst ended the connection
+        } else if (positions[i] >= 0) {
+            // A connection past its timeout is over, whether or not expiry's bounded sweep reached it yet (a pass
+            // over a large table takes seconds): removed, counted as expired, and the packet is a new one.
+            bool via_alias;
+            const int32_t conn = table.resolve(positions[i], via_alias);
+            if (SLUICE_UNLIKELY(table.entry(conn).expires_tsc <= now_tsc)) {
+                forget(conn);
+                positions[i] = -1;
+            }
+        }
         if (positions[i] >= 0) {
             settle_known(i, positions[i], icmp_error);
             continue;
