@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include <rte_lpm.h>
+#include <rte_fib.h>
 #include <rte_lpm6.h>
 
 #include <spdlog/fmt/fmt.h>
@@ -86,8 +86,9 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     const LbTables& lb = *snapshot.lb;
     bool blocked = false;
     if (t.family == IpFamily::ipv4 && fw.blocklist_v4) {
-        uint32_t hop;
-        blocked = rte_lpm_lookup(fw.blocklist_v4, rte_be_to_cpu_32(t.src.words[0]), &hop) == 0;
+        uint32_t source = rte_be_to_cpu_32(t.src.words[0]);
+        uint64_t hop = 0;
+        blocked = rte_fib_lookup_bulk(fw.blocklist_v4, &source, &hop, 1) == 0 && hop != 0;
     } else if (t.family == IpFamily::ipv6 && fw.blocklist_v6) {
         uint32_t hop;
         blocked = rte_lpm6_lookup(fw.blocklist_v6, t.src.bytes, &hop) == 0;

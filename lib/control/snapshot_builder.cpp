@@ -8,7 +8,7 @@
 #include <rte_cycles.h>
 #include <rte_hash.h>
 #include <rte_errno.h>
-#include <rte_lpm.h>
+#include <rte_fib.h>
 #include <rte_lpm6.h>
 
 #include "lb/maglev.hpp"
@@ -16,7 +16,7 @@
 namespace sluice {
 namespace {
 
-// rte_lpm and rte_acl name their tables; every snapshot gets fresh names.
+// rte_fib, rte_lpm6 and rte_acl name their tables; every snapshot gets fresh names.
 std::atomic<uint64_t> g_generation{0};
 
 const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
@@ -57,18 +57,23 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
     }
     fw.blocklist_prefixes = v4.size() + v6.size();
     if (!v4.empty()) {
-        // DIR-24-8: a prefix longer than /24 needs a tbl8 group for its /24; count the groups exactly.
+        // rte_fib (DIR-24-8 over an rte_rib tree), not rte_lpm: rte_lpm_add scans every rule of the prefix's length
+        // for a duplicate, so n prefixes cost O(n^2) (100k random /16-/32 prefixes: 12 s against 0.3 s).
+        // A prefix longer than /24 needs a tbl8 group for its /24; count the groups exactly. Next hop 1: listed.
         std::set<uint32_t> groups;
         for (const Prefix& p : v4)
             if (p.length > 24) groups.insert(rte_be_to_cpu_32(p.address.words[0]) >> 8);
-        rte_lpm_config lpm_config{};
-        lpm_config.max_rules = static_cast<uint32_t>(v4.size());
-        lpm_config.number_tbl8s = static_cast<uint32_t>(groups.size()) + 16;
+        rte_fib_conf fib_config{};
+        fib_config.type = RTE_FIB_DIR24_8;
+        fib_config.default_nh = 0;
+        fib_config.max_routes = static_cast<int>(v4.size());
+        fib_config.dir24_8.nh_sz = RTE_FIB_DIR24_8_4B;  // the tbl8 index shares the next hop's bits: 1B allows 127
+        fib_config.dir24_8.num_tbl8 = static_cast<uint32_t>(groups.size()) + 16;
         const std::string name = "sl_bl4_" + std::to_string(generation);
-        fw.blocklist_v4 = rte_lpm_create(name.c_str(), socket, &lpm_config);
-        if (!fw.blocklist_v4) throw std::runtime_error("blocklist (IPv4): rte_lpm_create: " + std::string(rte_strerror(rte_errno)));
+        fw.blocklist_v4 = rte_fib_create(name.c_str(), socket, &fib_config);
+        if (!fw.blocklist_v4) throw std::runtime_error("blocklist (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
         for (const Prefix& p : v4)
-            if (rte_lpm_add(fw.blocklist_v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
+            if (rte_fib_add(fw.blocklist_v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
                 throw std::runtime_error("blocklist (IPv4): cannot add a prefix (out of memory?)");
     }
     if (!v6.empty()) {

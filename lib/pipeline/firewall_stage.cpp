@@ -5,7 +5,7 @@
 #include <rte_cycles.h>
 
 #include <rte_hash_crc.h>
-#include <rte_lpm.h>
+#include <rte_fib.h>
 #include <rte_lpm6.h>
 #include <rte_tcp.h>
 
@@ -599,7 +599,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
 
 uint16_t blocklist_burst(LcoreContext& ctx, const FirewallTables& fw, rte_mbuf** pkts, uint16_t count) {
     uint32_t v4_sources[kBurst];
-    uint32_t v4_hops[kBurst];
+    uint64_t v4_hops[kBurst];
     uint16_t v4_index[kBurst], v4_count = 0;
     uint8_t v6_sources[kBurst][16];
     int32_t v6_hops[kBurst];
@@ -611,7 +611,7 @@ uint16_t blocklist_burst(LcoreContext& ctx, const FirewallTables& fw, rte_mbuf**
         if (meta.family == IpFamily::ipv4 && fw.blocklist_v4) {
             uint32_t be;
             std::memcpy(&be, ip + 12, 4);
-            v4_sources[v4_count] = rte_be_to_cpu_32(be);  // rte_lpm works in host byte order
+            v4_sources[v4_count] = rte_be_to_cpu_32(be);  // rte_fib works in host byte order
             v4_index[v4_count++] = i;
         } else if (meta.family == IpFamily::ipv6 && fw.blocklist_v6) {
             std::memcpy(v6_sources[v6_count], ip + 8, 16);
@@ -619,8 +619,8 @@ uint16_t blocklist_burst(LcoreContext& ctx, const FirewallTables& fw, rte_mbuf**
         }
     }
     if (v4_count) {
-        rte_lpm_lookup_bulk(fw.blocklist_v4, v4_sources, v4_hops, v4_count);
-        for (uint16_t k = 0; k < v4_count; ++k) blocked[v4_index[k]] = v4_hops[k] & RTE_LPM_LOOKUP_SUCCESS;
+        rte_fib_lookup_bulk(fw.blocklist_v4, v4_sources, v4_hops, v4_count);
+        for (uint16_t k = 0; k < v4_count; ++k) blocked[v4_index[k]] = v4_hops[k] != 0;
     }
     if (v6_count) {
         rte_lpm6_lookup_bulk_func(fw.blocklist_v6, v6_sources, v6_hops, v6_count);

@@ -17,7 +17,7 @@
 #include "classify/rule.hpp"
 #include "lb/lb_tables.hpp"
 
-struct rte_lpm;
+struct rte_fib;
 struct rte_lpm6;
 
 namespace sluice {
@@ -90,7 +90,7 @@ struct FirewallTables {
     std::vector<RuleAction> actions;    // by rule id
     std::vector<uint32_t> stable_ids;   // by rule id: the rule's id for the daemon's life (by name), kept in entries
     std::vector<std::string> rule_names;
-    rte_lpm* blocklist_v4 = nullptr;    // early-drop prefix sets, matched on source addresses by RX lcores
+    rte_fib* blocklist_v4 = nullptr;    // early-drop prefix sets, matched on source addresses by RX lcores
     rte_lpm6* blocklist_v6 = nullptr;
     std::size_t blocklist_prefixes = 0;
     std::unique_ptr<RuleHits> hits;     // mutable counters, see RuleHits
