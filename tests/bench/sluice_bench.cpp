@@ -1,13 +1,15 @@
 // In-process benchmark of sluice's firewall and load-balancer path, in one invocation: parse, classify (rte_acl
 // behind AclClassifier), the firewall stage for packets of tracked connections and for new connections, the load
 // balancer's new connections and established packets (nat, dsr, tunnel: firewall_burst + forward_burst with
-// routes, beside the same path for connections of no service), and the memory a tracked connection takes. Every
-// figure is printed beside a reference and the ratio sluice/reference. Nothing asserts a speed: this is a
-// measuring tool, not a test (no test runs it).
+// routes, beside the same path for connections of no service), the memory a tracked connection takes, a config
+// reload as the control thread does it (YAML text to published snapshot, beside rte_acl_build alone, and the
+// forwarded rate of a worker meanwhile), and the worker path on one lcore against two at once. Every figure is
+// printed beside a reference and the ratio sluice/reference. Nothing asserts a speed: this is a measuring tool,
+// not a test (no test runs it).
 //
 //   sluice_bench [options] [-- EAL arguments]
-//     --only LIST          sections to run, comma-separated: parse,classify,established,new,lb,memory (default:
-//                          all)
+//     --only LIST          sections to run, comma-separated: parse,classify,established,new,lb,memory,reload,
+//                          scaling (default: all)
 //     --rules FILE         classify this ClassBench rule file instead of the generated 10 / 1k / 10k rule sets
 //     --trace FILE         ... over this trace (both formats are dpdk-test-acl's, see below); needs --rules
 //     --write-acl-files DIR  write the generated rule sets and their traces as DIR/rules-N.txt, DIR/trace-N.txt
@@ -16,7 +18,8 @@
 //     --packets N          packets per repetition of parse and established (default 65536)
 //     --conns LIST         live connections for `established` (default 1000,100000,1000000)
 //     --new-conns N        connections opened per repetition of `new` and of lb's new connections (default 262144)
-//     --lb-conns N         live connections per service for lb's established packets (default 100000)
+//     --lb-conns N         live connections per service for lb's established packets, and per worker in reload
+//                          and scaling (default 100000)
 //     --seed N             generator seed (default 1)
 //     --results FILE       also write the table as tab-separated values (for firewall.sh)
 //     --lcore N            the CPU to run on (default 0; firewall.sh picks the idlest)
@@ -25,8 +28,13 @@
 //
 // Without EAL arguments the EAL gets `-l <lcore> --no-pci --in-memory --file-prefix=bench-<pid> --no-telemetry`, on
 // hugepages when at least 300 free 2 MiB pages are reserved, else `--no-huge -m 1024` (no --in-memory then:
-// the two do not combine). A `--vdev=net_null0,no-rx=1` is added unless the arguments name a net_null device:
-// forward_burst needs a real port to transmit on.
+// the two do not combine); with reload or scaling among the sections, `-l` also names a second CPU the process
+// may run on (reload's worker and scaling's second worker run there; the main lcore stays <lcore>). A
+// `--vdev=net_null0,no-rx=1` is added unless the arguments name a net_null device: forward_burst needs a real port
+// to transmit on (it gets one TX queue per lcore, as the Dataplane gives each worker its own).
+//
+// reload and scaling need a second lcore (with EAL arguments: e.g. `-l 0,1`); without one they print why and
+// measure only what needs none (reload's timings, not the forwarded rate during it; scaling nothing).
 //
 // How it measures: bursts of 32 mbufs are allocated, written (60-byte IPv4 TCP/UDP frames) and parsed outside the
 // timed region; only the stage call is timed, with rte_rdtsc_precise() around it (its own cost, measured at start,
@@ -45,10 +53,14 @@
 // is refused rather than measured with a different meaning.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -67,6 +79,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -76,6 +89,7 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_ip.h>
+#include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_malloc.h>
 #include <rte_mbuf.h>
@@ -89,6 +103,7 @@
 #include "control/snapshot_builder.hpp"
 #include "dpdk/mempool.hpp"
 #include "packet/packet_meta.hpp"
+#include "pipeline/dataplane.hpp"
 #include "pipeline/firewall_stage.hpp"
 #include "pipeline/forward_stage.hpp"
 #include "pipeline/lcore_context.hpp"
@@ -124,7 +139,7 @@ void remove_runtime_dir() {
 // Options
 
 struct Options {
-    std::set<std::string> sections{"parse", "classify", "established", "new", "lb", "memory"};
+    std::set<std::string> sections{"parse", "classify", "established", "new", "lb", "memory", "reload", "scaling"};
     std::string rules_file, trace_file, write_dir, results_file;
     unsigned reps = 7;
     uint32_t packets = 65536;
@@ -178,8 +193,10 @@ Options parse_options(int argc, char** argv) {
         if (a == "--only") {
             o.sections.clear();
             for (const std::string& s : split(v, ',')) {
-                if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "lb" && s != "memory")
-                    fail("--only: unknown section '" + s + "' (parse, classify, established, new, lb, memory)");
+                if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "lb" && s != "memory" &&
+                    s != "reload" && s != "scaling")
+                    fail("--only: unknown section '" + s +
+                         "' (parse, classify, established, new, lb, memory, reload, scaling)");
                 o.sections.insert(s);
             }
         } else if (a == "--rules") {
@@ -641,12 +658,25 @@ unsigned free_hugepages_2m() {
     return n;
 }
 
+// Another CPU this process may run on than cpu (for the second lcore of reload and scaling), or -1.
+int other_cpu(unsigned cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+    for (int c = 0; c < std::min(CPU_SETSIZE, RTE_MAX_LCORE); ++c)
+        if (CPU_ISSET(c, &set) && static_cast<unsigned>(c) != cpu) return c;
+    return -1;
+}
+
 void start_eal(Dpdk& d, const Options& o, const char* argv0) {
     std::vector<std::string> args{argv0};
     if (o.eal.empty()) {
         d.own_prefix = true;
-        args.insert(args.end(), {"-l", std::to_string(o.lcore), "--no-pci", "--no-telemetry", "--log-level=error",
-                                 "--file-prefix=bench-" + std::to_string(getpid())});
+        std::string lcores = std::to_string(o.lcore);
+        if (o.sections.count("reload") || o.sections.count("scaling"))
+            if (const int other = other_cpu(o.lcore); other >= 0) lcores += "," + std::to_string(other);
+        args.insert(args.end(), {"-l", lcores, "--main-lcore=" + std::to_string(o.lcore), "--no-pci", "--no-telemetry",
+                                 "--log-level=error", "--file-prefix=bench-" + std::to_string(getpid())});
         // 1M connections take ~125 MiB, the 10k-rule contexts ~40 MiB each, the pool ~20 MiB: 300 pages leave room.
         d.hugepages = free_hugepages_2m() >= 300;
         if (d.hugepages) args.emplace_back("--in-memory");
@@ -687,10 +717,13 @@ void start_port(Dpdk& d) {
     }
     if (port == RTE_MAX_ETHPORTS) fail("no net_null port (is librte_net_null installed? add --vdev=net_null0)");
     d.port = port;
+    // One TX queue per lcore: the workers of reload and scaling own queue <worker index> each, as the Dataplane
+    // gives them (DataplaneSpec::tx_port_ids); the other sections send on queue 0.
+    const auto tx_queues = static_cast<uint16_t>(std::clamp<unsigned>(rte_lcore_count(), 1, kMaxWorkers));
     rte_eth_conf conf{};
-    int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    int rc = rte_eth_dev_configure(port, 1, tx_queues, &conf);
     if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, 256, socket, nullptr, d.pool);
-    if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, 1024, socket, nullptr);
+    for (uint16_t q = 0; rc == 0 && q < tx_queues; ++q) rc = rte_eth_tx_queue_setup(port, q, 1024, socket, nullptr);
     if (rc == 0) rc = rte_eth_dev_start(port);
     if (rc != 0) fail("net_null port " + std::to_string(port) + ": " + rte_strerror(-rc));
     rte_eth_macaddr_get(port, &d.port_mac);
@@ -867,10 +900,13 @@ double timed_pass(Dpdk& d, const std::vector<PacketSpec>& stream, const Stage& s
     return packets ? static_cast<double>(cycles) / static_cast<double>(packets) : 0;
 }
 
-// Runs the variants interleaved, reps times each, after one warm-up pass each; per-packet cycles of each.
-std::vector<std::vector<double>> interleaved(unsigned reps, const std::vector<std::function<double()>>& variants) {
+// Runs the variants interleaved, reps times each, after one warm-up pass each (unless !warm_up); per-packet cycles
+// of each.
+std::vector<std::vector<double>> interleaved(unsigned reps, const std::vector<std::function<double()>>& variants,
+                                             bool warm_up = true) {
     std::vector<std::vector<double>> out(variants.size());
-    for (const auto& v : variants) v();
+    if (warm_up)
+        for (const auto& v : variants) v();
     for (unsigned r = 0; r < reps; ++r)
         for (std::size_t k = 0; k < variants.size(); ++k) out[k].push_back(variants[k]());
     return out;
@@ -886,14 +922,18 @@ void check_pool(Dpdk& d, const char* section) {
 // Drop counters of the worker, to tell what the stages did with the packets.
 std::array<uint64_t, kDropReasonCount> drops_of(const Dpdk& d) { return d.ctx->counters.drops; }
 
-std::string drops_since(const Dpdk& d, const std::array<uint64_t, kDropReasonCount>& before) {
+std::string drops_since(const LcoreCounters& counters, const std::array<uint64_t, kDropReasonCount>& before) {
     std::string out;
     for (std::size_t r = 0; r < kDropReasonCount; ++r) {
-        const uint64_t n = d.ctx->counters.drops[r] - before[r];
+        const uint64_t n = counters.drops[r] - before[r];
         if (n) out += (out.empty() ? "" : ", ") + std::string(drop_reason_name(static_cast<DropReason>(r))) + " " +
                       std::to_string(n);
     }
     return out;
+}
+
+std::string drops_since(const Dpdk& d, const std::array<uint64_t, kDropReasonCount>& before) {
+    return drops_since(d.ctx->counters, before);
 }
 
 // The load balancer's set-up (section lb): three TCP services on 192.0.2.100/101/102 port 80, one per mode (nat,
@@ -1000,6 +1040,29 @@ std::vector<FiveTuple> distinct_flows(std::size_t count, Rng& rng, uint32_t tcp_
         if (seen.insert(canonical_tuple(f, low)).second) flows.push_back(f);
     }
     return flows;
+}
+
+// Puts the flows in the table as established (TCP) or replied (UDP) connections of rule 0, straight into the
+// table; returns how many did not fit.
+uint32_t insert_established(ConnTable& table, const std::vector<FiveTuple>& flows) {
+    const uint64_t now = rte_rdtsc();
+    uint32_t refused = 0;
+    for (const FiveTuple& f : flows) {
+        const ConnState state = f.proto == IPPROTO_TCP ? ConnState::tcp_established : ConnState::udp_replied;
+        refused += table.insert(f, symmetric_flow_hash(f), state, 0, now) < 0;
+    }
+    return refused;
+}
+
+// Packets of the flows picked at random, half of them in the reply direction: the worst case for the caches.
+std::vector<PacketSpec> random_packets(const std::vector<FiveTuple>& flows, uint32_t count, Rng& rng) {
+    std::vector<PacketSpec> stream(count);
+    for (PacketSpec& p : stream) {
+        const FiveTuple& f = flows[uniform(rng, 0, static_cast<uint32_t>(flows.size() - 1))];
+        p.tuple = uniform(rng, 0, 1) ? f.reversed() : f;
+        p.tcp_flags = kTcpAck;
+    }
+    return stream;
 }
 
 void section_parse(Dpdk& d, const Options& o, Table& table) {
@@ -1210,22 +1273,11 @@ void section_established(Dpdk& d, const Options& o, Table& table) {
         const std::vector<FiveTuple> flows = distinct_flows(live, rng, 70);
         auto conn_table = std::make_unique<ConnTable>(table_name(), live, static_cast<int>(rte_socket_id()),
                                                       ConnTimeouts{}, d.tsc_hz);
-        const uint64_t now = rte_rdtsc();
-        uint32_t refused = 0;
-        for (const FiveTuple& f : flows) {
-            const ConnState state = f.proto == IPPROTO_TCP ? ConnState::tcp_established : ConnState::udp_replied;
-            refused += conn_table->insert(f, symmetric_flow_hash(f), state, 0, now) < 0;
-        }
+        const uint32_t refused = insert_established(*conn_table, flows);
         if (refused) std::printf("WARNING: %u of %u connections did not fit in a table of %u\n", refused, live, live);
         attach_conn_table(d, *conn_table);
 
-        // Uniformly random connections, half of the packets in the reply direction: the worst case for the caches.
-        std::vector<PacketSpec> stream(o.packets);
-        for (PacketSpec& p : stream) {
-            const FiveTuple& f = flows[uniform(rng, 0, live - 1)];
-            p.tuple = uniform(rng, 0, 1) ? f.reversed() : f;
-            p.tcp_flags = kTcpAck;
-        }
+        const std::vector<PacketSpec> stream = random_packets(flows, o.packets, rng);
         const Stage fw_small = [&](rte_mbuf** pkts, uint16_t n) {
             return firewall_burst(ctx, *snap_small, pkts, n, rte_rdtsc());
         };
@@ -1599,6 +1651,43 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
                   .sluice = other});
 }
 
+// One connection from each client to dst (host order), opened through the worker's own path, untimed: the SYN, the
+// SYN+ACK when replies come back through sluice, the client's ACK. Returns one ACK per connection in each direction
+// (reply empty without replies); a nat connection's reply goes from its backend:port to its pool address:NAT port,
+// the others' is the reversed tuple. ctx.conn_table is the table they open in.
+struct OpenedConns {
+    std::vector<PacketSpec> forward, reply;
+};
+
+OpenedConns open_connections(Dpdk& d, LcoreContext& ctx, const Snapshot& snapshot, const std::vector<FiveTuple>& clients,
+                             uint32_t dst, bool replies) {
+    OpenedConns out;
+    const Stage path = worker_path(ctx, snapshot);
+    const std::vector<PacketSpec> syns = packets_to(clients, dst, kTcpSyn);
+    untimed_pass(d, syns, path);
+    out.forward = packets_to(clients, dst, kTcpAck);
+    if (replies) {
+        const std::vector<int32_t> positions = positions_of(*ctx.conn_table, syns);
+        out.reply.resize(clients.size());
+        for (std::size_t i = 0; i < clients.size(); ++i) {
+            out.reply[i] = PacketSpec{syns[i].tuple.reversed(), kTcpSynAck};
+            if (positions[i] < 0) continue;
+            const ConnEntry& e = ctx.conn_table->entry(positions[i]);
+            if (e.backend == 0 || e.nat_port == 0) continue;
+            const LbBackend& backend = snapshot.lb->backends[e.backend - 1];
+            FiveTuple& t = out.reply[i].tuple;
+            t.src = backend.address;
+            t.src_port = backend.port_be;
+            t.dst = snapshot.lb->pool[e.nat_address];
+            t.dst_port = htons(e.nat_port);
+        }
+        untimed_pass(d, out.reply, path);
+        for (PacketSpec& p : out.reply) p.tcp_flags = kTcpAck;
+    }
+    untimed_pass(d, out.forward, path);
+    return out;
+}
+
 // Packets of established connections, uniformly random over live connections per table: nat (client -> VIP,
 // rewritten to the backend; and backend -> pool address, rewritten back to the client), dsr and tunnel (client
 // -> VIP; their replies do not come back through sluice). Reference: established connections of no service on the
@@ -1629,30 +1718,9 @@ void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& pla
         k.conns =
             std::make_unique<ConnTable>(table_name(), live * k.entries_per_conn, socket, ConnTimeouts{}, d.tsc_hz);
         attach_conn_table(d, *k.conns);
-        const Stage path = worker_path(ctx, *k.snapshot);
-        const std::vector<PacketSpec> syns = packets_to(clients, k.dst, kTcpSyn);
-        untimed_pass(d, syns, path);
-        k.forward = packets_to(clients, k.dst, kTcpAck);
-        if (k.replies) {
-            // The reply's tuple: the reversed one, or for nat backend:port -> pool address:NAT port.
-            const std::vector<int32_t> positions = positions_of(*k.conns, syns);
-            k.reply.resize(live);
-            for (uint32_t i = 0; i < live; ++i) {
-                k.reply[i] = PacketSpec{syns[i].tuple.reversed(), kTcpSynAck};
-                if (k.snapshot != &balanced || positions[i] < 0) continue;
-                const ConnEntry& e = k.conns->entry(positions[i]);
-                if (e.backend == 0 || e.nat_port == 0) continue;
-                const LbBackend& backend = balanced.lb->backends[e.backend - 1];
-                FiveTuple& t = k.reply[i].tuple;
-                t.src = backend.address;
-                t.src_port = backend.port_be;
-                t.dst = balanced.lb->pool[e.nat_address];
-                t.dst_port = htons(e.nat_port);
-            }
-            untimed_pass(d, k.reply, path);
-            for (PacketSpec& p : k.reply) p.tcp_flags = kTcpAck;
-        }
-        untimed_pass(d, k.forward, path);
+        OpenedConns opened = open_connections(d, ctx, *k.snapshot, clients, k.dst, k.replies);
+        k.forward = std::move(opened.forward);
+        k.reply = std::move(opened.reply);
         uint32_t established = 0;
         std::map<uint32_t, uint32_t> per_backend;
         for (const int32_t position : positions_of(*k.conns, k.forward)) {
@@ -1772,6 +1840,730 @@ void section_memory(Dpdk& d, const Options& o, Table& table) {
                   .sluice = Stat{per_conn, per_conn, per_conn}});
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Workers beside the main lcore (sections reload and scaling)
+
+// Worker contexts built by the Dataplane itself (lib/pipeline/dataplane.cpp), one per lcore given, with the initial
+// snapshot: a connection table of table_size with the release hook, rule and backend counters, the NAT ports of
+// worker k of n, TX queue k on the benchmark's port, a thread id in the Dataplane's RCU (QSBR). The Dataplane is
+// never launched: run_worker plays lcore_main's part on these contexts, and Dataplane::publish swaps snapshots as
+// the daemon's reload does.
+std::unique_ptr<Dataplane> bench_dataplane(const Dpdk& d, const std::vector<unsigned>& lcores, uint32_t table_size,
+                                           std::unique_ptr<Snapshot> initial) {
+    DataplaneSpec spec;
+    for (const unsigned id : lcores) spec.lcores.push_back(LcorePlan{id, false, true, {}});
+    spec.tx_port_ids = {d.port};
+    spec.ring_size = 1024;  // unused: nothing goes through the rings
+    spec.conntrack = true;
+    spec.conn_table_size = table_size;
+    spec.nat_pool_addresses = initial->lb->pool.size();
+    spec.solicitation_pool = d.pool;
+    try {
+        return std::make_unique<Dataplane>(spec, std::move(initial));
+    } catch (const std::exception& e) {
+        fail(std::string("Dataplane: ") + e.what());
+    }
+}
+
+// The Dataplane's worker contexts in worker order. It lends them out read-only (for counters); here they stand for
+// lcores the Dataplane never launched, each used by one thread at a time, so writing them is what their lcore would.
+std::vector<LcoreContext*> worker_contexts(const Dataplane& dataplane) {
+    std::vector<LcoreContext*> out;
+    dataplane.for_each_lcore([&](const LcoreContext& ctx) {
+        if (ctx.worker) out.push_back(const_cast<LcoreContext*>(&ctx));
+    });
+    return out;
+}
+
+// One worker's run on an lcore: bursts of the stream, round and round (or once), each written and parsed (an RX
+// lcore's share, untimed), then firewall_burst + forward_burst on the snapshot that is current, read once per
+// burst and released with a quiescent state at the end of the iteration, as lcore_main does.
+struct WorkerRun {
+    Dpdk* d = nullptr;
+    LcoreContext* ctx = nullptr;
+    const std::vector<PacketSpec>* stream = nullptr;
+    uint64_t start_tsc = 0;              // spins until then: the workers of a run start together
+    uint64_t end_tsc = UINT64_MAX;       // stops then,
+    bool one_pass = false;               // or after one pass over the stream,
+    const std::atomic<bool>* stop = nullptr;  // or once this is set
+    uint64_t window_tsc = 0;             // with windows: packets per window of window_tsc since start_tsc,
+    std::vector<uint32_t>* windows = nullptr;
+    std::vector<uint64_t>* window_cycles = nullptr;  // and the stage's cycles and packets of its bursts that
+    std::vector<uint32_t>* window_timed = nullptr;   // took under 100 us (not preempted, as in timed_pass)
+    // Results.
+    uint64_t packets = 0, stage_cycles = 0, began_tsc = 0, finished_tsc = 0, malformed = 0;
+    bool pool_empty = false;
+
+    double seconds() const { return static_cast<double>(finished_tsc - began_tsc) / static_cast<double>(d->tsc_hz); }
+    double mpps() const { return finished_tsc > began_tsc ? static_cast<double>(packets) / seconds() / 1e6 : 0; }
+    double stage_cycles_per_packet() const { return packets ? static_cast<double>(stage_cycles) / static_cast<double>(packets) : 0; }
+};
+
+int run_worker(void* arg) {
+    WorkerRun& run = *static_cast<WorkerRun*>(arg);
+    LcoreContext& ctx = *run.ctx;
+    SharedState& shared = *ctx.shared;
+    const std::vector<PacketSpec>& stream = *run.stream;
+    rte_mbuf* pkts[kBurst];
+    DropReason verdicts[kBurst];
+    std::size_t next = 0;
+    while (rte_rdtsc() < run.start_tsc) rte_pause();
+    rte_rcu_qsbr_thread_online(shared.qsbr, ctx.qsbr_thread_id);
+    run.began_tsc = rte_rdtsc();
+    for (;;) {
+        if (next == stream.size()) {
+            if (run.one_pass) break;
+            next = 0;
+        }
+        if (rte_rdtsc() >= run.end_tsc || (run.stop && run.stop->load(std::memory_order_relaxed))) break;
+        const Snapshot& snapshot = *shared.snapshot.load(std::memory_order_acquire);
+        const auto n = static_cast<uint16_t>(std::min<std::size_t>(kBurst, stream.size() - next));
+        if (rte_pktmbuf_alloc_bulk(run.d->pool, pkts, n) != 0) {
+            run.pool_empty = true;
+            break;
+        }
+        for (uint16_t i = 0; i < n; ++i) write_frame(pkts[i], stream[next + i], run.d->port, false);
+        next += n;
+        parse_burst(pkts, n, verdicts);
+        for (uint16_t i = 0; i < n; ++i) run.malformed += verdicts[i] != DropReason::none;
+        const uint64_t t0 = rte_rdtsc();
+        worker_path(ctx, snapshot)(pkts, n);  // takes every mbuf
+        const uint64_t t1 = rte_rdtsc();
+        run.stage_cycles += t1 - t0;
+        run.packets += n;
+        if (run.windows) {
+            const uint64_t w = (t1 - run.start_tsc) / run.window_tsc;
+            if (w < run.windows->size()) {
+                (*run.windows)[w] += n;
+                if (t1 - t0 < run.d->tsc_hz / 10'000) {
+                    (*run.window_cycles)[w] += t1 - t0;
+                    (*run.window_timed)[w] += n;
+                }
+            }
+        }
+        // This iteration's snapshot reference is dead from here on.
+        rte_rcu_qsbr_quiescent(shared.qsbr, ctx.qsbr_thread_id);
+    }
+    run.finished_tsc = rte_rdtsc();
+    rte_eth_tx_buffer_flush(run.d->port, ctx.tx_queue, ctx.tx_buffers[run.d->port]);
+    rte_rcu_qsbr_thread_offline(shared.qsbr, ctx.qsbr_thread_id);
+    return 0;
+}
+
+void launch_worker(WorkerRun& run, unsigned lcore) {
+    const int rc = rte_eal_remote_launch(run_worker, &run, lcore);
+    if (rc != 0) fail("rte_eal_remote_launch on lcore " + std::to_string(lcore) + ": " + rte_strerror(-rc));
+}
+
+// Waits for a launched worker, sleeping rather than spinning (as rte_eal_wait_lcore does): the main lcore's CPU
+// stays free meanwhile.
+void wait_worker(unsigned lcore) {
+    while (rte_eal_get_lcore_state(lcore) == RUNNING) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rte_eal_wait_lcore(lcore);
+}
+
+void check_run(const WorkerRun& run, const char* what) {
+    if (run.malformed) fail(std::string(what) + ": " + std::to_string(run.malformed) + " frames failed to parse (a bug in sluice_bench)");
+    if (run.pool_empty) fail(std::string(what) + ": mbuf pool exhausted (" + std::to_string(mbufs_in_use(run.d->pool)) + " in use)");
+}
+
+// The second lcore, for a worker beside the main lcore; RTE_MAX_LCORE when the EAL has only one.
+unsigned second_lcore() { return rte_get_next_lcore(rte_get_main_lcore(), 1, 0); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reload (section reload): what the control thread does when the config file changes (app/sluice/daemon.cpp,
+// Daemon::apply_reload): load_config_file (YAML, validation, prefix files), restart_required_changes,
+// build_snapshot with the daemon's live state (rule ids and backend registry, copied and committed after), then
+// Dataplane::publish (one atomic store and an RCU grace period) and the old snapshot freed. Not timed: what the
+// daemon does after that (neighbour and health-check targets, XDP steering, BGP, logging), none of which builds a
+// table.
+//
+// The config: the 10k ClassBench-style rules of section classify (all allow, default allow), the three services of
+// section lb (Maglev 65537 each) and two prefix sets:
+// - blocklist: kBlocklistPrefixes prefixes from a file, early_drop (an LPM table on the RX lcores, the use
+//   docs/config.md sizes for 1M prefixes). Not referenced by a rule: a rule over a set expands into one rte_acl rule
+//   per prefix (config.cpp decode_address copies the set into the rule, AclClassifier expands the cross product),
+//   so one rule over it would mean 100k more rte_acl rules (FIELD-NOTES: ~40 s and ~370 MiB to build).
+// - partners: kPartnerPrefixes prefixes inline, referenced by one rule (tcp to port 22): kPartnerPrefixes rte_acl
+//   rules, the way an operator lists the networks an allow rule admits.
+// Reference: rte_acl_create + rte_acl_add_rules + rte_acl_build alone on the same rte_acl rules, built here from
+// the loaded config (see reference_acl_rules), interleaved with the reloads.
+constexpr uint32_t kReloadRules = 10000;
+constexpr uint32_t kBlocklistPrefixes = 100000;
+constexpr uint32_t kPartnerPrefixes = 1000;
+constexpr uint64_t kWindowUs = 1000;          // the worker counts its packets per window of this length
+constexpr auto kQuietBeforeReload = std::chrono::milliseconds(100);  // the worker's reference windows
+constexpr double kReloadBudgetSeconds = 90;  // for the repetitions: fewer than --reps when they would take longer
+const char* const kReloadPort = "bench";
+
+// Distinct random IPv4 prefixes, lengths drawn by pick_length, outside 10/8, 127/8 and 192.0.2/24 (the
+// benchmark's own addresses).
+std::vector<Prefix> random_prefixes(std::size_t count, Rng& rng, const std::function<uint8_t(Rng&)>& pick_length) {
+    std::vector<Prefix> out;
+    out.reserve(count);
+    std::unordered_set<uint64_t> seen;
+    seen.reserve(count * 2);
+    while (out.size() < count) {
+        const uint8_t len = pick_length(rng);
+        const uint32_t a = static_cast<uint32_t>(rng()) & prefix_mask(len);
+        if ((a >> 24) == 10 || (a >> 24) == 127 || (a >> 8) == 0xc00002) continue;
+        if (!seen.insert(uint64_t{a} << 8 | len).second) continue;
+        out.push_back(Prefix{v4(a), len});
+    }
+    return out;
+}
+
+std::string prefix_text(const Prefix& p) { return to_string(p.address, IpFamily::ipv4) + "/" + std::to_string(p.length); }
+
+std::string ports_text(uint16_t lo, uint16_t hi) {
+    return lo == hi ? std::to_string(lo) : "\"" + std::to_string(lo) + "-" + std::to_string(hi) + "\"";
+}
+
+std::string mac_text(const rte_ether_addr& mac) {
+    char buf[RTE_ETHER_ADDR_FMT_SIZE];
+    rte_ether_format_addr(buf, sizeof buf, &mac);
+    return buf;
+}
+
+// Writes dir/sluice.yaml (and the blocklist's file beside it) for section reload, with the services of
+// add_services; returns the config's path.
+std::string write_reload_config(const std::string& dir, const std::vector<RuleSpec>& rules,
+                                const std::vector<Prefix>& partners, const std::vector<Prefix>& blocklist) {
+    {
+        std::ofstream f(dir + "/blocklist.txt");
+        f << "# " << blocklist.size() << " prefixes written by sluice_bench\n";
+        for (const Prefix& p : blocklist) f << prefix_text(p) << "\n";
+        if (!f) fail("cannot write " + dir + "/blocklist.txt");
+    }
+    Config lb;
+    add_services(lb);
+    std::ofstream y(dir + "/sluice.yaml");
+    y << "# Written by sluice_bench (section reload)\n"
+      << "ports:\n  - {name: " << kReloadPort << ", device: net_null0}\n"
+      << "lcores:\n  - {id: 1, roles: [rx, worker]}\n"
+      << "forward:\n  - {from: " << kReloadPort << ", to: " << kReloadPort << ", next_hop_mac: \"02:00:00:00:00:09\"}\n"
+      << "firewall:\n  default: allow\n  prefix_sets:\n"
+      << "    - {name: blocklist, file: blocklist.txt, early_drop: true}\n"
+      << "    - name: partners\n      prefixes: [";
+    for (std::size_t i = 0; i < partners.size(); ++i) y << (i ? ", " : "") << prefix_text(partners[i]);
+    y << "]\n  rules:\n"
+      << "    - {name: partners-ssh, source: \"@partners\", protocol: tcp, destination_ports: 22, action: allow}\n";
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+        const RuleSpec& r = rules[i];
+        y << "    - {name: r" << i;
+        if (r.src_len) y << ", source: " << dotted(r.src) << "/" << unsigned{r.src_len};
+        if (r.dst_len) y << ", destination: " << dotted(r.dst) << "/" << unsigned{r.dst_len};
+        if (r.proto_mask) y << ", protocol: " << unsigned{r.proto};
+        if (r.sport_lo != 0 || r.sport_hi != 65535) y << ", source_ports: " << ports_text(r.sport_lo, r.sport_hi);
+        if (r.dport_lo != 0 || r.dport_hi != 65535) y << ", destination_ports: " << ports_text(r.dport_lo, r.dport_hi);
+        y << ", action: allow}\n";
+    }
+    y << "load_balancer:\n  nat_pool: [";
+    for (std::size_t i = 0; i < lb.load_balancer.nat_pool.size(); ++i)
+        y << (i ? ", " : "") << "\"" << to_string(lb.load_balancer.nat_pool[i].address, lb.load_balancer.nat_pool_families[i]) << "\"";
+    y << "]\n  tunnel_source: " << to_string(*lb.load_balancer.tunnel_source_v4, IpFamily::ipv4) << "\nservices:\n";
+    for (const ServiceConfig& s : lb.services) {
+        y << "  - name: " << s.name << "\n    vip: " << to_string(s.vip, s.family) << "\n    port: " << s.port
+          << "\n    protocol: tcp\n    mode: " << lb_mode_name(s.mode) << "\n    table_size: " << s.table_size
+          << "\n    backends:\n";
+        for (const BackendConfig& b : s.backends) {
+            y << "      - {address: " << to_string(b.address, b.family);
+            if (b.port) y << ", port: " << b.port;
+            if (b.has_mac) y << ", mac: \"" << mac_text(b.mac) << "\"";
+            y << "}\n";
+        }
+    }
+    if (!y) fail("cannot write " + dir + "/sluice.yaml");
+    return dir + "/sluice.yaml";
+}
+
+// The reference's rte_acl rules: sluice's IPv4 layout (the search key Ipv4AclKey above, and the field definitions
+// of make_config in lib/classify/acl_classifier.cpp, private there: protocol, ingress port, source, destination,
+// both ports in one input group) and its expansion of a rule's lists into their cross product, rule i at priority
+// RTE_ACL_MAX_PRIORITY - i with userdata i + 1, as AclClassifier builds them. Written apart from sluice's code on
+// purpose: section_reload classifies a trace through both contexts and drops the reference (with a warning) if a
+// single result differs.
+constexpr uint32_t kAclFields = 6;
+RTE_ACL_RULE_DEF(ReferenceAclRule, kAclFields);
+
+rte_acl_config reference_acl_config() {
+    rte_acl_config cfg{};
+    cfg.num_categories = 1;
+    cfg.num_fields = kAclFields;
+    cfg.max_size = 0;
+    cfg.defs[0] = {RTE_ACL_FIELD_TYPE_BITMASK, 1, 0, 0, offsetof(Ipv4AclKey, proto)};
+    cfg.defs[1] = {RTE_ACL_FIELD_TYPE_BITMASK, 4, 1, 1, offsetof(Ipv4AclKey, in_port)};
+    cfg.defs[2] = {RTE_ACL_FIELD_TYPE_MASK, 4, 2, 2, offsetof(Ipv4AclKey, src)};
+    cfg.defs[3] = {RTE_ACL_FIELD_TYPE_MASK, 4, 3, 3, offsetof(Ipv4AclKey, dst)};
+    cfg.defs[4] = {RTE_ACL_FIELD_TYPE_RANGE, 2, 4, 4, offsetof(Ipv4AclKey, src_port)};
+    cfg.defs[5] = {RTE_ACL_FIELD_TYPE_RANGE, 2, 5, 4, offsetof(Ipv4AclKey, dst_port)};
+    return cfg;
+}
+
+std::vector<ReferenceAclRule> reference_acl_rules(const FirewallConfig& fc) {
+    std::vector<ReferenceAclRule> out;
+    uint32_t index = 0;  // among the rules of IPv4 (AclClassifier's rule index)
+    for (const FirewallRuleConfig& r : fc.rules) {
+        if ((!r.source.any && r.source.v4.empty()) || (!r.destination.any && r.destination.v4.empty()) ||
+            r.protocol == IPPROTO_ICMPV6)
+            continue;  // no IPv4 rule
+        if (!r.in_ports.empty()) fail("reload: the reference does not expand in_ports");
+        ReferenceAclRule base{};
+        base.data.category_mask = 1;
+        base.data.priority = static_cast<int32_t>(RTE_ACL_MAX_PRIORITY - index);
+        base.data.userdata = index + 1;
+        ++index;
+        base.field[0].value.u8 = r.protocol == kAnyProtocol ? 0 : static_cast<uint8_t>(r.protocol);
+        base.field[0].mask_range.u8 = r.protocol == kAnyProtocol ? 0 : 0xff;
+        const bool ports = has_ports(static_cast<uint8_t>(r.protocol)) && r.protocol != kAnyProtocol;
+        const std::vector<Prefix> any_prefix{Prefix{}};
+        const std::vector<PortRange> any_port{PortRange{0, 65535}};
+        const auto& sources = r.source.any ? any_prefix : r.source.v4;
+        const auto& destinations = r.destination.any ? any_prefix : r.destination.v4;
+        const auto& sports = ports && !r.source_ports.empty() ? r.source_ports : any_port;
+        const auto& dports = ports && !r.destination_ports.empty() ? r.destination_ports : any_port;
+        const auto set_prefix = [](rte_acl_field& f, const Prefix& p) {
+            f.value.u32 = rte_be_to_cpu_32(p.address.words[0]) & prefix_mask(p.length);
+            f.mask_range.u32 = p.length;
+        };
+        for (const Prefix& src : sources)
+            for (const Prefix& dst : destinations)
+                for (const PortRange& sp : sports)
+                    for (const PortRange& dp : dports) {
+                        ReferenceAclRule rule = base;
+                        set_prefix(rule.field[2], src);
+                        set_prefix(rule.field[3], dst);
+                        rule.field[4].value.u16 = sp.first;
+                        rule.field[4].mask_range.u16 = sp.last;
+                        rule.field[5].value.u16 = dp.first;
+                        rule.field[5].mask_range.u16 = dp.last;
+                        out.push_back(rule);
+                    }
+    }
+    return out;
+}
+
+// rte_acl_create + rte_acl_add_rules + rte_acl_build on the rules; returns the context (the caller frees it) and
+// the build's TSC cycles.
+rte_acl_ctx* build_reference_acl(const std::vector<ReferenceAclRule>& rules, uint64_t& cycles) {
+    const std::string name = "bench_ref_acl_" + std::to_string(table_counter++);
+    const rte_acl_config cfg = reference_acl_config();
+    const uint64_t t0 = rte_rdtsc();
+    rte_acl_param param{};
+    param.name = name.c_str();
+    param.socket_id = static_cast<int>(rte_socket_id());
+    param.rule_size = RTE_ACL_RULE_SZ(kAclFields);
+    param.max_rule_num = static_cast<uint32_t>(rules.size());
+    rte_acl_ctx* ctx = rte_acl_create(&param);
+    if (!ctx) fail("rte_acl_create: " + std::string(rte_strerror(rte_errno)));
+    int rc = rte_acl_add_rules(ctx, reinterpret_cast<const rte_acl_rule*>(rules.data()), static_cast<uint32_t>(rules.size()));
+    if (rc == 0) rc = rte_acl_build(ctx, &cfg);
+    cycles = rte_rdtsc() - t0;
+    if (rc != 0) fail("reference rte_acl_add_rules/build: " + std::string(rte_strerror(-rc)));
+    return ctx;
+}
+
+// Trace tuples whose rule the reference and sluice's classifier disagree on (both built from the same config).
+std::size_t reference_mismatches(rte_acl_ctx* reference, const AclClassifier& acl, const std::vector<TraceTuple>& trace) {
+    std::size_t differ = 0;
+    for (std::size_t off = 0; off < trace.size(); off += kBurst) {
+        const auto n = static_cast<uint32_t>(std::min<std::size_t>(kBurst, trace.size() - off));
+        FiveTuple tuples[kBurst];
+        const FiveTuple* tuple_ptrs[kBurst];
+        Ipv4AclKey keys[kBurst];
+        const uint8_t* key_ptrs[kBurst];
+        const uint16_t in_ports[kBurst] = {};
+        uint32_t sluice[kBurst], raw[kBurst];
+        for (uint32_t i = 0; i < n; ++i) {
+            tuples[i] = to_tuple(trace[off + i]);
+            tuple_ptrs[i] = &tuples[i];
+            keys[i] = Ipv4AclKey{tuples[i].proto, {0, 0, 0}, rte_cpu_to_be_32(0), tuples[i].src.words[0],
+                                 tuples[i].dst.words[0], tuples[i].src_port, tuples[i].dst_port};
+            key_ptrs[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
+        }
+        acl.classify(tuple_ptrs, in_ports, sluice, n);
+        rte_acl_classify(reference, key_ptrs, raw, n, 1);
+        for (uint32_t i = 0; i < n; ++i) differ += (raw[i] == 0 ? AclClassifier::kNoMatch : raw[i] - 1) != sluice[i];
+    }
+    return differ;
+}
+
+double cycles_to_ms(const Dpdk& d, uint64_t cycles) { return 1e3 * static_cast<double>(cycles) / static_cast<double>(d.tsc_hz); }
+
+// A temporary directory, removed with what is in it when it goes.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char name[] = "/tmp/sluice_bench_reload.XXXXXX";
+        if (!mkdtemp(name)) fail(std::string("mkdtemp: ") + std::strerror(errno));
+        path = name;
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path, ignored);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+};
+
+void section_reload(Dpdk& d, const Options& o, Table& table) {
+    const int socket = static_cast<int>(rte_socket_id());
+    Rng rng(o.seed + 30);
+    const std::vector<RuleSpec> rules = generate_rules(kReloadRules, o.seed);  // section classify's 10k rules
+    // Blocklist: 60 % single addresses, 30 % /24s, 10 % /16-/23 (a mix like public blocklists', e.g. FireHOL's).
+    const std::vector<Prefix> blocklist = random_prefixes(kBlocklistPrefixes, rng, [](Rng& r) {
+        const uint32_t p = uniform(r, 0, 9);
+        return static_cast<uint8_t>(p < 6 ? 32 : p < 9 ? 24 : uniform(r, 16, 23));
+    });
+    const std::vector<Prefix> partners =
+        random_prefixes(kPartnerPrefixes, rng, [](Rng& r) { return static_cast<uint8_t>(uniform(r, 16, 28)); });
+    const TempDir dir;
+    const std::string path = write_reload_config(dir.path, rules, partners, blocklist);
+
+    ConfigResult loaded = load_config_file(path);
+    if (!loaded.config) fail("reload: the generated config is refused: " + (loaded.errors.empty() ? std::string() : loaded.errors.front().to_string()));
+    Config running = std::move(*loaded.config);
+    const std::vector<PortIdentity> ports{PortIdentity{kReloadPort, d.port, d.port_mac}};
+    // The daemon's live state (Daemon::stable_rule_ids_, backends_): copied for each reload, committed after it.
+    StableRuleIds rule_ids;
+    BackendRegistry backends;
+    const BackendHealth healthy = [](uint32_t) { return true; };
+    const auto build = [&](const Config& config, StableRuleIds* ids, BackendRegistry* registry) {
+        try {
+            return build_snapshot(config, ports, config.lcores.size(), socket, 1, LiveState{ids, registry, healthy, nullptr});
+        } catch (const std::exception& e) {
+            fail(std::string("reload: build_snapshot: ") + e.what());
+        }
+    };
+    const uint64_t first_start = rte_rdtsc();
+    std::unique_ptr<Snapshot> first = build(running, &rule_ids, &backends);
+    const double first_ms = cycles_to_ms(d, rte_rdtsc() - first_start);
+    if (!first->firewall->acl_v4) fail("reload: the snapshot has no IPv4 rte_acl context");
+    const std::size_t sluice_acl_rules = first->firewall->acl_v4->expanded_rule_count();
+
+    // The reference, checked against sluice's context on a trace of the ClassBench rules (with tuples from the
+    // partner networks to port 22 among them).
+    const std::vector<ReferenceAclRule> reference_rules = reference_acl_rules(running.firewall);
+    std::vector<TraceTuple> trace = generate_trace(rules, 65536, o.seed);
+    for (std::size_t i = 0; i < trace.size(); i += 16) {
+        const Prefix& p = partners[uniform(rng, 0, kPartnerPrefixes - 1)];
+        trace[i] = TraceTuple{rte_be_to_cpu_32(p.address.words[0]) | (static_cast<uint32_t>(rng()) & ~prefix_mask(p.length)),
+                              static_cast<uint32_t>(rng()), static_cast<uint16_t>(uniform(rng, 1024, 65535)), 22, IPPROTO_TCP};
+    }
+    uint64_t ref_cycles = 0;
+    rte_acl_ctx* reference_ctx = build_reference_acl(reference_rules, ref_cycles);
+    const std::size_t mismatches = reference_mismatches(reference_ctx, *first->firewall->acl_v4, trace);
+    rte_acl_free(reference_ctx);
+    const bool reference_valid = mismatches == 0 && reference_rules.size() == sluice_acl_rules;
+    std::printf("reload: config %s: %zu rules (%zu rte_acl rules), prefix sets blocklist (%zu prefixes from a file, "
+                "early_drop) and partners (%zu, one rule); %zu services; first build %.0f ms. Reference: "
+                "%zu rte_acl rules, built in %.0f ms; %zu of %zu trace tuples classified differently\n",
+                path.c_str(), running.firewall.rules.size(), sluice_acl_rules, blocklist.size(), partners.size(),
+                running.services.size(), first_ms, reference_rules.size(), cycles_to_ms(d, ref_cycles), mismatches, trace.size());
+    if (!reference_valid)
+        std::printf("WARNING: reload: the reference's rte_acl rules are not sluice's (rule count or results differ): "
+                    "the layout copied from acl_classifier.cpp has drifted; the ratios are left out\n");
+
+    // The pieces' own builds: the rules without the early-drop set, the early-drop set without rules (neither with
+    // services; the set once, before the repetitions: it can take as long as the reload), and the load balancer's
+    // tables.
+    Config rules_only = running, sets_only = running;
+    std::erase_if(rules_only.firewall.prefix_sets, [](const PrefixSetConfig& s) { return s.early_drop; });
+    rules_only.services.clear();
+    sets_only.firewall.rules.clear();
+    sets_only.services.clear();
+    const uint64_t sets_start = rte_rdtsc();
+    std::unique_ptr<Snapshot> sets_built = build(sets_only, nullptr, nullptr);
+    const double set_ms = cycles_to_ms(d, rte_rdtsc() - sets_start);
+    const std::size_t blocklisted = sets_built->firewall->blocklist_prefixes;
+    sets_built.reset();
+    // The first build and the reference's warm the caches and the allocator: no warm-up round. Each repetition
+    // takes about a reload, a reference and a rules-only build.
+    const double rep_seconds = (first_ms + 2 * cycles_to_ms(d, ref_cycles)) / 1e3 + 0.1;
+    const auto reps = static_cast<unsigned>(std::clamp<double>(std::floor(kReloadBudgetSeconds / rep_seconds), 1, o.reps));
+    char why[160] = "";
+    if (reps < o.reps)
+        std::snprintf(why, sizeof why, " (fewer than --reps: one takes about %.0f s, the section keeps within %.0f s)",
+                      rep_seconds, kReloadBudgetSeconds);
+    std::printf("reload: the early-drop set alone (%zu prefixes) built in %.0f ms; %u repetitions%s\n", blocklisted,
+                set_ms, reps, why);
+    std::fflush(stdout);
+
+    // A worker on the second lcore forwards packets of established connections (no service, half replies, through
+    // firewall_burst + forward_burst) on whatever snapshot is current, counting them per window.
+    const unsigned worker_lcore = second_lcore();
+    const bool with_worker = worker_lcore < RTE_MAX_LCORE;
+    const uint32_t live = o.lb_conns;
+    auto dataplane = bench_dataplane(d, {with_worker ? worker_lcore : rte_get_main_lcore()}, 2 * live, std::move(first));
+    LcoreContext& ctx = *worker_contexts(*dataplane).front();
+    const std::vector<FiveTuple> flows = distinct_flows(live, rng, 70);
+    const uint32_t refused = insert_established(*ctx.conn_table, flows);
+    const std::vector<PacketSpec> stream = random_packets(flows, o.packets, rng);
+    const uint64_t window_tsc = d.tsc_hz / (1'000'000 / kWindowUs);
+    std::vector<uint32_t> windows(600'000'000 / kWindowUs), window_timed(windows.size());  // 10 minutes
+    std::vector<uint64_t> window_cycles(windows.size());
+    std::atomic<bool> stop{false};
+    WorkerRun worker{.d = &d, .ctx = &ctx, .stream = &stream, .start_tsc = rte_rdtsc(), .stop = &stop,
+                     .window_tsc = window_tsc, .windows = &windows, .window_cycles = &window_cycles,
+                     .window_timed = &window_timed};
+    const auto drops_before = ctx.counters.drops;
+    if (with_worker) launch_worker(worker, worker_lcore);
+    else
+        std::printf("reload: one lcore only: the forwarded rate during a reload is not measured (give the EAL a "
+                    "second lcore, e.g. -- -l 0,1)\n");
+
+    struct Span {
+        uint64_t begin, end;  // TSC: load_config_file starts, the old snapshot is freed
+    };
+    std::vector<Span> spans;
+    std::vector<double> load_ms, build_ms, publish_ms, free_ms, rules_ms, lb_ms;
+    const auto reload = [&] {
+        std::this_thread::sleep_for(kQuietBeforeReload);
+        const uint64_t t0 = rte_rdtsc();
+        ConfigResult candidate = load_config_file(path);
+        const uint64_t t1 = rte_rdtsc();
+        if (!candidate.config) fail("reload: the config is refused on reload");
+        if (!restart_required_changes(running, *candidate.config).empty()) fail("reload: the config needs a restart");
+        StableRuleIds ids = rule_ids;
+        BackendRegistry registry = backends;
+        std::unique_ptr<Snapshot> next = build(*candidate.config, &ids, &registry);
+        const uint64_t t2 = rte_rdtsc();
+        std::unique_ptr<Snapshot> old = dataplane->publish(std::move(next));
+        const uint64_t t3 = rte_rdtsc();
+        rule_ids = std::move(ids);
+        backends = std::move(registry);
+        running = std::move(*candidate.config);
+        old.reset();
+        const uint64_t t4 = rte_rdtsc();
+        spans.push_back(Span{t0, t4});
+        load_ms.push_back(cycles_to_ms(d, t1 - t0));
+        build_ms.push_back(cycles_to_ms(d, t2 - t1));
+        publish_ms.push_back(cycles_to_ms(d, t3 - t2));
+        free_ms.push_back(cycles_to_ms(d, t4 - t3));
+        return cycles_to_ms(d, t3 - t0);
+    };
+    const auto reference = [&] {
+        uint64_t cycles = 0;
+        rte_acl_free(build_reference_acl(reference_rules, cycles));
+        return cycles_to_ms(d, cycles);
+    };
+    // The pieces' builds are timed without freeing what they built.
+    const auto piece = [&](std::vector<double>& out, const Config& config) {
+        const uint64_t t0 = rte_rdtsc();
+        const std::unique_ptr<Snapshot> built = build(config, nullptr, nullptr);
+        out.push_back(cycles_to_ms(d, rte_rdtsc() - t0));
+        return out.back();
+    };
+    const auto lb_piece = [&] {
+        const uint64_t t0 = rte_rdtsc();
+        BackendRegistry registry = backends;
+        const std::shared_ptr<const LbTables> built = build_lb_tables(running, registry, healthy, socket);
+        lb_ms.push_back(cycles_to_ms(d, rte_rdtsc() - t0));
+        return lb_ms.back();
+    };
+    const uint64_t t_start = rte_rdtsc();
+    auto r = interleaved(reps, {reload, reference, [&] { return piece(rules_ms, rules_only); }, lb_piece}, false);
+    std::this_thread::sleep_for(kQuietBeforeReload);
+    stop.store(true, std::memory_order_relaxed);
+    if (with_worker) wait_worker(worker_lcore);
+    std::printf("reload: %zu reloads with their references and pieces in %.1f s\n", spans.size(),
+                static_cast<double>(rte_rdtsc() - t_start) / static_cast<double>(d.tsc_hz));
+
+    const Stat ref = stat_of(r[1]);
+    const std::string acl = "rte_acl create+add+build alone, " + ordinal_count(reference_rules.size()) + " rules";
+    const std::string what = "reload " + ordinal_count(kReloadRules) + " rules + " + ordinal_count(kBlocklistPrefixes) +
+                             "-prefix early-drop set";
+    const auto add = [&](const char* id, const std::string& measurement, const std::vector<double>& v) {
+        table.add(Row{.id = id, .measurement = measurement, .unit = "ms", .reference = acl, .ref = ref,
+                      .sluice = stat_of(v), .has_ref = reference_valid});
+    };
+    add("reload", what + ": YAML -> published", r[0]);
+    if (reps != o.reps) table.note("reload: median of " + std::to_string(reps) + " repetitions, not " + std::to_string(o.reps) + " (see above).");
+    add("reload-load", "  of which load_config_file (YAML, checks, 100k-line file)", load_ms);
+    add("reload-build", "  of which build_snapshot (+ restart check, live state)", build_ms);
+    add("reload-publish", "  of which publish (swap, RCU grace period)", publish_ms);
+    add("reload-free", "then freeing the old snapshot", free_ms);
+    add("reload-rules", "build_snapshot, rules only (no early-drop set, services)", rules_ms);
+    add("reload-set", "build_snapshot, early-drop set only (LPM, 100k), 1 run", {set_ms});
+    add("reload-lb", "build_lb_tables (3 services, Maglev 65537)", lb_ms);
+
+    if (with_worker) {
+        // Per reload: the median window in the quiet stretch before it (nothing but the worker running), the lowest
+        // window in that stretch (the noise floor), and the lowest and the median window from load_config_file to
+        // the old snapshot freed.
+        const double per_window_to_mpps = 1e6 / static_cast<double>(kWindowUs) / 1e6;
+        const auto window_of = [&](uint64_t tsc) { return static_cast<std::size_t>((tsc - worker.start_tsc) / window_tsc); };
+        const uint64_t quiet_tsc = d.tsc_hz * static_cast<uint64_t>(kQuietBeforeReload.count()) / 1000;
+        std::vector<double> before, quiet_min, during_min, during_median, ratios, cycles_before, cycles_during;
+        // The stage's cycles per packet over a range of windows, bursts the OS preempted left out: what the reload
+        // costs the worker through the caches and memory, apart from the CPU time it lost on a shared machine.
+        const auto cycles_per_packet = [&](std::size_t from, std::size_t to) {
+            uint64_t cycles = 0, packets = 0;
+            for (std::size_t w = from; w < to; ++w) cycles += window_cycles[w], packets += window_timed[w];
+            return packets ? static_cast<double>(cycles) / static_cast<double>(packets) : 0.0;
+        };
+        for (const Span& s : spans) {
+            if (s.begin < worker.start_tsc + quiet_tsc) continue;
+            const std::size_t b = window_of(s.begin), e = std::min(window_of(s.end), windows.size() - 1);
+            const std::size_t q = window_of(s.begin - quiet_tsc) + 1;  // whole windows inside the quiet stretch
+            if (q >= b || b >= windows.size()) continue;
+            const std::vector<double> quiet(windows.begin() + static_cast<std::ptrdiff_t>(q), windows.begin() + static_cast<std::ptrdiff_t>(b));
+            const std::vector<double> during(windows.begin() + static_cast<std::ptrdiff_t>(b), windows.begin() + static_cast<std::ptrdiff_t>(e) + 1);
+            const Stat sq = stat_of(quiet), sd = stat_of(during);
+            before.push_back(sq.median * per_window_to_mpps);
+            quiet_min.push_back(sq.min * per_window_to_mpps);
+            during_min.push_back(sd.min * per_window_to_mpps);
+            during_median.push_back(sd.median * per_window_to_mpps);
+            cycles_before.push_back(cycles_per_packet(q, b));
+            cycles_during.push_back(cycles_per_packet(b, e + 1));
+            std::size_t low = 0;
+            for (const double w : during) low += w < 0.9 * sq.median;
+            std::printf("reload %zu: %zu windows of %" PRIu64 " us from YAML to the old snapshot freed: %.2f Mpps before "
+                        "(lowest quiet window %.2f), lowest during %.2f (%.2fx), median during %.2f; %zu windows below "
+                        "0.9x; stage %.0f cycles/pkt before, %.0f during (bursts not preempted)\n",
+                        ratios.size() + 1, during.size(), kWindowUs, before.back(), quiet_min.back(), during_min.back(),
+                        before.back() > 0 ? during_min.back() / before.back() : 0.0, during_median.back(), low,
+                        cycles_before.back(), cycles_during.back());
+            ratios.push_back(during_min.back() / before.back());
+        }
+        const std::string window = std::to_string(kWindowUs) + " us window";
+        const std::string reference_rate = "median " + window + " in the 100 ms before";
+        table.add(Row{.id = "reload-rate-min", .measurement = "forwarded during a reload: lowest " + window,
+                      .unit = "Mpps", .reference = reference_rate, .ref = stat_of(before), .sluice = stat_of(during_min)});
+        table.add(Row{.id = "reload-rate-median", .measurement = "forwarded during a reload: median " + window,
+                      .unit = "Mpps", .reference = reference_rate, .ref = stat_of(before), .sluice = stat_of(during_median)});
+        table.add(Row{.id = "reload-stage-cycles", .measurement = "worker stage during a reload (not preempted)",
+                      .unit = "cycles/pkt", .reference = "the same in the 100 ms before", .ref = stat_of(cycles_before),
+                      .sluice = stat_of(cycles_during)});
+        table.add(Row{.id = "reload-rate-quiet-min", .measurement = "forwarded, no reload: lowest " + window + " (noise)",
+                      .unit = "Mpps", .reference = reference_rate, .ref = stat_of(before), .sluice = stat_of(quiet_min)});
+        const std::string drops = drops_since(ctx.counters, drops_before);
+        std::printf("reload: the worker forwarded %" PRIu64 " packets of %u connections in %.1f s (%.2f Mpps)%s%s\n",
+                    worker.packets, live - refused, worker.seconds(), worker.mpps(), drops.empty() ? "" : "; drops: ",
+                    drops.c_str());
+        check_run(worker, "reload worker");
+    }
+    dataplane.reset();
+    check_pool(d, "reload");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Scaling (section scaling): the worker path on one lcore alone, then on two at once, each worker with the context
+// the Dataplane builds for it (its own connection table, NAT ports, counters, TX queue) and its own connections. In
+// process: this machine has 2 vCPUs, no room for a traffic generator and RX lcores beside two workers, so each
+// worker writes and parses its own frames (an RX lcore's share, not timed in the stage figures) and runs
+// firewall_burst + forward_burst with the snapshot of section lb (1k rules, three services).
+constexpr double kScalingSeconds = 0.5;   // each established-packet run
+constexpr uint32_t kScalingSyns = 65536;  // SYNs per worker per new-connection run
+
+void section_scaling(Dpdk& d, const Options& o, Table& table) {
+    const unsigned main_lcore = rte_get_main_lcore(), second = second_lcore();
+    std::printf("scaling: measured in process, each worker writing its own frames: this machine has %ld vCPUs, no "
+                "room for a traffic generator and an RX lcore beside two workers\n",
+                sysconf(_SC_NPROCESSORS_ONLN));
+    if (second >= RTE_MAX_LCORE) {
+        std::printf("scaling: skipped: the EAL has one lcore (give it two, e.g. -- -l 0,1)\n");
+        return;
+    }
+    const std::vector<unsigned> lcores{main_lcore, second};
+    const uint32_t live = o.lb_conns;
+    auto dataplane = bench_dataplane(d, lcores, 2 * (live + kScalingSyns) + 1024,
+                                     make_snapshot(d, generate_rules(1000, o.seed), true));
+    const Snapshot& snapshot = dataplane->snapshot();
+    const std::vector<LcoreContext*> workers = worker_contexts(*dataplane);
+    Rng rng(o.seed + 40);
+    const std::vector<FiveTuple> clients = lb_clients(2 * (live + kScalingSyns), rng);
+    std::vector<std::vector<PacketSpec>> established(2), syns(2);
+    const uint64_t t0 = rte_rdtsc();
+    for (std::size_t w = 0; w < 2; ++w) {
+        LcoreContext& ctx = *workers[w];
+        touch_all_slots(*ctx.conn_table);
+        const auto first = clients.begin() + static_cast<std::ptrdiff_t>(w * (live + kScalingSyns));
+        const std::vector<FiveTuple> mine(first, first + live), fresh(first + live, first + live + kScalingSyns);
+        const OpenedConns opened = open_connections(d, ctx, snapshot, mine, kVipNat, true);
+        established[w].resize(o.packets);
+        for (PacketSpec& p : established[w]) {
+            const uint32_t i = uniform(rng, 0, live - 1);
+            p = uniform(rng, 0, 1) ? opened.reply[i] : opened.forward[i];
+        }
+        syns[w] = packets_to(fresh, kVipNat, kTcpSyn);
+        if (ctx.conn_table->size() != 2 * live)
+            std::printf("WARNING: scaling: worker %zu has %u table entries, %u expected\n", w, ctx.conn_table->size(), 2 * live);
+    }
+    std::printf("scaling: %u nat connections per worker opened through the worker path in %.1f s\n", live,
+                static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz));
+
+    // Runs the workers given (indexes into workers, worker k on lcores[k]) at once; worker 0 on the calling lcore.
+    const auto measure = [&](const std::vector<std::size_t>& which, bool new_conns) {
+        std::vector<WorkerRun> runs(which.size());
+        const uint64_t start = rte_rdtsc() + d.tsc_hz / 50;  // 20 ms for the remote lcore to wake up
+        for (std::size_t k = 0; k < which.size(); ++k) {
+            const std::size_t w = which[k];
+            runs[k] = WorkerRun{.d = &d, .ctx = workers[w], .stream = new_conns ? &syns[w] : &established[w],
+                                .start_tsc = start,
+                                .end_tsc = new_conns ? UINT64_MAX : start + static_cast<uint64_t>(kScalingSeconds * static_cast<double>(d.tsc_hz)),
+                                .one_pass = new_conns};
+        }
+        for (std::size_t k = 0; k < which.size(); ++k)
+            if (which[k] != 0) launch_worker(runs[k], lcores[which[k]]);
+        for (std::size_t k = 0; k < which.size(); ++k)
+            if (which[k] == 0) run_worker(&runs[k]);
+        for (std::size_t k = 0; k < which.size(); ++k)
+            if (which[k] != 0) wait_worker(lcores[which[k]]);
+        for (const WorkerRun& r : runs) check_run(r, "scaling");
+        if (new_conns)  // closed again (expiry's work, untimed) for the next run
+            for (const std::size_t w : which) {
+                for (const int32_t position : positions_of(*workers[w]->conn_table, syns[w]))
+                    if (position >= 0) workers[w]->conn_table->remove(position);
+                if (workers[w]->conn_table->size() != 2 * live)
+                    std::printf("WARNING: scaling: worker %zu: %u table entries after a new-connection run, %u expected\n",
+                                w, workers[w]->conn_table->size(), 2 * live);
+            }
+        return runs;
+    };
+    // One worker alone alternates between the two lcores; interleaved with the runs of both.
+    const auto drops_before = [&] {
+        std::vector<std::array<uint64_t, kDropReasonCount>> v;
+        for (const LcoreContext* c : workers) v.push_back(c->counters.drops);
+        return v;
+    }();
+    for (const bool new_conns : {false, true}) {
+        unsigned turn = 0;
+        std::vector<double> stage_one, stage_two, speedup;
+        auto r = interleaved(o.reps, {[&] {
+                                          const auto runs = measure({turn++ % 2}, new_conns);
+                                          stage_one.push_back(runs[0].stage_cycles_per_packet());
+                                          return runs[0].mpps();
+                                      },
+                                      [&] {
+                                          const auto runs = measure({0, 1}, new_conns);
+                                          stage_two.push_back((runs[0].stage_cycles_per_packet() + runs[1].stage_cycles_per_packet()) / 2);
+                                          return runs[0].mpps() + runs[1].mpps();
+                                      }});
+        stage_one.erase(stage_one.begin());
+        stage_two.erase(stage_two.begin());
+        for (std::size_t k = 0; k < r[0].size(); ++k) speedup.push_back(r[1][k] / r[0][k]);
+        const std::string what = new_conns ? "new nat conns, " + ordinal_count(kScalingSyns) + " SYNs/worker"
+                                           : "established nat, " + ordinal_count(live) + " conns/worker";
+        const std::string id = new_conns ? "scaling-new" : "scaling-established";
+        table.add(Row{.id = id, .measurement = "scaling, " + what + ": 2 workers at once",
+                      .unit = new_conns ? "M conn/s" : "Mpps", .reference = "1 worker alone",
+                      .ref = stat_of(r[0]), .sluice = stat_of(r[1])});
+        table.add(Row{.id = id + "-speedup", .measurement = "scaling 1 -> 2 workers, " + what + " (speed-up)",
+                      .unit = "x", .reference = "target (issue)", .ref = Stat{1.8, 1.8, 1.8},
+                      .sluice = stat_of(speedup)});
+        table.add(Row{.id = id + "-stage", .measurement = "  firewall + forward per " + std::string(new_conns ? "conn" : "pkt") + ", 2 at once",
+                      .unit = new_conns ? "cycles/conn" : "cycles/pkt", .reference = "1 worker alone",
+                      .ref = stat_of(stage_one), .sluice = stat_of(stage_two)});
+    }
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+        const std::string drops = drops_since(workers[w]->counters, drops_before[w]);
+        if (!drops.empty()) std::printf("WARNING: scaling: worker %zu dropped packets: %s\n", w, drops.c_str());
+    }
+    dataplane.reset();
+    check_pool(d, "scaling");
+}
+
 int run(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     if (!o.write_dir.empty()) {
@@ -1833,6 +2625,8 @@ int run(int argc, char** argv) {
     section("new", [&] { section_new(d, o, table); });
     section("lb", [&] { section_lb(d, o, table); });
     section("memory", [&] { section_memory(d, o, table); });
+    section("reload", [&] { section_reload(d, o, table); });
+    section("scaling", [&] { section_scaling(d, o, table); });
     const CpuSample cpu_end = cpu_sample();
     const double others = others_share(cpu_start, cpu_end);
 
