@@ -25,7 +25,10 @@ step "install dependencies"
 
 build() {  # build DIR "TARGETS" [meson options...]   (TARGETS "": everything)
     local dir=$1 targets=$2; shift 2
-    if [ ! -f "$dir/build.ninja" ]; then meson setup "$dir" "$@" >/dev/null || return 1; fi
+    # -Dunity=on: one compilation per target instead of one per file saves about a quarter of the CPU time of a
+    # build from scratch (the DPDK, yaml-cpp, spdlog and Catch2 headers are parsed once); a developer's own build
+    # directory keeps per-file compiles for quick rebuilds.
+    if [ ! -f "$dir/build.ninja" ]; then meson setup "$dir" -Dunity=on "$@" >/dev/null || return 1; fi
     # shellcheck disable=SC2086  # targets is a list
     ninja -C "$dir" $targets
 }
