@@ -110,7 +110,15 @@ printf '%-44s %14s %14s\n' "UDP loss at the receiver" "$sluice_udp_loss %" "$ker
 printf '%-44s %14s %14s %8s\n' "TCP one stream, Gbit/s" "$sluice_tcp" "$kernel_tcp" "$tcp_ratio"
 
 if [[ $RECORD == 1 ]]; then
-    printf '| %s | kernel comparison (lab, iperf3 through a full-NAT VIP) | nftables DNAT jhash + SNAT: %s pps UDP-64, %s Gbit/s TCP | sluice: %s pps (loss %s%%), %s Gbit/s | %s (UDP), %s (TCP) | `tests/bench/kernel_compare.sh` |\n' \
-        "$(date -u +%F)" "$kernel_pps" "$kernel_tcp" "$sluice_pps" "$sluice_udp_loss" "$sluice_tcp" "$udp_ratio" "$tcp_ratio" >> "$BENCH_DOC"
+    machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) vCPU, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    row=$(printf '| %s | %s | %s / %s / %s | %s %% / %s %% | %s / %s / %s |' "$(date -u '+%F %H:%M')" "$machine" \
+        "$kernel_pps" "$sluice_pps" "$udp_ratio" "$kernel_udp_loss" "$sluice_udp_loss" "$kernel_tcp" "$sluice_tcp" "$tcp_ratio")
+    # Into the kernel table (behind its marker), as the other benchmarks record theirs (bench_table.py).
+    /usr/bin/python3 -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import bench_table
+bench_table.record_rows(sys.argv[2], [sys.argv[3]], "<!-- kernel_compare.sh appends rows above this line -->", "")
+' "$(dirname "${BASH_SOURCE[0]}")" "$BENCH_DOC" "$row"
     log "row appended to $BENCH_DOC"
 fi
