@@ -6,15 +6,34 @@ namespace sluice {
 
 SystemdNotifier::SystemdNotifier() {
     uint64_t usec = 0;
-    if (sd_watchdog_enabled(0, &usec) > 0) watchdog_interval_ = std::chrono::microseconds(usec / 2);
+    if (sd_watchdog_enabled(0, &usec) > 0) {
+        watchdog_usec_ = std::chrono::microseconds(usec);
+        watchdog_interval_ = watchdog_usec_ / 2;
+    }
     next_check_ = std::chrono::steady_clock::now() + watchdog_interval_;
 }
 
 void SystemdNotifier::ready(const std::string& status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str()); }
 
-void SystemdNotifier::reloading() { sd_notify(0, "RELOADING=1\nSTATUS=reloading the config"); }
+void SystemdNotifier::reloading() {
+    if (!watchdog_enabled()) {
+        sd_notify(0, "RELOADING=1\nSTATUS=reloading the config");
+        return;
+    }
+    sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the config\nWATCHDOG_USEC=%lld",
+               static_cast<long long>(std::chrono::microseconds(kReloadWatchdog).count()));
+}
 
-void SystemdNotifier::reloaded(const std::string& status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str()); }
+void SystemdNotifier::reloaded(const std::string& status) {
+    if (!watchdog_enabled()) {
+        sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
+        return;
+    }
+    // systemd times a new WATCHDOG_USEC from the last ping, which came before the reload: this one ping restarts
+    // the period (the next tick judges the lcores' heartbeats again, against their values from before the reload).
+    sd_notifyf(0, "READY=1\nSTATUS=%s\nWATCHDOG=1\nWATCHDOG_USEC=%lld", status.c_str(),
+               static_cast<long long>(watchdog_usec_.count()));
+}
 
 void SystemdNotifier::stopping() { sd_notify(0, "STOPPING=1\nSTATUS=stopping: draining rings, flushing TX"); }
 

@@ -1,6 +1,9 @@
 // Talks to systemd (sd_notify): READY once the first config runs, RELOADING/READY around a reload, STOPPING, and
 // watchdog pings sent only while every lcore's heartbeat (its poll counter) advances, so a stuck lcore makes
 // systemd restart sluice. Every call is a no-op when NOTIFY_SOCKET is unset. Control thread only.
+// A reload blocks the control loop, and so the pings, for as long as its tables take to build (rte_acl: about 40 s
+// for 100k rules, FIELD-NOTES): from RELOADING to READY, systemd is told to wait kReloadWatchdog instead of
+// WatchdogSec, which READY puts back with a ping (systemd times the period from the last ping).
 #pragma once
 
 #include <chrono>
@@ -12,6 +15,8 @@ namespace sluice {
 
 class SystemdNotifier {
 public:
+    static constexpr std::chrono::seconds kReloadWatchdog{300};
+
     SystemdNotifier();
 
     void ready(const std::string& status);
@@ -25,7 +30,8 @@ public:
     std::vector<std::size_t> tick(const std::vector<uint64_t>& heartbeats);
 
 private:
-    std::chrono::microseconds watchdog_interval_{0};
+    std::chrono::microseconds watchdog_usec_{0};      // WatchdogSec, as systemd gave it
+    std::chrono::microseconds watchdog_interval_{0};  // half of it: how often the heartbeats are checked
     std::chrono::steady_clock::time_point next_check_;
     std::vector<uint64_t> last_heartbeats_;
 };

@@ -88,7 +88,11 @@ def test_speaks_sd_notify_and_pings_the_watchdog(tmp_path):
         sluice.proc.send_signal(signal.SIGHUP)
         assert collect(lambda: any("RELOADING=1" in m for m in messages)), messages
         reloading = next(i for i, m in enumerate(messages) if "RELOADING=1" in m)
+        # A reload holds up the pings while its tables build: systemd is told to wait 5 minutes, then WatchdogSec again.
+        assert "WATCHDOG_USEC=300000000" in messages[reloading].split("\n"), messages[reloading]
         assert collect(lambda: any("READY=1" in m for m in messages[reloading + 1:])), messages
+        ready = next(m for m in messages[reloading + 1:] if "READY=1" in m)
+        assert {"WATCHDOG_USEC=400000", "WATCHDOG=1"} <= set(ready.split("\n")), ready  # the period restarts now
         assert sluice.stop() == 0, sluice.log()
         assert collect(lambda: any("STOPPING=1" in m for m in messages), timeout=2), messages
     finally:
