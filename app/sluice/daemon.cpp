@@ -352,7 +352,8 @@ private:
                 BackendRegistry backends = backends_;
                 snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
                                           dataplane_->worker_count(),
-                                          LiveState{&ids, &backends, backend_health(), neighbour_lookup()});
+                                          LiveState{&ids, &backends, backend_health(), neighbour_lookup(),
+                                                    dataplane_->snapshot().firewall->blocklist});
                 pending_backends_ = std::move(backends);
                 if (ids.size() > kMaxCountedRules)
                     spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
@@ -361,6 +362,8 @@ private:
                 spdlog::info("reload: tables built in {} ms",
                              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
                 log_tables(*snapshot);
+                if (const auto& kept = snapshot->firewall->blocklist; kept && kept == dataplane_->snapshot().firewall->blocklist)
+                    spdlog::info("reload: the early-drop sets are unchanged: their tables are kept, not built again");
             } catch (const std::exception& e) {
                 errors.push_back(config_.path + ": " + e.what());
             }
@@ -597,7 +600,8 @@ private:
             StableRuleIds ids = stable_rule_ids_;
             BackendRegistry backends = backends_;
             next = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
-                                  dataplane_->worker_count(), LiveState{&ids, &backends, backend_health(), neighbour_lookup()});
+                                  dataplane_->worker_count(), LiveState{&ids, &backends, backend_health(), neighbour_lookup(),
+                                                                        dataplane_->snapshot().firewall->blocklist});
         } catch (const std::exception& e) {
             lines.push_back(std::string("error: ") + e.what());
             return lines;

@@ -48,7 +48,9 @@ bool matches_family(const FirewallRuleConfig& rule, IpFamily family) {
     return allows(rule.source) && allows(rule.destination);
 }
 
-void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int socket, uint64_t generation) {
+// The early-drop sets' tables: the running ones (previous) when the prefixes are the same, else built anew.
+void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int socket, uint64_t generation,
+                      const std::shared_ptr<const Blocklist>& previous) {
     std::vector<Prefix> v4, v6;
     for (const PrefixSetConfig& set : config.prefix_sets) {
         if (!set.early_drop) continue;
@@ -56,40 +58,51 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
         v6.insert(v6.end(), set.v6.begin(), set.v6.end());
     }
     fw.blocklist_prefixes = v4.size() + v6.size();
-    if (!v4.empty()) {
-        // rte_fib (DIR-24-8 over an rte_rib tree), not rte_lpm: rte_lpm_add scans every rule of the prefix's length
-        // for a duplicate, so n prefixes cost O(n^2) (100k random /16-/32 prefixes: 12 s against 0.3 s).
-        // A prefix longer than /24 needs a tbl8 group for its /24; count the groups exactly. Next hop 1: listed.
-        std::set<uint32_t> groups;
-        for (const Prefix& p : v4)
-            if (p.length > 24) groups.insert(rte_be_to_cpu_32(p.address.words[0]) >> 8);
-        rte_fib_conf fib_config{};
-        fib_config.type = RTE_FIB_DIR24_8;
-        fib_config.default_nh = 0;
-        fib_config.max_routes = static_cast<int>(v4.size());
-        fib_config.dir24_8.nh_sz = RTE_FIB_DIR24_8_4B;  // the tbl8 index shares the next hop's bits: 1B allows 127
-        fib_config.dir24_8.num_tbl8 = static_cast<uint32_t>(groups.size()) + 16;
-        const std::string name = "sl_bl4_" + std::to_string(generation);
-        fw.blocklist_v4 = rte_fib_create(name.c_str(), socket, &fib_config);
-        if (!fw.blocklist_v4) throw std::runtime_error("blocklist (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
-        for (const Prefix& p : v4)
-            if (rte_fib_add(fw.blocklist_v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
-                throw std::runtime_error("blocklist (IPv4): cannot add a prefix (out of memory?)");
+    if (v4.empty() && v6.empty()) return;
+    if (previous && previous->v4_prefixes == v4 && previous->v6_prefixes == v6) {
+        fw.blocklist = previous;
+    } else {
+        auto built = std::make_shared<Blocklist>();  // frees what it holds if a build below throws
+        if (!v4.empty()) {
+            // rte_fib (DIR-24-8 over an rte_rib tree), not rte_lpm: rte_lpm_add scans every rule of the prefix's length
+            // for a duplicate, so n prefixes cost O(n^2) (100k random /16-/32 prefixes: 12 s against 0.3 s).
+            // A prefix longer than /24 needs a tbl8 group for its /24; count the groups exactly. Next hop 1: listed.
+            std::set<uint32_t> groups;
+            for (const Prefix& p : v4)
+                if (p.length > 24) groups.insert(rte_be_to_cpu_32(p.address.words[0]) >> 8);
+            rte_fib_conf fib_config{};
+            fib_config.type = RTE_FIB_DIR24_8;
+            fib_config.default_nh = 0;
+            fib_config.max_routes = static_cast<int>(v4.size());
+            fib_config.dir24_8.nh_sz = RTE_FIB_DIR24_8_4B;  // the tbl8 index shares the next hop's bits: 1B allows 127
+            fib_config.dir24_8.num_tbl8 = static_cast<uint32_t>(groups.size()) + 16;
+            const std::string name = "sl_bl4_" + std::to_string(generation);
+            built->v4 = rte_fib_create(name.c_str(), socket, &fib_config);
+            if (!built->v4) throw std::runtime_error("blocklist (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
+            for (const Prefix& p : v4)
+                if (rte_fib_add(built->v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
+                    throw std::runtime_error("blocklist (IPv4): cannot add a prefix (out of memory?)");
+        }
+        if (!v6.empty()) {
+            rte_lpm6_config lpm_config{};
+            lpm_config.max_rules = static_cast<uint32_t>(v6.size());
+            // Each prefix can need up to (length - 24) / 8 tbl8 groups beyond the first 24 bits.
+            uint64_t groups = 0;
+            for (const Prefix& p : v6) groups += p.length > 24 ? (p.length - 24 + 7) / 8 : 0;
+            lpm_config.number_tbl8s = static_cast<uint32_t>(std::min<uint64_t>(groups + 16, 1u << 24));
+            const std::string name = "sl_bl6_" + std::to_string(generation);
+            built->v6 = rte_lpm6_create(name.c_str(), socket, &lpm_config);
+            if (!built->v6) throw std::runtime_error("blocklist (IPv6): rte_lpm6_create: " + std::string(rte_strerror(rte_errno)));
+            for (const Prefix& p : v6)
+                if (rte_lpm6_add(built->v6, p.address.bytes, p.length, 1) < 0)
+                    throw std::runtime_error("blocklist (IPv6): cannot add a prefix (out of memory?)");
+        }
+        built->v4_prefixes = std::move(v4);
+        built->v6_prefixes = std::move(v6);
+        fw.blocklist = std::move(built);
     }
-    if (!v6.empty()) {
-        rte_lpm6_config lpm_config{};
-        lpm_config.max_rules = static_cast<uint32_t>(v6.size());
-        // Each prefix can need up to (length - 24) / 8 tbl8 groups beyond the first 24 bits.
-        uint64_t groups = 0;
-        for (const Prefix& p : v6) groups += p.length > 24 ? (p.length - 24 + 7) / 8 : 0;
-        lpm_config.number_tbl8s = static_cast<uint32_t>(std::min<uint64_t>(groups + 16, 1u << 24));
-        const std::string name = "sl_bl6_" + std::to_string(generation);
-        fw.blocklist_v6 = rte_lpm6_create(name.c_str(), socket, &lpm_config);
-        if (!fw.blocklist_v6) throw std::runtime_error("blocklist (IPv6): rte_lpm6_create: " + std::string(rte_strerror(rte_errno)));
-        for (const Prefix& p : v6)
-            if (rte_lpm6_add(fw.blocklist_v6, p.address.bytes, p.length, 1) < 0)
-                throw std::runtime_error("blocklist (IPv6): cannot add a prefix (out of memory?)");
-    }
+    fw.blocklist_v4 = fw.blocklist->v4;
+    fw.blocklist_v6 = fw.blocklist->v6;
 }
 
 void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::size_t lcore_count, std::size_t worker_count) {
@@ -294,7 +307,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     }
     if (!v4.empty()) fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation));
     if (!v6.empty()) fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation));
-    build_blocklists(fc, fw, socket, generation);
+    build_blocklists(fc, fw, socket, generation, live.blocklist);
     build_rate_limits(fc, fw, lcore_count, worker_count);
     fw.hits = std::make_unique<RuleHits>();
     fw.hits->rule_count = fc.rules.size();

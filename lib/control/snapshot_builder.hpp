@@ -49,6 +49,7 @@ struct LiveState {
     BackendRegistry* backends = nullptr;
     BackendHealth healthy;
     NeighbourLookup neighbours;
+    std::shared_ptr<const Blocklist> blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
 };
 
 // Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws

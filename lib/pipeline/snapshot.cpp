@@ -5,9 +5,9 @@
 
 namespace sluice {
 
-FirewallTables::~FirewallTables() {
-    rte_fib_free(blocklist_v4);
-    rte_lpm6_free(blocklist_v6);
+Blocklist::~Blocklist() {
+    rte_fib_free(v4);
+    rte_lpm6_free(v6);
 }
 
 }  // namespace sluice

@@ -79,6 +79,19 @@ struct RateLimiterState {
     std::vector<TokenBucket> buckets;    // slot s owns [s * buckets_per_slot, (s + 1) * buckets_per_slot)
 };
 
+// The early-drop sets' tables and the prefixes they were built from. The snapshots of reloads that leave those
+// prefixes as they were share them (a blocklist of 1M prefixes takes seconds to build); the last one frees them.
+struct Blocklist {
+    rte_fib* v4 = nullptr;
+    rte_lpm6* v6 = nullptr;
+    std::vector<Prefix> v4_prefixes;
+    std::vector<Prefix> v6_prefixes;
+    Blocklist() = default;
+    Blocklist(const Blocklist&) = delete;
+    Blocklist& operator=(const Blocklist&) = delete;
+    ~Blocklist();
+};
+
 struct FirewallTables {
     bool enabled = false;
     bool loose_pickup = false;
@@ -91,7 +104,8 @@ struct FirewallTables {
     std::vector<uint32_t> stable_ids;   // by rule id: the rule's id for the daemon's life (by name), kept in entries
     std::vector<std::string> rule_names;
     rte_fib* blocklist_v4 = nullptr;    // early-drop prefix sets, matched on source addresses by RX lcores
-    rte_lpm6* blocklist_v6 = nullptr;
+    rte_lpm6* blocklist_v6 = nullptr;   // (both owned by blocklist)
+    std::shared_ptr<const Blocklist> blocklist;
     std::size_t blocklist_prefixes = 0;
     std::unique_ptr<RuleHits> hits;     // mutable counters, see RuleHits
     std::vector<RateLimit> limits;      // by rule id
@@ -103,7 +117,6 @@ struct FirewallTables {
     FirewallTables() = default;
     FirewallTables(const FirewallTables&) = delete;
     FirewallTables& operator=(const FirewallTables&) = delete;
-    ~FirewallTables();
 };
 
 // The firewall and load-balancer tables are shared between snapshots: a health-check transition publishes a new

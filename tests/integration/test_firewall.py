@@ -230,6 +230,45 @@ def test_blocklist_of_100k_prefixes_drops_before_the_rules(tmp_path, ns):
     assert "100001 early-drop prefix(es)" in sluice.log()
 
 
+def test_blocklist_kept_by_a_reload_that_leaves_it_and_rebuilt_when_it_changes(tmp_path, ns):
+    import yaml
+    blocklist = tmp_path / "blocklist.txt"
+    blocklist.write_text("198.51.100.0/24\n203.0.113.0/28\n")
+    config = firewall_config(tmp_path, prefix_sets=[{"name": "bad", "file": str(blocklist), "early_drop": True}])
+    config["firewall"]["rules"].insert(0, {"name": "web-in", "in_ports": ["wan"], "protocol": "tcp",
+                                           "destination_ports": 80, "action": "allow"})
+    syns = lambda first: [wan(IP(src=BLOCKED, dst=INSIDE) / TCP(sport=first + i, dport=80, flags="S")) for i in range(5)]
+    kept = "the early-drop sets are unchanged: their tables are kept"
+    sent = 0
+
+    def send(frames):
+        nonlocal sent
+        sluice.netns.inject("wan0", frames)
+        sent += len(frames)
+        return sluice.wait_accounted(sent)
+
+    def reload():
+        assert sluice.telemetry.query("/sluice/reload")["last_reload_ok"] == 1, sluice.log()
+
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        assert send(syns(1000))["drop/blocklisted"] == 5
+        running = yaml.safe_load(sluice.config_path.read_text())  # as the harness wrote it (EAL, metrics)
+        running["firewall"]["rules"].insert(0, {"name": "new-first", "protocol": "udp", "destination_ports": 9,
+                                                "action": "deny"})
+        sluice.config_path.write_text(yaml.safe_dump(running))
+        reload()
+        assert sluice.log().count(kept) == 1
+        assert send(syns(2000))["drop/blocklisted"] == 10  # the kept tables still drop the source
+        blocklist.write_text("203.0.113.0/28\n")  # 198.51.100.7 is no longer listed
+        reload()
+        assert sluice.log().count(kept) == 1  # built anew
+        stats = send(syns(3000))
+        assert sluice.stop() == 0, sluice.log()
+    assert stats["drop/blocklisted"] == 10
+    assert len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 5  # the rebuilt tables let web-in's SYNs through
+
+
 def test_rate_limit_per_rule_and_per_source(tmp_path, ns):
     config = firewall_config(tmp_path)
     config["firewall"]["rules"] = [
