@@ -110,8 +110,11 @@ class Sluice:
         self._remove_runtime_dir()
 
     def _remove_runtime_dir(self):
-        # The EAL leaves /var/run/dpdk/PREFIX behind; tests make many prefixes.
+        # The EAL leaves /var/run/dpdk/PREFIX behind, and a killed sluice its hugepage files (PREFIXmap_N): tests
+        # make many prefixes, and the machine has 512 pages. Called once the process is gone.
         shutil.rmtree(os.path.dirname(self.telemetry.path), ignore_errors=True)
+        for page in Path("/dev/hugepages").glob(f"{self.prefix}map_*"):
+            page.unlink(missing_ok=True)
 
     def __enter__(self):
         return self.start()
