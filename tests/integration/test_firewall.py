@@ -189,6 +189,9 @@ def test_ipv6_rst_for_a_syn_with_extension_headers_has_none_and_a_valid_checksum
 
 def test_expired_connection_is_new_again(tmp_path, ns):
     config = firewall_config(tmp_path, timeouts={"udp_unreplied": 1, "udp_replied": 1})
+    # Idle polls 1 ms apart: expiry's sweep (32 of the 1M slots a poll) needs about 30 s for a pass, so the second
+    # reply finds the connection still in the table, past its timeout: the lookup must see that it is over.
+    config["dataplane"]["idle_sleep_us"] = 1000
     out = lan(IP(src=INSIDE, dst=OUTSIDE) / UDP(sport=6000, dport=123))
     reply = wan(IP(src=OUTSIDE, dst=INSIDE) / UDP(sport=123, dport=6000))
     sluice = Sluice(tmp_path, config, netns=ns)
