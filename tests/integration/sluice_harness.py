@@ -28,6 +28,16 @@ def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
+class FramesLostBeforeSluice(Exception):
+    """The kernel's capture ring behind a net_pcap rx_iface overflowed: frames the test sent never reached sluice.
+    It holds only a few frames, so a loaded machine that leaves the RX lcore unscheduled for a few ms loses some."""
+
+
+def kernel_missed(stats):
+    """Frames the kernel dropped before sluice's ports read them, summed over ports."""
+    return sum(v for k, v in stats.items() if k.startswith("port/") and k.endswith("/hw_rx_missed"))
+
+
 class Telemetry:
     """Client of DPDK's telemetry v2 socket (what dpdk-telemetry.py speaks)."""
 
@@ -87,11 +97,23 @@ class Sluice:
         return self.telemetry.query("/sluice/stats")
 
     def wait_accounted(self, expected_rx, timeout=15):
-        """Waits until sluice received expected_rx packets and each was sent or dropped."""
+        """Waits until sluice received expected_rx packets and each was sent or dropped. Raises
+        FramesLostBeforeSluice if the kernel dropped some of them before a net_pcap port read them."""
+        last = {}
+
         def done():
-            s = self.stats()
+            s = last["stats"] = self.stats()
+            missed = kernel_missed(s)
+            if missed and s["rx_packets"] + missed >= expected_rx and s["tx_packets"] + s["drops"] >= s["rx_packets"]:
+                raise FramesLostBeforeSluice(f"the kernel dropped {missed} of {expected_rx} frames before sluice read "
+                                             f"them (hw_rx_missed: the RX lcore did not run for a while)")
             return s if s["rx_packets"] >= expected_rx and s["tx_packets"] + s["drops"] >= s["rx_packets"] else None
-        return wait_until(done, timeout=timeout, what=f"{expected_rx} packets accounted for")
+        try:
+            return wait_until(done, timeout=timeout, what=f"{expected_rx} packets accounted for")
+        except TimeoutError as e:
+            s = last.get("stats", {})
+            raise TimeoutError(f"{e}: rx {s.get('rx_packets')}, tx {s.get('tx_packets')}, drops {s.get('drops')}, "
+                               f"kernel-side losses {kernel_missed(s)}") from None
 
     def stop(self, timeout=30):
         self.proc.send_signal(signal.SIGTERM)
