@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace sluice {
 
@@ -41,6 +42,21 @@ inline uint16_t checksum_compute(const void* data, std::size_t len) {
     for (; len > 1; p += 2, len -= 2) sum += uint16_t(p[0] | (p[1] << 8));
     if (len) sum += p[0];
     return static_cast<uint16_t>(~checksum_fold(sum));
+}
+
+// checksum_compute for an IPv4 header (length = IHL x 4: a multiple of 4, 20 to 60), by 32-bit words: the parser
+// checks one per packet, and the 16-bit loop above cost about 30 cycles of it.
+inline uint16_t checksum_ipv4_header(const void* header, std::size_t length) {
+    const auto* p = static_cast<const uint8_t*>(header);
+    uint64_t sum = 0;
+    for (std::size_t off = 0; off < length; off += 4) {
+        uint32_t word;
+        std::memcpy(&word, p + off, 4);
+        sum += word;
+    }
+    sum = (sum & 0xffffffff) + (sum >> 32);  // one's-complement: the carries go around
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    return static_cast<uint16_t>(~checksum_fold(static_cast<uint32_t>(sum)));
 }
 
 }  // namespace sluice

@@ -179,7 +179,7 @@ DropReason parse_ipv4(const uint8_t* frame, uint32_t length, uint32_t l3, ParseO
     const uint32_t total_length = load_be16(ip + 2);
     // A frame longer than the datagram carries padding (trimmed: datagram_end); a shorter one lost data.
     if (total_length < header_length || total_length > avail) return DropReason::ipv4_bad_length;
-    if (!options.ipv4_checksum_verified && checksum_compute(ip, header_length) != 0)
+    if (!options.ipv4_checksum_verified && checksum_ipv4_header(ip, header_length) != 0)
         return DropReason::ipv4_bad_checksum;
     if (SLUICE_UNLIKELY(header_length > sizeof(rte_ipv4_hdr))) {
         const DropReason verdict = check_ipv4_options(ip + sizeof(rte_ipv4_hdr), header_length - sizeof(rte_ipv4_hdr));

@@ -52,3 +52,22 @@ TEST_CASE("checksum: odd lengths pad with a zero byte", "[checksum]") {
     const uint8_t even[4] = {0x12, 0x34, 0x56, 0x00};
     CHECK(checksum_compute(odd, 3) == checksum_compute(even, 4));
 }
+
+TEST_CASE("checksum: the IPv4 header sum by 32-bit words equals the 16-bit one", "[checksum]") {
+    std::mt19937 rng(3);
+    uint8_t header[60];
+    for (int i = 0; i < 20000; ++i) {
+        for (auto& b : header) b = static_cast<uint8_t>(rng());
+        if (i % 3 == 0) std::memset(header, 0xff, sizeof header);  // every carry at once
+        if (i % 3 == 1) {                                          // valid, as the parser mostly sees
+            header[10] = header[11] = 0;
+            const uint16_t c = checksum_compute(header, 20);
+            std::memcpy(&header[10], &c, 2);
+        }
+        const std::size_t length = 20 + 4 * (static_cast<std::size_t>(i) % 11);  // IHL 5..15
+        INFO("iteration " << i << ", length " << length);
+        REQUIRE(checksum_ipv4_header(header, length) == checksum_compute(header, length));
+    }
+    auto h = random_ipv4_header(rng);
+    CHECK(checksum_ipv4_header(h.data(), h.size()) == 0);
+}
