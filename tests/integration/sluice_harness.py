@@ -30,7 +30,8 @@ def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
 
 class FramesLostBeforeSluice(Exception):
     """The kernel's capture ring behind a net_pcap rx_iface overflowed: frames the test sent never reached sluice.
-    It holds only a few frames, so a loaded machine that leaves the RX lcore unscheduled for a few ms loses some."""
+    It holds only a few frames, so a loaded machine that leaves the RX lcore unscheduled for a few ms loses some.
+    conftest.py runs a test that failed so again."""
 
 
 def kernel_missed(stats):
@@ -95,6 +96,18 @@ class Sluice:
 
     def stats(self):
         return self.telemetry.query("/sluice/stats")
+
+    def wait_received(self, expected_rx, timeout=10):
+        """Waits until sluice's ports read expected_rx frames in all. Raises FramesLostBeforeSluice as soon as every
+        frame is either read or lost in the kernel with some lost."""
+        def done():
+            s = self.stats()
+            missed = kernel_missed(s)
+            if missed and s["rx_packets"] + missed >= expected_rx:
+                raise FramesLostBeforeSluice(f"the kernel dropped {missed} of {expected_rx} frames before sluice read "
+                                             f"them (hw_rx_missed: the RX lcore did not run for a while)")
+            return s["rx_packets"] >= expected_rx
+        wait_until(done, timeout=timeout, what=f"{expected_rx} frames in")
 
     def wait_accounted(self, expected_rx, timeout=15):
         """Waits until sluice received expected_rx packets and each was sent or dropped. Raises

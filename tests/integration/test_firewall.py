@@ -67,7 +67,7 @@ def run(sluice, phases, before_stop=None):
     for ifname, frames, pause in phases:
         sluice.netns.inject(ifname, frames, sluice.config_path.parent)
         sent += len(frames)
-        wait_until(lambda: sluice.stats()["rx_packets"] >= sent, timeout=10, what=f"{sent} frames in")
+        sluice.wait_received(sent)
         time.sleep(pause)
     stats = sluice.wait_accounted(sent)
     if before_stop:
