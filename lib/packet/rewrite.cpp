@@ -14,6 +14,7 @@ constexpr uint8_t kIpProtoTcp = 6;
 constexpr uint8_t kIpProtoUdp = 17;
 constexpr uint8_t kIpProtoIpip = 4;
 constexpr uint8_t kIpProtoIpv6 = 41;
+constexpr uint8_t kIpProtoIcmpv6 = 58;
 constexpr uint8_t kOuterTtl = 64;
 
 // The checksum field of the packet's L4 header, or null when it has none to update (UDP over IPv4 without one).
@@ -22,6 +23,20 @@ uint16_t* l4_checksum(uint8_t* l4, uint8_t proto, IpFamily family) {
     auto* udp = reinterpret_cast<uint16_t*>(l4 + 6);
     if (family == IpFamily::ipv4 && *udp == 0) return nullptr;
     return udp;
+}
+
+// Writes an IP header's source and destination (ip: its first byte), updating an IPv4 header's checksum.
+void rewrite_addresses(uint8_t* ip, bool v4, const IpAddress& src, const IpAddress& dst) {
+    const std::size_t address_len = v4 ? 4 : 16;
+    uint8_t* src_field = ip + (v4 ? 12 : 8);
+    uint8_t* dst_field = src_field + address_len;
+    if (v4) {
+        auto* header = reinterpret_cast<rte_ipv4_hdr*>(ip);
+        const uint16_t sum = checksum_update_bytes(header->hdr_checksum, src_field, src.bytes, 4);
+        header->hdr_checksum = checksum_update_bytes(sum, dst_field, dst.bytes, 4);
+    }
+    std::memcpy(src_field, src.bytes, address_len);
+    std::memcpy(dst_field, dst.bytes, address_len);
 }
 
 }  // namespace
@@ -37,13 +52,7 @@ void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint
     if (meta.l4_offset == 0) {
         // A later fragment: the ports and the L4 checksum (over the whole datagram) are in the first fragment,
         // whose rewrite updated them; here only the addresses change.
-        if (v4) {
-            auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
-            const uint16_t ip_sum = checksum_update_bytes(ip->hdr_checksum, src_field, src.bytes, 4);
-            ip->hdr_checksum = checksum_update_bytes(ip_sum, dst_field, dst.bytes, 4);
-        }
-        std::memcpy(src_field, src.bytes, address_len);
-        std::memcpy(dst_field, dst.bytes, address_len);
+        rewrite_addresses(l3, v4, src, dst);
         return;
     }
     uint8_t* l4 = frame + meta.l4_offset;
@@ -56,19 +65,71 @@ void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint
     uint16_t ports_old[2], ports_new[2] = {src_port, dst_port};
     std::memcpy(ports_old, l4, 4);
     l4_sum = checksum_update_bytes(l4_sum, ports_old, ports_new, 4);
-    if (v4) {
-        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
-        uint16_t ip_sum = checksum_update_bytes(ip->hdr_checksum, src_field, src.bytes, 4);
-        ip->hdr_checksum = checksum_update_bytes(ip_sum, dst_field, dst.bytes, 4);
-    }
-    std::memcpy(src_field, src.bytes, address_len);
-    std::memcpy(dst_field, dst.bytes, address_len);
+    rewrite_addresses(l3, v4, src, dst);
     std::memcpy(l4, ports_new, 4);
     if (checksum) {
         // UDP sends a computed 0 as 0xffff (RFC 768); a TCP checksum of 0 and one of 0xffff are the same value.
         if (meta.l4_proto == kIpProtoUdp && l4_sum == 0) l4_sum = 0xffff;
         *checksum = l4_sum;
     }
+}
+
+bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_dst, const IpAddress& quoted_src,
+                            uint16_t quoted_src_port, const IpAddress& quoted_dst, uint16_t quoted_dst_port) {
+    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    uint8_t* l3 = frame + meta.l3_offset;
+    const bool v4 = meta.family == IpFamily::ipv4;
+    const std::size_t address_len = v4 ? 4 : 16;
+    uint8_t* icmp = frame + meta.l4_offset;
+    const uint32_t icmp_len = rte_pktmbuf_data_len(m) - meta.l4_offset;
+
+    uint8_t* q = icmp + 8;
+    const uint32_t q_len = icmp_len - 8;
+    const uint32_t q_header = v4 ? (q[0] & 0x0fu) * 4u : static_cast<uint32_t>(sizeof(rte_ipv6_hdr));
+    const uint8_t q_proto = v4 ? q[9] : q[6];
+    uint8_t* q_src = q + (v4 ? 12 : 8);
+    uint8_t* q_dst = q_src + address_len;
+    uint8_t* q_l4 = q + q_header;
+    if ((q_proto != kIpProtoTcp && q_proto != kIpProtoUdp) || q_len < q_header + 8) return false;
+    if (v4 && (rte_be_to_cpu_16(reinterpret_cast<const rte_ipv4_hdr*>(q)->fragment_offset) & RTE_IPV4_HDR_OFFSET_MASK))
+        return false;  // a later fragment: what follows its header is data, not ports
+    uint16_t ports_old[2], ports_new[2];
+    std::memcpy(ports_old, q_l4, 4);
+    ports_new[0] = quoted_src_port ? quoted_src_port : ports_old[0];
+    ports_new[1] = quoted_dst_port;
+
+    // The quoted segment's checksum, when the quote reaches it: the pseudo-header and the ports change under it.
+    uint16_t* q_sum = nullptr;
+    if (q_proto == kIpProtoTcp && q_len >= q_header + 18) q_sum = reinterpret_cast<uint16_t*>(q_l4 + 16);
+    else if (q_proto == kIpProtoUdp) q_sum = l4_checksum(q_l4, q_proto, meta.family);
+    if (q_sum) {
+        uint16_t sum = checksum_update_bytes(*q_sum, q_src, quoted_src.bytes, address_len);
+        sum = checksum_update_bytes(sum, q_dst, quoted_dst.bytes, address_len);
+        sum = checksum_update_bytes(sum, ports_old, ports_new, 4);
+        if (q_proto == kIpProtoUdp && sum == 0) sum = 0xffff;
+        *q_sum = sum;
+    }
+    rewrite_addresses(q, v4, quoted_src, quoted_dst);
+    std::memcpy(q_l4, ports_new, 4);
+
+    IpAddress outer_src{};
+    std::memcpy(outer_src.bytes, l3 + (v4 ? 12 : 8), address_len);  // stays: the router's or the client's
+    rewrite_addresses(l3, v4, outer_src, outer_dst);
+
+    // Errors are rare and the quote changed in many places: the ICMP checksum is summed again. ICMPv6's covers
+    // a pseudo-header (RFC 4443 2.3) of the outer addresses, the message's length and next header 58.
+    icmp[2] = icmp[3] = 0;
+    uint32_t sum = rte_raw_cksum(icmp, icmp_len);
+    if (!v4) {
+        sum += rte_raw_cksum(l3 + 8, 32);
+        const uint32_t length_be = rte_cpu_to_be_32(icmp_len);
+        const uint32_t next_header_be = rte_cpu_to_be_32(kIpProtoIcmpv6);
+        sum += rte_raw_cksum(&length_be, 4);
+        sum += rte_raw_cksum(&next_header_be, 4);
+    }
+    const uint16_t icmp_sum = static_cast<uint16_t>(~checksum_fold(sum));
+    std::memcpy(icmp + 2, &icmp_sum, 2);
+    return true;
 }
 
 bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst, uint16_t mtu) {

@@ -199,6 +199,15 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         const int32_t conn = table.resolve(position, via_alias);
         if (icmp_error) {
             fate[i] = Fate::pass;  // related to a tracked connection
+            // A nat connection's error goes where the packet it quotes came from, translated as that packet was:
+            // quoting sluice's packet to the backend (found by the alias), or its reply to the client.
+            const ConnEntry& entry = table.entry(conn);
+            // A fragmented error is left as it is: its ICMP checksum covers fragments this one does not hold.
+            if (entry.nat_port != 0 && entry.backend != 0 && entry.backend - 1 < lb.backends.size() &&
+                !(packet_meta(pkts[i])->flags & kMetaFragment)) {
+                if (via_alias) route[i] = PacketRoute{position, entry.backend - 1, RouteKind::nat_icmp_to_client};
+                else if (table.is_reply(conn, tuples[i])) route[i] = PacketRoute{conn, entry.backend - 1, RouteKind::nat_icmp_to_backend};
+            }
             return;
         }
         const bool reply = via_alias || table.is_reply(conn, tuples[i]);

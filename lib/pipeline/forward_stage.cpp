@@ -77,8 +77,24 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         nat_rewrite(m, meta, vip, vip_port, client, client_port);
         return rewrite_for_forwarding(m, out);
     }
+    if (SLUICE_UNLIKELY(route.kind == RouteKind::nat_icmp_to_client)) {
+        // About sluice's packet pool:port -> backend: to the client, about its own packet to the VIP.
+        IpAddress client, vip;
+        uint16_t client_port, vip_port;
+        ctx.conn_table->origin(route.conn, client, client_port, vip, vip_port);
+        if (!nat_rewrite_icmp_error(m, meta, client, client, client_port, vip, vip_port)) return DropReason::icmp_bad_quote;
+        return rewrite_for_forwarding(m, out);
+    }
     if (SLUICE_UNLIKELY(backend.awaiting_neighbour)) return DropReason::neighbour_unresolved;
     if (backend.has_mac) out.dst_mac = backend.mac;
+    if (SLUICE_UNLIKELY(route.kind == RouteKind::nat_icmp_to_backend)) {
+        // About sluice's reply VIP -> client: to the backend, about its own reply to pool:port.
+        const ConnEntry& entry = ctx.conn_table->entry(route.conn);
+        if (!nat_rewrite_icmp_error(m, meta, backend.address, backend.address, backend.port_be, lb.pool[entry.nat_address],
+                                    rte_cpu_to_be_16(entry.nat_port)))
+            return DropReason::icmp_bad_quote;
+        return rewrite_for_forwarding(m, out);
+    }
     switch (backend.mode) {
     case LbMode::nat: {
         const ConnEntry& entry = ctx.conn_table->entry(route.conn);  // dsr and tunnel may have none (route.conn -1)

@@ -75,12 +75,14 @@ struct DecisionLogRecord {
 static_assert(sizeof(DecisionLogRecord) == 48);
 
 // How a packet that passed the stateful stage leaves: routed by its ingress port, or rewritten for a backend.
-enum class RouteKind : uint8_t { plain, to_backend, nat_reply };
+// nat_icmp_to_client / nat_icmp_to_backend: an ICMP error about a packet of a nat connection, translated as that
+// packet was (from the backends' side, by the alias; from the clients' side, about a reply to the client).
+enum class RouteKind : uint8_t { plain, to_backend, nat_reply, nat_icmp_to_client, nat_icmp_to_backend };
 inline constexpr uint32_t kNoService = UINT32_MAX;
 
 struct PacketRoute {
-    int32_t conn = -1;        // the connection's entry (to_backend; -1 for a dsr/tunnel FIN or RST sent on without
-                              // one), or its alias entry (nat_reply)
+    int32_t conn = -1;        // the connection's entry (to_backend, nat_icmp_to_backend; -1 for a dsr/tunnel FIN or
+                              // RST sent on without one), or its alias entry (nat_reply, nat_icmp_to_client)
     uint32_t backend = 0;     // stable backend id (to_backend, nat_reply)
     RouteKind kind = RouteKind::plain;
 };

@@ -101,7 +101,27 @@ void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, 
 
 // The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
 // worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
+// An ICMP error that quotes a packet from a NAT pool address (sluice's, to a backend) goes to the worker that owns
+// the quoted source port, as the replies do; every other error goes by its quote's flow.
+inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
+    const uint8_t* q = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 8);
+    const uint32_t avail = rte_pktmbuf_data_len(m) - meta.l4_offset - 8;  // parse checked the quote's IP header
+    const bool v4 = meta.family == IpFamily::ipv4;
+    const uint32_t header = v4 ? (q[0] & 0x0fu) * 4u : 40u;
+    const uint8_t proto = v4 ? q[9] : q[6];
+    uint16_t fragment_be = 0, port_be;
+    if (v4) std::memcpy(&fragment_be, q + 6, 2);
+    if ((proto != 6 && proto != 17) || avail < header + 4 || (rte_be_to_cpu_16(fragment_be) & 0x1fff))
+        return worker_for_hash(meta.flow_hash, workers);  // no ports quoted: not a NAT connection's
+    IpAddress src{};
+    std::memcpy(src.bytes, q + (v4 ? 12 : 8), v4 ? 4 : 16);
+    if (!lb.is_pool_address(meta.family, src)) return worker_for_hash(meta.flow_hash, workers);
+    std::memcpy(&port_be, q + header, 2);
+    return nat_port_owner(rte_be_to_cpu_16(port_be), workers);
+}
+
 inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
+    if (SLUICE_UNLIKELY(meta.flags & kMetaIcmpError) && !lb.pool.empty()) return icmp_error_worker(m, meta, lb, workers);
     // ICMP errors go on their quote; fragments on addresses alone, unless the RX lcore gave them their datagram's
     // ports (fragments.hpp): then as the datagram would.
     const bool fragment_ports = meta.flags & kMetaFragmentPorts;

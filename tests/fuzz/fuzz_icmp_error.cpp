@@ -9,13 +9,19 @@
 //    flow_hash == symmetric_flow_hash(tuple); tuple_from_meta agrees, with no TCP flags;
 //  - nothing is read past the IP datagram: the frame buffer ends there or at the padding (ASan), and the padding's
 //    bytes change nothing;
+//  - the NAT translation of an accepted error (nat_rewrite_icmp_error, on an mbuf that ends with the datagram)
+//    succeeds exactly for quotes of TCP or UDP with ports; then the error still parses, quotes the translated flow,
+//    and its ICMP checksum and the quoted IPv4 header's (when it was valid) verify; otherwise nothing changed;
 //  - when the quote is a whole packet parse_frame accepts on its own, the error's tuple is that packet's tuple (the
 //    flow it belongs to), apart from the cases parse.cpp documents or that are reported (see known_divergence).
 #include <vector>
 
+#include <rte_ip.h>
+
 #include "fuzz_common.hpp"
 #include "packet/checksum.hpp"
 #include "packet/parse.hpp"
+#include "packet/rewrite.hpp"
 
 using namespace sluice;
 using namespace sluice::fuzz;
@@ -76,6 +82,62 @@ bool known_divergence(const uint8_t* quote, std::size_t length, IpFamily family,
                next == IPPROTO_FRAGMENT;
     }
     return length >= 8 && (be16(quote + 6) & 0x3fff) == 0x2000;
+}
+
+IpAddress address(IpFamily family, uint8_t last) {
+    IpAddress a{};
+    if (family == IpFamily::ipv4) {
+        const uint8_t v4[4] = {203, 0, 113, last};
+        std::memcpy(a.bytes, v4, 4);
+    } else {
+        const uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0xf, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
+        std::memcpy(a.bytes, v6, 16);
+    }
+    return a;
+}
+
+void check_translation(const std::vector<uint8_t>& frame, std::size_t end, const Parsed& p, IpFamily family,
+                       const FiveTuple& quoted, uint16_t new_src_port) {
+    std::vector<uint8_t> e(frame.begin(), frame.begin() + static_cast<std::ptrdiff_t>(end));  // as parse_burst trims
+    const std::vector<uint8_t> before = e;
+    rte_mbuf mbuf{};  // all the rewrite reads of an mbuf: the data pointer and the length
+    mbuf.buf_addr = e.data();
+    mbuf.data_off = 0;
+    mbuf.data_len = static_cast<uint16_t>(e.size());
+    mbuf.pkt_len = static_cast<uint32_t>(e.size());
+    const IpAddress outer = address(family, 1), src = address(family, 2), dst = address(family, 3);
+    const uint16_t dst_port = rte_cpu_to_be_16(53);
+    const uint8_t* q = e.data() + p.meta.l4_offset + 8;
+    const bool v4 = family == IpFamily::ipv4;
+    const uint32_t q_header = v4 ? (q[0] & 0x0fu) * 4u : 40u;
+    const bool quoted_ipv4_sum_ok = v4 && checksum_compute(q, q_header) == 0;
+    const bool ports = (quoted.proto == IPPROTO_TCP || quoted.proto == IPPROTO_UDP) &&
+                       e.size() >= p.meta.l4_offset + 8 + q_header + 8 && !(v4 && (be16(q + 6) & 0x1fff));
+    const bool done = nat_rewrite_icmp_error(&mbuf, p.meta, outer, src, new_src_port, dst, dst_port);
+    FUZZ_CHECK(done == ports, "translation %s for a quote of protocol %u", done ? "done" : "refused", quoted.proto);
+    if (!done) {
+        FUZZ_CHECK(e == before, "a refused translation changed the frame");
+        return;
+    }
+    const Parsed t = parse(e);
+    FUZZ_CHECK(t.verdict == DropReason::none, "the translated error parses as %s", std::string(drop_reason_name(t.verdict)).c_str());
+    FiveTuple want = quoted;
+    want.src = src;
+    want.dst = dst;
+    if (new_src_port) want.src_port = new_src_port;
+    want.dst_port = dst_port;
+    FUZZ_CHECK(t.tuple == want, "translated quote %s, expected %s", str(t.tuple).c_str(), str(want).c_str());
+    const uint8_t* icmp = e.data() + p.meta.l4_offset;
+    const uint32_t icmp_len = static_cast<uint32_t>(e.size() - p.meta.l4_offset);
+    if (v4) {
+        FUZZ_CHECK(checksum_compute(icmp, icmp_len) == 0, "the ICMP checksum does not verify");
+        FUZZ_CHECK(!quoted_ipv4_sum_ok || checksum_compute(q, q_header) == 0, "the quoted IPv4 header checksum broke");
+        FUZZ_CHECK(std::memcmp(e.data() + p.meta.l3_offset + 16, outer.bytes, 4) == 0, "outer destination");
+    } else {
+        const auto* ip6 = reinterpret_cast<const rte_ipv6_hdr*>(e.data() + p.meta.l3_offset);
+        FUZZ_CHECK(rte_ipv6_udptcp_cksum_verify(ip6, icmp) == 0, "the ICMPv6 checksum does not verify");
+        FUZZ_CHECK(std::memcmp(ip6->dst_addr, outer.bytes, 16) == 0, "outer destination");
+    }
 }
 
 }  // namespace
@@ -152,6 +214,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(rebuilt == expected && tcp_flags == 0, "tuple_from_meta %s flags %#x, expected %s",
                    str(rebuilt).c_str(), tcp_flags, str(expected).c_str());
     }
+
+    check_translation(f, end, p, family, expected, shape & 0x20 ? 0 : rte_cpu_to_be_16(8080));
 
     // The quote as a packet of its own (when it is whole): the error belongs to that packet's flow.
     std::vector<uint8_t> original = ethernet(0, v6 ? 0x86dd : 0x0800);

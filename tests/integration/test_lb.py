@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import IP, TCP, UDP, Ether, IPv6, NoPayload, Raw, rdpcap
+from scapy.all import ICMP, IP, TCP, UDP, Ether, ICMPv6DestUnreach, ICMPv6PacketTooBig, IPv6, NoPayload, Raw, rdpcap
 from scapy.utils import checksum
 
 from netns import Netns
@@ -173,8 +173,7 @@ class Lab:
             part = frames[start:start + chunk]
             self.ns.inject(ifname, part, self.tmp)
             self.sent += len(part)
-            wait_until(lambda: self.sluice.stats()["rx_packets"] >= self.sent, timeout=45,
-                       what=f"{self.sent} frames in")
+            self.sluice.wait_received(self.sent, timeout=45)
 
     def out(self, port):
         """Everything sluice sent on `port` so far, as (TX queue = worker index, frame)."""
@@ -352,6 +351,89 @@ def test_nat_ipv6_udp_both_directions(tmp_path, ns):
             assert_frame(got, translated(answers[i], lab.mac["client"], CLIENT_PEER, VIP6, clients[i][0], 53,
                                          clients[i][1]), f"answer {i} to the client")
         stats = lab.finish()
+    assert drops_of(stats) == {}
+
+
+@pytest.mark.parametrize("family,protocol", [("ipv4", "udp"), ("ipv6", "udp"), ("ipv4", "tcp"), ("ipv6", "tcp")])
+def test_nat_icmp_errors_are_translated_both_ways(tmp_path, ns, family, protocol):
+    """ICMP errors about a nat connection's packets (RFC 5508 4.2): a router on the backends' side that cannot
+    forward sluice's packet (pool:port -> backend) tells the pool address, and the client must hear it about its own
+    packet to the VIP (path MTU discovery); a client that refuses a reply (VIP -> client) tells the VIP, and the
+    backend must hear it about its own reply to pool:port. Two workers: an error quoting the pool address must reach
+    the worker that owns its NAT port, or it finds no connection (icmp_unrelated). UDP quotes hold 8 bytes of the
+    segment; TCP quotes the whole header, so its checksum must be translated too."""
+    v4 = family == "ipv4"
+    vip, pool, backends = (VIP4, POOL4, B4) if v4 else (VIP6, POOL6, B6)
+    Ip = IP if v4 else IPv6
+    router = "10.1.0.254" if v4 else "2001:db8:1::fe"
+    tcp = protocol == "tcp"
+    L4 = TCP if tcp else UDP
+    opening, answering = ({"flags": "S", "seq": 100}, {"flags": "SA", "seq": 900, "ack": 101}) if tcp else ({}, {})
+    dns = service("dns", vip, 53, protocol, "nat", [backend(backends[0], port=5353)])
+    lab = Lab(tmp_path, ns, [dns], workers=2, nat_ports="30000-39999")
+    flows = 8
+    clients = [(f"203.0.113.{1 + i}" if v4 else f"2001:db8:f::{1 + i:x}", 41000 + i) for i in range(flows)]
+
+    def too_big(quote):  # from a router: fragmentation needed (IPv4) / packet too big (IPv6), MTU 1400
+        return ICMP(type=3, code=4, nexthopmtu=1400) / Raw(quote) if v4 else ICMPv6PacketTooBig(mtu=1400) / Raw(quote)
+
+    def unreachable(quote):  # from the client: port unreachable
+        return ICMP(type=3, code=3) / Raw(quote) if v4 else ICMPv6DestUnreach(code=4) / Raw(quote)
+
+    def quote(packet, hop=0):
+        """What an error quotes of `packet` (its IP layer, TTL / hop limit less `hop`): the IP header and 8 bytes
+        (UDP) or 20 (TCP: the whole header, checksum included)."""
+        ip = l3(packet).copy()
+        if v4:
+            ip.ttl -= hop
+            del ip.chksum
+        else:
+            ip.hlim -= hop
+        raw = bytes(ip)
+        return raw[:(20 if v4 else 40) + (20 if tcp else 8)]
+
+    queries = [from_client(Ip(src=c, dst=vip) / L4(sport=p, dport=53, **opening) / Raw(b"query %03d" % i))
+               for i, (c, p) in enumerate(clients)]
+    with lab:
+        lab.send("cl0", queries)
+        nat = {}  # flow -> (NAT port, the query as it left for the backend)
+        for q, got in lab.wait_out("server", flows):
+            nat[int(bytes(l4(got).payload)[6:9])] = (l4(got).sport, got)
+        assert {port % 2 for port, _ in nat.values()} == {0, 1}, "both workers own some of the connections"
+        answers = [from_server(Ip(src=backends[0], dst=pool) / L4(sport=5353, dport=nat[i][0], **answering) /
+                               Raw(b"answer %03d" % i))
+                   for i in range(flows)]
+        lab.send("sv0", answers)
+        answered = {int(bytes(l4(got).payload)[7:10]): got for _, got in lab.wait_out("client", flows)}
+
+        errors = [from_server(Ip(src=router, dst=pool) / too_big(quote(nat[i][1]))) for i in range(flows)]
+        lab.send("sv0", errors)
+        is_icmp = lambda frame: (frame[IP].proto == 1) if v4 else (frame[IPv6].nh == 58)
+        to_clients = [f for f in lab.wait_out("client", 2 * flows) if is_icmp(f[1])]
+        refusals = [from_client(Ip(src=c, dst=vip) / unreachable(quote(answered[i]))) for i, (c, _) in enumerate(clients)]
+        lab.send("cl0", refusals)
+        to_backend = [f for f in lab.wait_out("server", 2 * flows) if is_icmp(f[1])]
+        stats = lab.finish()
+
+    # To the client: the router's error, about the client's own query as it left sluice (TTL one less), with every
+    # checksum as if written from scratch (scapy computes them below).
+    forwarded = {"ttl": 63} if v4 else {"hlim": 63}  # the errors were sent with 64
+    want = {norm(c): Ether(src=lab.mac["client"], dst=CLIENT_PEER) /
+            Ip(src=router, dst=c, **forwarded) / too_big(quote(queries[i], hop=1)) for i, (c, _) in enumerate(clients)}
+    assert len(to_clients) == flows
+    for _, got in to_clients:
+        assert_frame(got, want.pop(norm(l3(got).dst)), "a router's error to the client")
+    assert not want
+    # To the backend: the client's refusal, about the backend's own answer to the pool address (found by the NAT
+    # port it quotes as the destination).
+    want = {nat[i][0]: Ether(src=lab.mac["server"], dst=SERVER_PEER) /
+            Ip(src=c, dst=backends[0], **forwarded) / unreachable(quote(answers[i], hop=1))
+            for i, (c, _) in enumerate(clients)}
+    assert len(to_backend) == flows
+    for _, got in to_backend:
+        quoted = bytes(l3(got).payload)[8 + (20 if v4 else 40):]
+        assert_frame(got, want.pop(int.from_bytes(quoted[2:4], "big")), "a client's error to the backend")
+    assert not want
     assert drops_of(stats) == {}
 
 
