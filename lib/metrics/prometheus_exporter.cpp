@@ -101,6 +101,9 @@ public:
         MetricFamily& inserts = family("sluice_conntrack_inserts_total", "Connections a worker started tracking", MetricType::Counter);
         MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out, or removed early: a backend removed with drop, a NAT connection that found no port, a client that gave up a SYN-proxy handshake)", MetricType::Counter);
         MetricFamily& rejects = family("sluice_rejects_sent_total", "TCP RSTs and ICMP unreachables sent for reject rules", MetricType::Counter);
+        MetricFamily& too_big = family("sluice_icmp_too_big_sent_total",
+                                       "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU",
+                                       MetricType::Counter);
         MetricFamily& full = family("sluice_conntrack_full_drops_total", "New connections a worker refused because its table was full", MetricType::Counter);
         MetricFamily& adopted = family("sluice_lb_stateless_adoptions_total",
                                        "dsr/tunnel connections a worker picked up mid-stream by Maglev (no SYN seen: another instance opened them)",
@@ -121,6 +124,7 @@ public:
             sample(accepted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.syn_cookies_accepted)));
             const uint64_t opened = counter_read(ctx.counters.conn_inserts), gone = counter_read(ctx.counters.conn_expired);
             sample(rejects, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.rejects_sent)));
+            sample(too_big, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.too_big_sent)));
             sample(adopted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_adoptions)));
             sample(passed, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_stateless_forwards)));
             if (!ctx.conn_table) return;

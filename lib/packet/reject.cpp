@@ -93,8 +93,9 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
 }
 
 // [eth][new IP][ICMP 8][the offending packet's IP header + what fits]: prepend the new headers before the old IP
-// header, which stays where it is.
-bool icmp_unreachable(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
+// header, which stays where it is. type and code are the family's; rest_be is the header's last 4 bytes.
+bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac, uint8_t type, uint8_t code,
+                uint32_t rest_be) {
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     const rte_ether_addr peer = reinterpret_cast<rte_ether_hdr*>(frame)->src_addr;
     const bool v4 = meta.family == IpFamily::ipv4;
@@ -117,11 +118,10 @@ bool icmp_unreachable(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr&
 
     uint8_t* l3 = frame + sizeof(rte_ether_hdr);
     auto* icmp = reinterpret_cast<rte_icmp_hdr*>(l3 + ip_len);
-    icmp->icmp_type = v4 ? 3 : 1;       // destination unreachable
-    icmp->icmp_code = v4 ? 13 : 1;      // administratively prohibited
+    icmp->icmp_type = type;
+    icmp->icmp_code = code;
     icmp->icmp_cksum = 0;
-    icmp->icmp_ident = 0;
-    icmp->icmp_seq_nb = 0;
+    std::memcpy(reinterpret_cast<uint8_t*>(icmp) + 4, &rest_be, 4);
     if (v4) {
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
         const auto* original = reinterpret_cast<const rte_ipv4_hdr*>(quote);
@@ -161,7 +161,27 @@ bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_
         return false;
     }
     if (meta.l4_proto == IPPROTO_TCP && meta.l4_offset) return tcp_rst(m, meta, own_mac);
-    return icmp_unreachable(m, meta, own_mac);
+    const bool v4 = meta.family == IpFamily::ipv4;
+    return icmp_error(m, meta, own_mac, v4 ? 3 : 1, v4 ? 13 : 1, 0);  // unreachable: administratively prohibited
+}
+
+bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_ether_addr& own_mac) {
+    // RFC 1812 4.3.2.7: none about an ICMP error, a later fragment, or a multicast or broadcast destination.
+    if (meta.flags & kMetaIcmpError) return false;
+    const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
+    if (meta.family == IpFamily::ipv4) {
+        const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(l3);
+        const uint16_t fragment = rte_be_to_cpu_16(ip->fragment_offset);
+        // Without DF the sender allowed fragmentation, which sluice does not do: the packet is only dropped.
+        if (!(fragment & RTE_IPV4_HDR_DF_FLAG) || (fragment & RTE_IPV4_HDR_OFFSET_MASK)) return false;
+        const uint8_t first = l3[16];
+        if (first >= 224 || ip->time_to_live <= 1) return false;  // multicast, broadcast; TTL: expired first
+        return icmp_error(m, meta, own_mac, 3, 4, rte_cpu_to_be_32(mtu));  // fragmentation needed (RFC 1191)
+    }
+    const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
+    if (ip->dst_addr[0] == 0xff || ip->hop_limits <= 1 || ((meta.flags & kMetaFragment) && meta.l4_offset == 0))
+        return false;
+    return icmp_error(m, meta, own_mac, 2, 0, rte_cpu_to_be_32(mtu));  // packet too big (RFC 4443 3.2, RFC 8201)
 }
 
 }  // namespace sluice

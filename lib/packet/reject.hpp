@@ -1,3 +1,5 @@
+// Errors sluice sends back to a packet's sender, built in place in its mbuf.
+//
 // Turns a packet into the refusal a `reject` rule sends back: a TCP RST for TCP (RFC 9293 §3.10.7.1), an ICMP
 // destination unreachable "administratively prohibited" (RFC 792 / RFC 1812 code 13) or ICMPv6 code 1 (RFC 4443)
 // for the rest. The reply is built in place in the same mbuf, from the packet's destination to its source, with
@@ -14,5 +16,12 @@ namespace sluice {
 // False when no reply may be sent (the packet is itself a RST or an ICMP error, or a non-first fragment); the
 // caller then only drops it.
 bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac);
+
+// Turns a packet too big for the egress link (mtu: its IP MTU) into the error a router sends back so its sender
+// learns the path MTU: ICMP "fragmentation needed" with the next-hop MTU (RFC 1191) for IPv4 with DF set, ICMPv6
+// "packet too big" (RFC 8201) for IPv6; built in place as make_reject's are. False when none may be sent: IPv4
+// without DF (its sender allowed fragmentation, which sluice does not do), an ICMP error, a later fragment, a
+// multicast or broadcast destination, a TTL or hop limit that expires here.
+bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_ether_addr& own_mac);
 
 }  // namespace sluice

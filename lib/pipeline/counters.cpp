@@ -11,6 +11,7 @@ void CounterTotals::add(const LcoreCounters& c) {
     conn_inserts += counter_read(c.conn_inserts);
     conn_expired += counter_read(c.conn_expired);
     rejects_sent += counter_read(c.rejects_sent);
+    too_big_sent += counter_read(c.too_big_sent);
     neighbour_replies += counter_read(c.neighbour_replies);
     neighbour_solicitations += counter_read(c.neighbour_solicitations);
     neighbour_events_lost += counter_read(c.neighbour_events_lost);

@@ -4,6 +4,7 @@
 
 #include "packet/checksum.hpp"
 #include "packet/packet_meta.hpp"
+#include "packet/reject.hpp"
 #include "packet/rewrite.hpp"
 #include "packet/syn_proxy.hpp"
 
@@ -124,10 +125,9 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     return DropReason::none;
 }
 
-// Every rewrite leaves a plain Ethernet header before the IP header. A packet over the egress MTU is dropped, not
-// fragmented, and no ICMP "too big" is sent (yet): the sender's path MTU discovery times out instead.
-bool fits_mtu(const rte_mbuf* m, uint16_t mtu) {
-    const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(rte_ether_hdr));
+// Whether the IP packet at l3 fits the egress MTU. Checked before any rewrite: nat and dsr keep the length (tunnel
+// encapsulation checks its own), and an error about the packet must quote it as its sender sent it.
+bool fits_mtu(const uint8_t* l3, uint16_t mtu) {
     uint16_t length_be;
     if ((l3[0] >> 4) == 4) {
         std::memcpy(&length_be, l3 + 2, 2);
@@ -148,14 +148,27 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
         DropReason verdict;
         if (SLUICE_UNLIKELY(!entry.valid || entry.awaiting_neighbour)) {
             verdict = entry.valid ? DropReason::neighbour_unresolved : DropReason::no_route;
+        } else if (SLUICE_UNLIKELY(!fits_mtu(rte_pktmbuf_mtod_offset(m, const uint8_t*, packet_meta(m)->l3_offset),
+                                             snapshot.port_mtu[entry.out_port]))) {
+            // sluice does not fragment. The sender learns the path MTU, as from any router on the path (RFC 1191,
+            // RFC 8201), unless it allowed fragmentation (IPv4 without DF): that packet is only dropped.
+            verdict = DropReason::frame_too_big;
+            const uint16_t in_port = m->port;
+            if (make_too_big(m, *packet_meta(m), snapshot.port_mtu[entry.out_port], snapshot.port_mac[in_port])) {
+                ctx.counters.drop(verdict);  // the packet is, its error goes back out of the port it came in on
+                counter_add(ctx.counters.too_big_sent);
+                PortCounters& back = ctx.counters.ports[in_port];
+                counter_add(back.tx_packets);
+                counter_add(back.tx_bytes, rte_pktmbuf_pkt_len(m));
+                rte_eth_tx_buffer(in_port, ctx.tx_queue, ctx.tx_buffers[in_port], m);
+                continue;
+            }
         } else if (routes && routes[i].kind != RouteKind::plain) {
             ForwardEntry out = entry;
             verdict = rewrite_balanced(ctx, snapshot, m, routes[i], out);
         } else {
             verdict = rewrite_for_forwarding(m, entry);
         }
-        if (SLUICE_UNLIKELY(verdict == DropReason::none && !fits_mtu(m, snapshot.port_mtu[entry.out_port])))
-            verdict = DropReason::frame_too_big;
         if (SLUICE_UNLIKELY(verdict != DropReason::none)) {
             ctx.counters.drop(verdict);
             dropped[dropped_count++] = m;

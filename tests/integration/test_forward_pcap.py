@@ -4,12 +4,13 @@ Each case is (description, input frame, expected verdict): verdict is a drop rea
 leave on. Forwarded packets are checked field by field (MACs, TTL/hop limit, IPv4 checksum, payload)."""
 
 import logging
+import re
 
 import pytest
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, IPv6, IPv6ExtHdrFragment,
-                       IPv6ExtHdrHopByHop, Raw, rdpcap, wrpcap)
+from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, ICMPv6PacketTooBig, IPv6,
+                       IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw, rdpcap, wrpcap)
 
 from scapy.all import conf
 
@@ -142,6 +143,41 @@ def test_forwards_valid_frames_and_counts_every_drop(tmp_path):
     assert p0_mac != p1_mac
     check_forwarded(GOOD_P0, out1, MAC_P1_PEER, p1_mac)
     check_forwarded(GOOD_P1, out0, MAC_P0_PEER, p0_mac)
+
+
+def test_a_packet_over_the_egress_mtu_gets_a_too_big_error_back(tmp_path):
+    """p1's MTU is 1400. A packet that does not fit is dropped (frame_too_big), and its sender hears why, as from any
+    router: IPv4 with DF gets ICMP "fragmentation needed" with the next-hop MTU (RFC 1191), IPv6 ICMPv6 "packet too
+    big" (RFC 8201). IPv4 without DF allowed fragmentation, which sluice does not do: it only goes. The error leaves
+    by the port the packet came in on, to the sender's MAC, from the packet's destination (sluice answers as the
+    reject rules do), TTL 64, and quotes the packet as it came: IPv4 header + 8 bytes (RFC 792), IPv6 as much as
+    fits in 1280 bytes (RFC 4443)."""
+    df = eth() / IP(src="10.0.0.1", dst="10.1.0.1", flags="DF", id=7) / UDP(sport=1000, dport=53) / Raw(b"d" * 1400)
+    no_df = eth() / IP(src="10.0.0.2", dst="10.1.0.1", id=8) / UDP(sport=1001, dport=53) / Raw(b"n" * 1400)
+    fits = eth() / IP(src="10.0.0.3", dst="10.1.0.1", flags="DF") / UDP(sport=1002, dport=53) / Raw(b"f" * 1372)
+    big6 = eth() / IPv6(src="2001:db8::1", dst="2001:db8:1::1") / UDP(sport=1003, dport=53) / Raw(b"s" * 1400)
+    wrpcap(str(tmp_path / "in0.pcap"), [df, no_df, fits, big6])
+    wrpcap(str(tmp_path / "in1.pcap"), [])
+    config = forwarding_config(tmp_path, f"tx_pcap={tmp_path}/out0.pcap", f"tx_pcap={tmp_path}/out1.pcap")
+    config["ports"][1]["mtu"] = 1400
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        stats = sluice.wait_accounted(4)
+        assert sluice.stop() == 0, sluice.log()
+    p0_mac = dict(re.findall(r"port '(\w+)':.*? mac ([0-9a-f:]{17})", sluice.log()))["p0"]
+    assert stats["drop/frame_too_big"] == 3 and stats["drops"] == 3
+    assert stats["too_big_sent"] == 2
+    assert stats["port/p1/tx_packets"] == 1 and stats["port/p0/tx_packets"] == 2
+    out1 = rdpcap(str(tmp_path / "out1.pcap"))
+    assert len(out1) == 1 and bytes(out1[0][UDP].payload) == b"f" * 1372
+    back = rdpcap(str(tmp_path / "out0.pcap"))
+    want = [Ether(src=p0_mac, dst=SRC_MAC) / IP(src="10.1.0.1", dst="10.0.0.1", ttl=64, id=0) /
+            ICMP(type=3, code=4, nexthopmtu=1400) / Raw(bytes(df[IP])[:28]),
+            Ether(src=p0_mac, dst=SRC_MAC) / IPv6(src="2001:db8:1::1", dst="2001:db8::1", hlim=64) /
+            ICMPv6PacketTooBig(mtu=1400) / Raw(bytes(big6[IPv6])[:1280 - 48])]
+    assert len(back) == 2
+    for got, wanted in zip(back, want):
+        assert bytes(got) == bytes(wanted), f"\n got  {bytes(got).hex()}\n want {bytes(wanted).hex()}"
 
 
 def test_port_without_forward_entry_drops_as_no_route(tmp_path):
