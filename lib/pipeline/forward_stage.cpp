@@ -125,8 +125,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     return DropReason::none;
 }
 
-// Whether the IP packet at l3 fits the egress MTU. Checked before any rewrite: nat and dsr keep the length (tunnel
-// encapsulation checks its own), and an error about the packet must quote it as its sender sent it.
+// Whether the IP packet at l3 fits mtu (packet_mtu). Checked before any rewrite, so that an error about the packet
+// quotes it as its sender sent it: nat and dsr keep the length, tunnel's outer header is in packet_mtu.
 bool fits_mtu(const uint8_t* l3, uint16_t mtu) {
     uint16_t length_be;
     if ((l3[0] >> 4) == 4) {
@@ -135,6 +135,15 @@ bool fits_mtu(const uint8_t* l3, uint16_t mtu) {
     }
     std::memcpy(&length_be, l3 + 4, 2);  // IPv6 payload length
     return rte_be_to_cpu_16(length_be) + sizeof(rte_ipv6_hdr) <= mtu;
+}
+
+// The largest IP packet that leaves whole by out_port: a tunnel backend's outer header takes its share (Katran
+// answers the same way).
+uint16_t packet_mtu(const Snapshot& snapshot, const PacketMeta& meta, const PacketRoute* route, uint16_t out_port) {
+    const uint16_t mtu = snapshot.port_mtu[out_port];
+    if (!route || route->kind != RouteKind::to_backend || snapshot.lb->backends[route->backend].mode != LbMode::tunnel)
+        return mtu;
+    return static_cast<uint16_t>(mtu - (meta.family == IpFamily::ipv4 ? sizeof(rte_ipv4_hdr) : sizeof(rte_ipv6_hdr)));
 }
 
 }  // namespace
@@ -148,13 +157,13 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
         DropReason verdict;
         if (SLUICE_UNLIKELY(!entry.valid || entry.awaiting_neighbour)) {
             verdict = entry.valid ? DropReason::neighbour_unresolved : DropReason::no_route;
-        } else if (SLUICE_UNLIKELY(!fits_mtu(rte_pktmbuf_mtod_offset(m, const uint8_t*, packet_meta(m)->l3_offset),
-                                             snapshot.port_mtu[entry.out_port]))) {
+        } else if (const uint16_t mtu = packet_mtu(snapshot, *packet_meta(m), routes ? &routes[i] : nullptr, entry.out_port);
+                   SLUICE_UNLIKELY(!fits_mtu(rte_pktmbuf_mtod_offset(m, const uint8_t*, packet_meta(m)->l3_offset), mtu))) {
             // sluice does not fragment. The sender learns the path MTU, as from any router on the path (RFC 1191,
             // RFC 8201), unless it allowed fragmentation (IPv4 without DF): that packet is only dropped.
-            verdict = DropReason::frame_too_big;
+            verdict = mtu == snapshot.port_mtu[entry.out_port] ? DropReason::frame_too_big : DropReason::tunnel_too_big;
             const uint16_t in_port = m->port;
-            if (make_too_big(m, *packet_meta(m), snapshot.port_mtu[entry.out_port], snapshot.port_mac[in_port])) {
+            if (make_too_big(m, *packet_meta(m), mtu, snapshot.port_mac[in_port])) {
                 ctx.counters.drop(verdict);  // the packet is, its error goes back out of the port it came in on
                 counter_add(ctx.counters.too_big_sent);
                 PortCounters& back = ctx.counters.ports[in_port];

@@ -508,6 +508,43 @@ def test_dsr_rewrites_only_ethernet(tmp_path, ns):
     assert drops_of(stats) == {}
 
 
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
+def test_a_packet_the_tunnel_header_would_push_over_the_mtu_gets_a_too_big_error(tmp_path, ns, family):
+    """The server port's MTU is 1500. A client's packet that fits it, but not with the tunnel's outer header, is
+    dropped (tunnel_too_big) and the client is told the MTU that leaves room for that header: 1480 under IPv4 (ICMP
+    fragmentation needed, the packet has DF), 1460 under IPv6 (packet too big), from the VIP, out of the client port;
+    a packet of exactly that size goes through, encapsulated to 1500."""
+    v4 = family == "ipv4"
+    vip, Ip = (VIP4, IP) if v4 else (VIP6, IPv6)
+    client = "203.0.113.9" if v4 else "2001:db8:f::9"
+    room = 1480 if v4 else 1460
+    tun = service("tun", vip, 80, "tcp", "tunnel", [backend(B4[0] if v4 else B6[0])])
+    lab = Lab(tmp_path, ns, [tun], workers=1)
+    df = {"flags": "DF"} if v4 else {}
+    header = (20 if v4 else 40) + 20  # IP + TCP
+
+    def segment(size, seq):
+        return from_client(Ip(src=client, dst=vip, **df) / TCP(sport=20000, dport=80, flags="A", seq=seq, ack=5) /
+                           Raw(b"x" * (size - header)))
+    syn = from_client(Ip(src=client, dst=vip, **df) / TCP(sport=20000, dport=80, flags="S", seq=1))
+    big, fits = segment(room + 1, 2), segment(room, 2)
+    with lab:
+        lab.send("cl0", [syn])
+        lab.wait_out("server", 1)
+        lab.send("cl0", [big, fits])
+        (_, error), = lab.wait_out("client", 1)
+        tunneled = lab.wait_out("server", 2)
+        stats = lab.finish()
+    too_big = ICMP(type=3, code=4, nexthopmtu=room) if v4 else ICMPv6PacketTooBig(mtu=room)
+    quote = bytes(l3(big))[:(20 + 8) if v4 else 1280 - 48]
+    fresh = {"ttl": 64, "id": 0} if v4 else {"hlim": 64}
+    want = Ether(src=lab.mac["client"], dst=CLIENT_PEER) / Ip(src=vip, dst=client, **fresh) / too_big / Raw(quote)
+    assert_frame(error, want, "the error to the client")
+    outer = 20 if v4 else 40
+    assert sorted(len(bytes(f)) - 14 for _, f in tunneled) == [outer + header, 1500]  # the SYN, the packet that fits
+    assert drops_of(stats) == {"tunnel_too_big": 1} and stats["too_big_sent"] == 1
+
+
 def test_tunnel_ipip_and_ip6ip6(tmp_path, ns):
     tun4 = service("tun4", VIP4, 80, "tcp", "tunnel", [backend(B4[0]), backend(B4[1], mac=BMAC4[1])])
     tun6 = service("tun6", VIP6, "any", "tcp", "tunnel", [backend(B6[0]), backend(B6[1])])
