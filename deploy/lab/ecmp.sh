@@ -218,6 +218,7 @@ cmd_up() {
 cmd_start() {
   local n=${1:?instance 1 or 2}
   [ -x "$SLUICE_BIN" ] || die "no sluice at $SLUICE_BIN (set SLUICE_BIN)"
+  : >"$STATE/sluice-lb$n.log"  # before the background redirection: the wait below must not find the last run's line
   setsid ip netns exec "se-lb$n" "$SLUICE_BIN" --config "$STATE/lb$n.yaml" >"$STATE/sluice-lb$n.log" 2>&1 </dev/null &
   echo $! >"$STATE/sluice-lb$n.pid"
   local deadline=$((SECONDS + 30))

@@ -104,6 +104,9 @@ cmd_start() {
         "$CONFIG" > "$config" ;;
     *) die "SLUICE_LAB_DRIVER must be af_xdp or af_packet, not '$DRIVER'" ;;
   esac
+  # Emptied here, not only by the redirection below: that happens in the background child, and until it does, the
+  # wait for "ready:" would find the previous run's line and report a sluice ready that is still starting.
+  : >"$LOG"
   # setsid: the daemon outlives the calling shell and a Ctrl-C there. `ip netns exec` execs without forking, so $!
   # is sluice's own pid.
   setsid ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$config" >"$LOG" 2>&1 </dev/null &
