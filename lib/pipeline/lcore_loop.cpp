@@ -99,8 +99,6 @@ void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, 
     if (count) forward_burst(ctx, snapshot, pkts, count);
 }
 
-// The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
-// worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
 // An ICMP error that quotes a packet from a NAT pool address (sluice's, to a backend) goes to the worker that owns
 // the quoted source port, as the replies do; every other error goes by its quote's flow.
 inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
@@ -120,6 +118,8 @@ inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, con
     return nat_port_owner(rte_be_to_cpu_16(port_be), workers);
 }
 
+// The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
+// worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
 inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
     if (SLUICE_UNLIKELY(meta.flags & kMetaIcmpError) && !lb.pool.empty()) return icmp_error_worker(m, meta, lb, workers);
     // ICMP errors go on their quote; fragments on addresses alone, unless the RX lcore gave them their datagram's
