@@ -103,15 +103,19 @@ class Sluice:
         the waits below look only at losses after this call."""
         self.tolerated_missed = kernel_missed(self.stats())
 
+    def _check_losses(self, s, expected_rx):
+        """Raises FramesLostBeforeSluice once every one of expected_rx frames was read or lost in the kernel (stats s),
+        some lost since tolerate_kernel_losses."""
+        missed = kernel_missed(s) - self.tolerated_missed
+        if missed and s["rx_packets"] + missed >= expected_rx:
+            raise FramesLostBeforeSluice(f"the kernel dropped {missed} of {expected_rx} frames before sluice read "
+                                         f"them (hw_rx_missed: the RX lcore did not run for a while)")
+
     def wait_received(self, expected_rx, timeout=10):
-        """Waits until sluice's ports read expected_rx frames in all. Raises FramesLostBeforeSluice as soon as every
-        frame is either read or lost in the kernel with some lost."""
+        """Waits until sluice's ports read expected_rx frames in all (or raises FramesLostBeforeSluice)."""
         def done():
             s = self.stats()
-            missed = kernel_missed(s) - self.tolerated_missed
-            if missed and s["rx_packets"] + missed >= expected_rx:
-                raise FramesLostBeforeSluice(f"the kernel dropped {missed} of {expected_rx} frames before sluice read "
-                                             f"them (hw_rx_missed: the RX lcore did not run for a while)")
+            self._check_losses(s, expected_rx)
             return s["rx_packets"] >= expected_rx
         wait_until(done, timeout=timeout, what=f"{expected_rx} frames in")
 
@@ -122,11 +126,10 @@ class Sluice:
 
         def done():
             s = last["stats"] = self.stats()
-            missed = kernel_missed(s) - self.tolerated_missed
-            if missed and s["rx_packets"] + missed >= expected_rx and s["tx_packets"] + s["drops"] >= s["rx_packets"]:
-                raise FramesLostBeforeSluice(f"the kernel dropped {missed} of {expected_rx} frames before sluice read "
-                                             f"them (hw_rx_missed: the RX lcore did not run for a while)")
-            return s if s["rx_packets"] >= expected_rx and s["tx_packets"] + s["drops"] >= s["rx_packets"] else None
+            settled = s["tx_packets"] + s["drops"] >= s["rx_packets"]
+            if settled:
+                self._check_losses(s, expected_rx)
+            return s if s["rx_packets"] >= expected_rx and settled else None
         try:
             return wait_until(done, timeout=timeout, what=f"{expected_rx} packets accounted for")
         except TimeoutError as e:
