@@ -866,7 +866,8 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
             d.field(v, "file", "log", false, [&](const YAML::Node& f) { d.string(f, "log file", config.log.file); });
         });
         d.field(root, "dataplane", "the config", false, [&](const YAML::Node& v) {
-            if (!d.map(v, "dataplane", {"ring_size", "idle_sleep_us", "max_new_connections_per_second", "new_connection_burst"}))
+            if (!d.map(v, "dataplane", {"ring_size", "idle_sleep_us", "max_new_connections_per_second", "new_connection_burst",
+                                             "max_error_replies_per_second", "error_reply_burst"}))
                 return;
             d.field(v, "ring_size", "dataplane", false, [&](const YAML::Node& r) {
                 if (d.integer(r, "ring_size", config.dataplane.ring_size, 64, 1 << 20) && !is_power_of_two(config.dataplane.ring_size))
@@ -884,6 +885,14 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
                     d.error(n, "new_connection_burst needs max_new_connections_per_second above 0");
             });
             if (dp.new_connection_burst == 0) dp.new_connection_burst = dp.max_new_connections_per_second;  // 1 s worth
+            d.field(v, "max_error_replies_per_second", "dataplane", false, [&](const YAML::Node& n) {
+                d.integer(n, "max_error_replies_per_second", dp.max_error_replies_per_second, 0, 100000000);
+            });
+            d.field(v, "error_reply_burst", "dataplane", false, [&](const YAML::Node& n) {
+                if (d.integer(n, "error_reply_burst", dp.error_reply_burst, 0, 100000000) && dp.error_reply_burst &&
+                    dp.max_error_replies_per_second == 0)
+                    d.error(n, "error_reply_burst needs max_error_replies_per_second above 0");
+            });
         });
         d.field(root, "metrics", "the config", false, [&](const YAML::Node& v) {
             if (!d.map(v, "metrics", {"listen"})) return;

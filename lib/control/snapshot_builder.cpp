@@ -260,6 +260,7 @@ std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& confi
     snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     snapshot->firewall = base.firewall;
     snapshot->new_connections = base.new_connections;
+    snapshot->error_replies = base.error_replies;
     return snapshot;
 }
 
@@ -273,6 +274,10 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     if (const DataplaneConfig& dp = config.dataplane; dp.max_new_connections_per_second) {  // per worker: not divided
         snapshot->new_connections.tokens_per_tsc = dp.max_new_connections_per_second / static_cast<double>(rte_get_tsc_hz());
         snapshot->new_connections.burst = std::max<double>(1.0, dp.new_connection_burst);
+    }
+    if (const DataplaneConfig& dp = config.dataplane; dp.max_error_replies_per_second) {  // per worker, as above
+        snapshot->error_replies.tokens_per_tsc = dp.max_error_replies_per_second / static_cast<double>(rte_get_tsc_hz());
+        snapshot->error_replies.burst = dp.error_reply_burst ? dp.error_reply_burst : dp.max_error_replies_per_second;
     }
 
     const FirewallConfig& fc = config.firewall;

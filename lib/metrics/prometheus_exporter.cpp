@@ -104,6 +104,9 @@ public:
         MetricFamily& too_big = family("sluice_icmp_too_big_sent_total",
                                        "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU",
                                        MetricType::Counter);
+        MetricFamily& limited = family("sluice_error_replies_limited_total",
+                                       "Reject replies and ICMP too-big errors a worker did not send: over dataplane.max_error_replies_per_second",
+                                       MetricType::Counter);
         MetricFamily& full = family("sluice_conntrack_full_drops_total", "New connections a worker refused because its table was full", MetricType::Counter);
         MetricFamily& adopted = family("sluice_lb_stateless_adoptions_total",
                                        "dsr/tunnel connections a worker picked up mid-stream by Maglev (no SYN seen: another instance opened them)",
@@ -125,6 +128,7 @@ public:
             const uint64_t opened = counter_read(ctx.counters.conn_inserts), gone = counter_read(ctx.counters.conn_expired);
             sample(rejects, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.rejects_sent)));
             sample(too_big, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.too_big_sent)));
+            sample(limited, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.error_replies_limited)));
             sample(adopted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_adoptions)));
             sample(passed, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_stateless_forwards)));
             if (!ctx.conn_table) return;

@@ -579,7 +579,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             break;
         case Fate::reject:
             ctx.counters.drop(DropReason::rule_reject);
-            if (make_reject(m, *packet_meta(m), snapshot.port_mac[m->port])) {
+            if (write_error_reply(ctx, snapshot, now_tsc, [&] { return make_reject(m, *packet_meta(m), snapshot.port_mac[m->port]); })) {
                 PortCounters& out = ctx.counters.ports[m->port];
                 counter_add(out.tx_packets);
                 counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));

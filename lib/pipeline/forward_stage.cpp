@@ -1,5 +1,6 @@
 #include "pipeline/forward_stage.hpp"
 
+#include <rte_cycles.h>
 #include <rte_ip.h>
 
 #include "packet/checksum.hpp"
@@ -163,7 +164,7 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             // RFC 8201), unless it allowed fragmentation (IPv4 without DF): that packet is only dropped.
             verdict = mtu == snapshot.port_mtu[entry.out_port] ? DropReason::frame_too_big : DropReason::tunnel_too_big;
             const uint16_t in_port = m->port;
-            if (make_too_big(m, *packet_meta(m), mtu, snapshot.port_mac[in_port])) {
+            if (write_error_reply(ctx, snapshot, rte_rdtsc(), [&] { return make_too_big(m, *packet_meta(m), mtu, snapshot.port_mac[in_port]); })) {
                 ctx.counters.drop(verdict);  // the packet is, its error goes back out of the port it came in on
                 counter_add(ctx.counters.too_big_sent);
                 PortCounters& back = ctx.counters.ports[in_port];

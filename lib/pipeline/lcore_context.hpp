@@ -152,12 +152,29 @@ struct alignas(kCacheLine) LcoreContext {
     double log_tokens = 0;          // decision-log token bucket (firewall.log_rate, burst of one second)
     uint64_t log_refill_tsc = 0;
     TokenBucket new_connections{0.0, 0, 0, 0};  // Snapshot::new_connections; starts full (refilled since tsc 0)
+    TokenBucket error_replies{0.0, 0, 0, 0};    // Snapshot::error_replies; the same
     LcoreCounters counters;
 
     // Scratch: one pending burst per destination worker, filled by the RX stage.
     std::array<std::array<rte_mbuf*, kBurst>, kMaxWorkers> pending{};
     std::array<uint16_t, kMaxWorkers> pending_count{};
 };
+
+// An error reply of the worker's own (a reject, a too-big error), within its budget (Snapshot::error_replies):
+// write() builds it over the packet and says whether there is one to send (none for an ICMP error, IPv4 without DF).
+// False when nothing was written; one over the budget is counted. The packet it answers is dropped either way.
+template <typename Write>
+bool write_error_reply(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc, Write&& write) {
+    const RateLimit& limit = snapshot.error_replies;
+    if (limit.tokens_per_tsc == 0) return write();
+    if (!take_token(ctx.error_replies, limit, now_tsc)) {
+        counter_add(ctx.counters.error_replies_limited);
+        return false;
+    }
+    if (write()) return true;
+    ctx.error_replies.tokens += 1.0;  // nothing was sent: the token goes back
+    return false;
+}
 
 // The lcore entry point handed to rte_eal_remote_launch; arg is the LcoreContext.
 int lcore_main(void* arg);

@@ -130,6 +130,10 @@ struct Snapshot {
     // whatever rule allowed them; tokens_per_tsc 0: no cap. The bucket is the worker's own (LcoreContext), so a
     // reload changes the rate and burst without refilling it.
     RateLimit new_connections{};
+    // Error replies each worker may send (dataplane: max_error_replies_per_second, error_reply_burst): reject rules'
+    // RSTs and ICMP unreachables, ICMP too-big errors. Kept from a spoofed flood turning sluice into a reflector,
+    // as Linux's icmp_ratelimit does; tokens_per_tsc 0: no cap. The bucket is the worker's own, as above.
+    RateLimit error_replies{};
     std::shared_ptr<FirewallTables> firewall = std::make_shared<FirewallTables>();
     std::shared_ptr<const LbTables> lb = std::make_shared<LbTables>();
 };

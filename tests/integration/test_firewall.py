@@ -169,6 +169,32 @@ def test_reject_sends_a_valid_rst_and_icmp_unreachable(tmp_path, ns):
     assert not os.path.exists(tmp_path / "lan_out.pcap") or len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 0
 
 
+def test_rejects_and_too_big_errors_share_a_budget_per_worker(tmp_path, ns):
+    """A spoofed flood at a reject rule, or of oversized packets, must not make sluice a reflector: the replies it
+    makes up share each worker's token bucket (dataplane.max_error_replies_per_second, error_reply_burst). Over it the
+    packet is dropped and counted as always, and nothing is sent."""
+    config = firewall_config(tmp_path)
+    config["dataplane"].update(max_error_replies_per_second=1, error_reply_burst=3)
+    config["ports"][1]["mtu"] = 1400  # lan -> wan: a 1428-byte packet with DF gets a too-big error
+    telnet = [wan(IP(src=OUTSIDE, dst=INSIDE) / TCP(sport=33000 + i, dport=23, flags="S")) for i in range(8)]
+    big = [lan(IP(src=INSIDE, dst=OUTSIDE, flags="DF") / UDP(sport=5000 + i, dport=53) / Raw(b"x" * 1400))
+           for i in range(4)]
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        started = time.monotonic()
+        stats = run(sluice, [("wan0", telnet, 0), ("lan0", big, 0)])
+        refills = int(time.monotonic() - started)  # one token a second came back meanwhile
+    rsts = [p for p in rdpcap(str(tmp_path / "wan_out.pcap")) if p.haslayer(TCP) and p[TCP].flags == "RA"]
+    lan_out = tmp_path / "lan_out.pcap"
+    too_big = [p for p in (rdpcap(str(lan_out)) if lan_out.exists() else []) if p.haslayer(ICMP) and p[ICMP].code == 4]
+    assert stats["drop/rule_reject"] == 8 and stats["drop/frame_too_big"] == 4
+    assert (len(rsts), len(too_big)) == (stats["rejects_sent"], stats["too_big_sent"])
+    sent = len(rsts) + len(too_big)
+    assert 3 <= sent <= 3 + refills, (sent, refills)
+    assert len(rsts) >= 3  # the burst went to the first packets
+    assert sent + stats["error_replies_limited"] == 12
+
+
 def test_ipv6_rst_for_a_syn_with_extension_headers_has_none_and_a_valid_checksum(tmp_path, ns):
     """Found by the parser fuzzer: the RST kept the SYN's hop-by-hop header in its checksum's length and read past
     the frame. The RST now carries no extension header."""

@@ -142,6 +142,32 @@ TEST_CASE("config: the shipped configs are valid", "[config]") {
     }
 }
 
+TEST_CASE("config: error replies are capped at 1000 a second by default; 0 lifts the cap, which a burst then needs", "[config]") {
+    const ConfigResult plain = load_config_text(kValid, "valid.yaml");
+    REQUIRE(plain.config);
+    CHECK(plain.config->dataplane.max_error_replies_per_second == 1000);
+    CHECK(plain.config->dataplane.error_reply_burst == 0);  // one second's worth, filled in by the snapshot builder
+
+    const std::string at = "  idle_sleep_us: 10\n";
+    std::string text = kValid;
+    text.replace(text.find(at), at.size(), at + "  max_error_replies_per_second: 50\n  error_reply_burst: 5\n");
+    const ConfigResult set = load_config_text(text, "set.yaml");
+    INFO(errors_of(set));
+    REQUIRE(set.config);
+    CHECK(set.config->dataplane.max_error_replies_per_second == 50);
+    CHECK(set.config->dataplane.error_reply_burst == 5);
+    CHECK(restart_required_changes(*plain.config, *set.config).empty());  // reloadable
+
+    text = kValid;
+    text.replace(text.find(at), at.size(), at + "  max_error_replies_per_second: 0\n  error_reply_burst: 5\n");
+    const ConfigResult burst_alone = load_config_text(text, "burst.yaml");
+    REQUIRE_FALSE(burst_alone.config);
+    const std::string all = errors_of(burst_alone);
+    INFO(all);
+    CHECK(all.find("burst.yaml:") != std::string::npos);
+    CHECK(all.find("error_reply_burst needs max_error_replies_per_second above 0") != std::string::npos);
+}
+
 TEST_CASE("config: the new-connection cap defaults off, its burst to one second's worth, and reloads", "[config]") {
     const ConfigResult plain = load_config_text(kValid, "valid.yaml");
     REQUIRE(plain.config);
