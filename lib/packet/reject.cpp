@@ -8,11 +8,14 @@
 #include <rte_ip.h>
 #include <rte_tcp.h>
 
+#include "packet/checksum.hpp"
+
 namespace sluice {
 namespace {
 
 constexpr uint8_t kReplyTtl = 64;
 constexpr uint16_t kIpv6MinMtu = 1280;
+constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
 
 void write_ethernet(uint8_t* at, const rte_ether_addr& dst, const rte_ether_addr& src, uint16_t ether_type_be) {
     auto* eth = reinterpret_cast<rte_ether_hdr*>(at);
@@ -153,7 +156,58 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
     return true;
 }
 
+// Plain Ethernet right before the IP header (VLAN tags are not kept), to the frame's sender from own_mac.
+void answer_on_ethernet(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
+    uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
+    const rte_ether_addr peer = reinterpret_cast<rte_ether_hdr*>(frame)->src_addr;
+    const uint16_t ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
+    write_ethernet(frame + meta.l3_offset - sizeof(rte_ether_hdr), peer, own_mac, ether_type);
+    rte_pktmbuf_adj(m, static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr)));
+}
+
 }  // namespace
+
+bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta) {
+    if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError)) return false;
+    const uint8_t type = *rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
+    return meta.family == IpFamily::ipv4 ? meta.l4_proto == IPPROTO_ICMP && type == RTE_IP_ICMP_ECHO_REQUEST
+                                         : meta.l4_proto == IPPROTO_ICMPV6 && type == kIcmp6EchoRequest;
+}
+
+bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
+    if (!is_echo_request(m, meta) || (meta.flags & kMetaFragment)) return false;
+    uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    auto* icmp = rte_pktmbuf_mtod_offset(m, rte_icmp_hdr*, meta.l4_offset);
+    uint16_t old_word, new_word;  // type and code: the only change the ICMP checksum sees (the swap keeps the sum)
+    std::memcpy(&old_word, icmp, 2);
+    if (meta.family == IpFamily::ipv4) {
+        auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
+        const uint8_t first = static_cast<uint8_t>(rte_be_to_cpu_32(ip->src_addr) >> 24);
+        if (first == 0 || first >= 224) return false;  // 0.0.0.0/8, multicast, class E and broadcast
+        const uint32_t src = ip->src_addr;
+        ip->src_addr = ip->dst_addr;
+        ip->dst_addr = src;
+        ip->time_to_live = kReplyTtl;
+        ip->hdr_checksum = 0;
+        ip->hdr_checksum = rte_ipv4_cksum(ip);  // options, if any, are returned as they came
+        icmp->icmp_type = RTE_IP_ICMP_ECHO_REPLY;
+    } else {
+        auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
+        if (meta.l4_offset - meta.l3_offset != sizeof(rte_ipv6_hdr)) return false;
+        static constexpr uint8_t kUnspecified[16] = {};
+        if (ip->src_addr[0] == 0xff || std::memcmp(ip->src_addr, kUnspecified, 16) == 0) return false;
+        uint8_t tmp[16];
+        std::memcpy(tmp, ip->src_addr, 16);
+        std::memcpy(ip->src_addr, ip->dst_addr, 16);
+        std::memcpy(ip->dst_addr, tmp, 16);
+        ip->hop_limits = kReplyTtl;
+        icmp->icmp_type = kIcmp6EchoReply;
+    }
+    std::memcpy(&new_word, icmp, 2);
+    icmp->icmp_cksum = checksum_update16(icmp->icmp_cksum, old_word, new_word);
+    answer_on_ethernet(m, meta, own_mac);
+    return true;
+}
 
 bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
     if (meta.flags & (kMetaIcmpError | kMetaFragment)) {

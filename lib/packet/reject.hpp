@@ -24,4 +24,13 @@ bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_
 // multicast or broadcast destination, a TTL or hop limit that expires here.
 bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_ether_addr& own_mac);
 
+// Whether the packet is an ICMP echo request (ICMPv6: type 128), the one query sluice answers for its own addresses.
+bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta);
+
+// Turns an echo request to one of sluice's addresses into its echo reply (RFC 792, RFC 4443 4.2), in place: addresses
+// swapped, TTL 64, the same identifier, sequence and data, sent back out of the ingress port with its MAC. False
+// when none may be sent: not an echo request, a fragment (sluice does not reassemble), IPv6 extension headers, or a
+// source that is no unicast address (unspecified, multicast, broadcast: a reply would go to many, RFC 1122 3.2.2.6).
+bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac);
+
 }  // namespace sluice

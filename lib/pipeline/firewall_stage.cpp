@@ -1,5 +1,7 @@
 #include "pipeline/firewall_stage.hpp"
 
+#include <netinet/in.h>
+
 #include <algorithm>
 
 #include <rte_cycles.h>
@@ -99,6 +101,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     tcp::Pickup pickup[kBurst];     // a mid-stream TCP packet to a dsr or tunnel VIP (docs/architecture.md)
     uint32_t pickup_rule[kBurst];   // pickup == forward: the stable id of the rule that allowed it
     SynProxyStep proxy[kBurst];
+    bool echo_to_us[kBurst];        // an echo request to one of sluice's addresses: answered once the rules allow it
     uint8_t cookie_mss[kBurst];     // proxy == open_backend: the kSynCookieMss index the cookie carried
     PacketRoute route[kBurst];
 
@@ -193,6 +196,19 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         return false;
     };
 
+    // A ping of one of sluice's addresses (a port's, a VIP, a pool address): answered, as a host would; it opens no
+    // connection and is never forwarded.
+    const auto answer_echo = [&](uint16_t i) {
+        rte_mbuf* m = pkts[i];
+        if (!make_echo_reply(m, *packet_meta(m), snapshot.port_mac[m->port])) {
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::echo_unanswered;
+            return;
+        }
+        counter_add(ctx.counters.echo_replies);
+        fate[i] = Fate::answer;
+    };
+
     // A packet of a tracked connection (found under either key): tracked, counted, and routed to its backend.
     const auto settle_known = [&](uint16_t i, int32_t position, bool icmp_error) {
         bool via_alias;
@@ -277,14 +293,18 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             reason[i] = DropReason::icmp_unrelated;
             continue;
         }
-        if (lb.enabled() && SLUICE_UNLIKELY(lb.is_pool_address(tuples[i].family, tuples[i].dst))) {
+        const bool echo = SLUICE_UNLIKELY(tuples[i].proto == IPPROTO_ICMP || tuples[i].proto == IPPROTO_ICMPV6) &&
+                          is_echo_request(pkts[i], *packet_meta(pkts[i])) &&
+                          owns(snapshot, tuples[i].family, tuples[i].dst, OwnedAddress::kAnyPort);
+        if (!echo && lb.enabled() && SLUICE_UNLIKELY(lb.is_pool_address(tuples[i].family, tuples[i].dst))) {
             fate[i] = Fate::drop;  // a pool address is sluice's own: only replies of its NAT connections are welcome
             reason[i] = DropReason::nat_no_connection;
             continue;
         }
-        const int32_t service = lb.enabled() ? lb.find_service(tuples[i]) : -1;
+        const int32_t service = lb.enabled() && !echo ? lb.find_service(tuples[i]) : -1;
         if (service < 0 && !fw.enabled) {
-            fate[i] = Fate::pass;  // no firewall: only balanced connections are tracked
+            if (echo) answer_echo(i);
+            else fate[i] = Fate::pass;  // no firewall: only balanced connections are tracked
             continue;
         }
         const PacketMeta& meta = *packet_meta(pkts[i]);
@@ -296,6 +316,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         }
         route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided
         proxy[i] = SynProxyStep::none;
+        echo_to_us[i] = echo;
         const tcp::Kind kind = tuples[i].proto == kIpProtoTcp ? tcp::classify(tcp_flags[i]) : tcp::Kind::bad;
         pickup[i] = service >= 0 && tuples[i].proto == kIpProtoTcp ? tcp::one_way_pickup(kind) : tcp::Pickup::none;
         if (SLUICE_UNLIKELY(service >= 0 && lb.services[service].syn_proxy && tuples[i].proto == kIpProtoTcp &&
@@ -493,6 +514,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
 
     const auto allow = [&](uint16_t i, uint32_t stable_rule) {
         if (SLUICE_UNLIKELY(proxy[i] == SynProxyStep::answer_syn)) answer_with_cookie(i);
+        else if (SLUICE_UNLIKELY(echo_to_us[i])) answer_echo(i);
         else open_connection(i, stable_rule);
     };
 

@@ -27,12 +27,6 @@ constexpr uint32_t kNeighbourRequestPolls = 64;
 constexpr uint32_t kWalkBudget = 4096;  // connection slots a worker walks per loop iteration for the control thread  // worker 0 looks at its solicitation requests this often
 constexpr unsigned kNeighbourRequestBurst = 8;
 
-bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port) {
-    for (const OwnedAddress& a : snapshot.owned)
-        if (a.family == family && a.address == address && (a.port == OwnedAddress::kAnyPort || a.port == port)) return true;
-    return false;
-}
-
 // ARP and ND frames never reach the firewall: their senders are reported to the control thread's resolver, and a
 // solicitation for one of sluice's addresses is answered in place out of the port it came in on. The others are
 // consumed (neighbour_frame). Returns the burst without them.

@@ -10,4 +10,12 @@ Blocklist::~Blocklist() {
     rte_lpm6_free(v6);
 }
 
+bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port) {
+    for (const OwnedAddress& a : snapshot.owned)
+        if (a.family == family && a.address == address &&
+            (a.port == OwnedAddress::kAnyPort || port == OwnedAddress::kAnyPort || a.port == port))
+            return true;
+    return false;
+}
+
 }  // namespace sluice

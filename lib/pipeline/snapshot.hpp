@@ -31,13 +31,18 @@ struct ForwardEntry {
     bool awaiting_neighbour = false;  // next_hop given by address and not resolved yet: neighbour_unresolved
 };
 
-// An address sluice answers ARP/ND for: its own on a port, or a VIP / NAT pool address (on every port).
+// An address sluice answers ARP/ND for (and ICMP echo): its own on a port, or a VIP / NAT pool address (on every port).
 struct OwnedAddress {
     IpAddress address{};
     IpFamily family = IpFamily::none;
     uint16_t port = kAnyPort;
     static constexpr uint16_t kAnyPort = UINT16_MAX;
 };
+
+// Whether address is one of sluice's own (Snapshot::owned) on port; port kAnyPort: on any port. A linear scan of a
+// few entries: for neighbour frames and echo requests, never for every packet.
+struct Snapshot;
+bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port);
 
 // New connections (or refused first packets) decided by each rule, per lcore: lcore slot s writes
 // hits[s * rule_count + rule] only. The last index, rule_count, counts the default action.

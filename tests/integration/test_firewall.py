@@ -195,6 +195,42 @@ def test_rejects_and_too_big_errors_share_a_budget_per_worker(tmp_path, ns):
     assert sent + stats["error_replies_limited"] == 12
 
 
+def test_pings_of_sluices_own_addresses_are_answered_as_the_rules_allow(tmp_path, ns):
+    """A ping of one of sluice's addresses (here the lan port's, both families) gets its echo reply from that address,
+    out of the port it came in on, once the rules allow it; before, it was forwarded like any packet. It opens no
+    connection. A ping the rules deny gets nothing; pings of other hosts pass as before."""
+    from scapy.all import ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
+    config = firewall_config(tmp_path)
+    config["ports"][0]["addresses"] = ["10.0.0.254/24", "2001:db8:a::1/64"]
+    ping4 = lan(IP(src=INSIDE, dst="10.0.0.254", ttl=9, id=321) / ICMP(type=8, id=77, seq=5) / Raw(b"sluice?" * 20))
+    ping6 = lan(IPv6(src="2001:db8:a::5", dst="2001:db8:a::1", hlim=9) / ICMPv6EchoRequest(id=78, seq=6, data=b"v6?"))
+    ping6_hbh = lan(IPv6(src="2001:db8:a::5", dst="2001:db8:a::1") / IPv6ExtHdrHopByHop() / ICMPv6EchoRequest(id=79))
+    from_wan = wan(IP(src=OUTSIDE, dst="10.0.0.254") / ICMP(type=8, id=80))  # the default denies it
+    through = lan(IP(src=INSIDE, dst=OUTSIDE) / ICMP(type=8, id=81))
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("lan0", [ping4, ping6, ping6_hbh, through], 0), ("wan0", [from_wan], 0)])
+    assert stats["echo_replies"] == 2
+    assert stats["drop/echo_unanswered"] == 1 and stats["drop/rule_deny"] == 1
+    assert stats["conn_inserts"] == 1  # the ping of OUTSIDE only
+    reply4, reply6 = rdpcap(str(tmp_path / "lan_out.pcap"))
+    assert reply4.dst == LAN_PEER and reply4[IP].src == "10.0.0.254" and reply4[IP].dst == INSIDE
+    assert reply4[IP].ttl == 64 and reply4[ICMP].type == 0 and (reply4[ICMP].id, reply4[ICMP].seq) == (77, 5)
+    assert bytes(reply4[ICMP].payload) == b"sluice?" * 20
+    fresh = reply4.copy()
+    del fresh[IP].chksum
+    del fresh[ICMP].chksum
+    assert bytes(Ether(bytes(fresh))) == bytes(reply4)  # both checksums as scapy computes them
+    assert reply6.dst == LAN_PEER and reply6[IPv6].src == "2001:db8:a::1" and reply6[IPv6].dst == "2001:db8:a::5"
+    assert reply6[IPv6].hlim == 64 and reply6.haslayer(ICMPv6EchoReply)
+    assert (reply6[ICMPv6EchoReply].id, reply6[ICMPv6EchoReply].seq, reply6[ICMPv6EchoReply].data) == (78, 6, b"v6?")
+    fresh = reply6.copy()
+    del fresh[ICMPv6EchoReply].cksum
+    assert Ether(bytes(fresh))[ICMPv6EchoReply].cksum == reply6[ICMPv6EchoReply].cksum
+    [forwarded] = rdpcap(str(tmp_path / "wan_out.pcap"))
+    assert forwarded[IP].dst == OUTSIDE and forwarded[ICMP].id == 81
+
+
 def test_ipv6_rst_for_a_syn_with_extension_headers_has_none_and_a_valid_checksum(tmp_path, ns):
     """Found by the parser fuzzer: the RST kept the SYN's hop-by-hop header in its checksum's length and read past
     the frame. The RST now carries no extension header."""

@@ -466,6 +466,36 @@ def test_nat_no_connection_and_no_backend(tmp_path, ns):
     assert len(lab.out("server")) == 1
 
 
+def test_pings_of_vips_and_pool_addresses_are_answered_without_a_firewall(tmp_path, ns):
+    """A VIP and a pool address are sluice's: a ping of one is answered from it (as Katran answers pings of its
+    VIPs), not forwarded towards the backends or dropped as nat_no_connection. A ping of a backend passes."""
+    from scapy.all import ICMPv6EchoReply, ICMPv6EchoRequest
+    web = service("web", VIP4, 80, "tcp", "nat", [backend(B4[0], port=8080)])
+    web6 = service("web6", VIP6, 80, "tcp", "nat", [backend(B6[0], port=8080)])
+    lab = Lab(tmp_path, ns, [web, web6], workers=2)
+    pings = [from_client(IP(src="203.0.113.7", dst=VIP4) / ICMP(type=8, id=1, seq=1) / Raw(b"vip")),
+             from_client(IPv6(src="2001:db8:f::7", dst=VIP6) / ICMPv6EchoRequest(id=2, seq=1, data=b"vip6")),
+             from_server(IP(src=B4[1], dst=POOL4) / ICMP(type=8, id=3, seq=1))]
+    with lab:
+        lab.send("cl0", pings[:2] + [from_client(IP(src="203.0.113.7", dst=B4[0]) / ICMP(type=8, id=4))])
+        lab.send("sv0", pings[2:])
+        replies = sorted((p for _, p in lab.wait_out("client", 2)), key=lambda p: IP not in p)
+        [(_, pool_reply), (_, passed)] = sorted(lab.wait_out("server", 2), key=lambda qp: qp[1][ICMP].type)
+        stats = lab.finish()
+    assert stats["echo_replies"] == 3 and drops_of(stats) == {}
+    v4, v6 = replies
+    assert (v4[IP].src, v4[IP].dst, v4[ICMP].type, v4[ICMP].id, bytes(v4[ICMP].payload)) == (VIP4, "203.0.113.7", 0, 1, b"vip")
+    assert v4.dst == CLIENT_PEER and v4.src == lab.mac["client"]
+    assert ip_eq(v6[IPv6].src, VIP6) and v6[ICMPv6EchoReply].data == b"vip6"
+    for reply, layer, field in ((v4, ICMP, "chksum"), (v6, ICMPv6EchoReply, "cksum")):
+        fresh = reply.copy()
+        delattr(fresh[layer], field)  # scapy computes it again
+        assert bytes(Ether(bytes(fresh))) == bytes(reply)
+    assert pool_reply[IP].src == POOL4 and pool_reply[IP].dst == B4[1] and pool_reply[ICMP].type == 0
+    assert pool_reply.dst == SERVER_PEER and pool_reply.src == lab.mac["server"]
+    assert passed[IP].dst == B4[0] and passed[ICMP].type == 8
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # DSR and tunnels
 
