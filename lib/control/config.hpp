@@ -70,8 +70,8 @@ struct DataplaneConfig {
     // open at once after a quiet spell (default: one second's worth). Reloadable: they travel in the snapshot.
     uint32_t max_new_connections_per_second = 0;
     uint32_t new_connection_burst = 0;
-    // Error replies each worker may send per second (reject rules' RSTs and ICMP unreachables, ICMP too-big errors;
-    // 0: no cap), and how many at once (0: one second's worth). Reloadable, as above.
+    // Error replies each worker may send per second (reject rules' RSTs and ICMP unreachables, ICMP too-big and
+    // time-exceeded errors; 0: no cap), and how many at once (0: one second's worth). Reloadable, as above.
     uint32_t max_error_replies_per_second = 1000;
     uint32_t error_reply_burst = 0;
     friend bool operator==(const DataplaneConfig&, const DataplaneConfig&) = default;

@@ -80,6 +80,7 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
     rte_tel_data_add_dict_u64(d, "too_big_sent", totals.too_big_sent);
     rte_tel_data_add_dict_u64(d, "error_replies_limited", totals.error_replies_limited);
     rte_tel_data_add_dict_u64(d, "echo_replies", totals.echo_replies);
+    rte_tel_data_add_dict_u64(d, "time_exceeded_sent", totals.time_exceeded_sent);
     rte_tel_data_add_dict_u64(d, "neighbour_replies", totals.neighbour_replies);
     rte_tel_data_add_dict_u64(d, "neighbour_solicitations", totals.neighbour_solicitations);
     rte_tel_data_add_dict_u64(d, "neighbour_events_lost", totals.neighbour_events_lost);

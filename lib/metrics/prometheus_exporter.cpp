@@ -105,10 +105,13 @@ public:
                                        "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU",
                                        MetricType::Counter);
         MetricFamily& limited = family("sluice_error_replies_limited_total",
-                                       "Reject replies and ICMP too-big errors a worker did not send: over dataplane.max_error_replies_per_second",
+                                       "Reject replies and ICMP too-big and time-exceeded errors a worker did not send: over dataplane.max_error_replies_per_second",
                                        MetricType::Counter);
         MetricFamily& echoes = family("sluice_icmp_echo_replies_total", "ICMP and ICMPv6 echo replies sent for pings of sluice's own addresses (ports' addresses, VIPs, NAT pool)",
                                       MetricType::Counter);
+        MetricFamily& expired_ttl = family("sluice_icmp_time_exceeded_sent_total",
+                                           "ICMP time-exceeded errors sent for packets whose TTL or hop limit expired, from the ingress port's address",
+                                           MetricType::Counter);
         MetricFamily& full = family("sluice_conntrack_full_drops_total", "New connections a worker refused because its table was full", MetricType::Counter);
         MetricFamily& adopted = family("sluice_lb_stateless_adoptions_total",
                                        "dsr/tunnel connections a worker picked up mid-stream by Maglev (no SYN seen: another instance opened them)",
@@ -132,6 +135,7 @@ public:
             sample(too_big, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.too_big_sent)));
             sample(limited, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.error_replies_limited)));
             sample(echoes, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.echo_replies)));
+            sample(expired_ttl, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.time_exceeded_sent)));
             sample(adopted, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_adoptions)));
             sample(passed, {{"worker", w}}, static_cast<double>(counter_read(ctx.counters.lb_stateless_forwards)));
             if (!ctx.conn_table) return;

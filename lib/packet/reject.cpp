@@ -96,9 +96,10 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
 }
 
 // [eth][new IP][ICMP 8][the offending packet's IP header + what fits]: prepend the new headers before the old IP
-// header, which stays where it is. type and code are the family's; rest_be is the header's last 4 bytes.
+// header, which stays where it is. type and code are the family's; rest_be is the header's last 4 bytes. From
+// `source`, or (null) from the packet's destination.
 bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac, uint8_t type, uint8_t code,
-                uint32_t rest_be) {
+                uint32_t rest_be, const IpAddress* source = nullptr) {
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     const rte_ether_addr peer = reinterpret_cast<rte_ether_hdr*>(frame)->src_addr;
     const bool v4 = meta.family == IpFamily::ipv4;
@@ -135,8 +136,9 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
         ip->fragment_offset = 0;
         ip->time_to_live = kReplyTtl;
         ip->next_proto_id = IPPROTO_ICMP;
-        ip->src_addr = original->dst_addr;  // answered as the destination (sluice has no address of its own here)
         ip->dst_addr = original->src_addr;
+        ip->src_addr = original->dst_addr;  // answered as the destination, unless sluice has an address of its own here
+        if (source) std::memcpy(&ip->src_addr, source->bytes, 4);
         ip->hdr_checksum = 0;
         ip->hdr_checksum = rte_ipv4_cksum(ip);
         icmp->icmp_cksum = static_cast<uint16_t>(~rte_raw_cksum(icmp, 8 + quoted));
@@ -148,12 +150,26 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
         ip->payload_len = rte_cpu_to_be_16(static_cast<uint16_t>(8 + quoted));
         ip->proto = IPPROTO_ICMPV6;
         ip->hop_limits = kReplyTtl;
-        std::memcpy(ip->src_addr, original->dst_addr, 16);
         std::memcpy(ip->dst_addr, original->src_addr, 16);
+        std::memcpy(ip->src_addr, source ? source->bytes : original->dst_addr, 16);
         icmp->icmp_cksum = rte_ipv6_udptcp_cksum(ip, icmp);  // the pseudo-header rule is the same for ICMPv6
         write_ethernet(frame, peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV6));
     }
     return true;
+}
+
+// Whether sluice may answer this packet with an ICMP error or an echo reply (RFC 1812 4.3.2.7, RFC 4443 2.4 e,
+// RFC 1122 3.2.2.6): not an ICMP error, a later fragment, a packet to a multicast or broadcast address, or one from
+// an address that is no unicast address (the answer would go to many, or nowhere).
+bool may_answer(const uint8_t* l3, const PacketMeta& meta) {
+    if ((meta.flags & kMetaIcmpError) || ((meta.flags & kMetaFragment) && meta.l4_offset == 0)) return false;
+    if (meta.family == IpFamily::ipv4) {
+        const uint8_t src_first = l3[12], dst_first = l3[16];
+        return dst_first < 224 && src_first != 0 && src_first < 224;
+    }
+    static constexpr uint8_t kUnspecified[16] = {};
+    const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
+    return ip->dst_addr[0] != 0xff && ip->src_addr[0] != 0xff && std::memcmp(ip->src_addr, kUnspecified, 16) != 0;
 }
 
 // Plain Ethernet right before the IP header (VLAN tags are not kept), to the frame's sender from own_mac.
@@ -175,15 +191,13 @@ bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta) {
 }
 
 bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
-    if (!is_echo_request(m, meta) || (meta.flags & kMetaFragment)) return false;
     uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    if (!is_echo_request(m, meta) || (meta.flags & kMetaFragment) || !may_answer(l3, meta)) return false;
     auto* icmp = rte_pktmbuf_mtod_offset(m, rte_icmp_hdr*, meta.l4_offset);
     uint16_t old_word, new_word;  // type and code: the only change the ICMP checksum sees (the swap keeps the sum)
     std::memcpy(&old_word, icmp, 2);
     if (meta.family == IpFamily::ipv4) {
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
-        const uint8_t first = static_cast<uint8_t>(rte_be_to_cpu_32(ip->src_addr) >> 24);
-        if (first == 0 || first >= 224) return false;  // 0.0.0.0/8, multicast, class E and broadcast
         const uint32_t src = ip->src_addr;
         ip->src_addr = ip->dst_addr;
         ip->dst_addr = src;
@@ -194,8 +208,6 @@ bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& 
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
         if (meta.l4_offset - meta.l3_offset != sizeof(rte_ipv6_hdr)) return false;
-        static constexpr uint8_t kUnspecified[16] = {};
-        if (ip->src_addr[0] == 0xff || std::memcmp(ip->src_addr, kUnspecified, 16) == 0) return false;
         uint8_t tmp[16];
         std::memcpy(tmp, ip->src_addr, 16);
         std::memcpy(ip->src_addr, ip->dst_addr, 16);
@@ -220,22 +232,22 @@ bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_
 }
 
 bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_ether_addr& own_mac) {
-    // RFC 1812 4.3.2.7: none about an ICMP error, a later fragment, or a multicast or broadcast destination.
-    if (meta.flags & kMetaIcmpError) return false;
     const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
+    if (!may_answer(l3, meta)) return false;
     if (meta.family == IpFamily::ipv4) {
         const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(l3);
-        const uint16_t fragment = rte_be_to_cpu_16(ip->fragment_offset);
         // Without DF the sender allowed fragmentation, which sluice does not do: the packet is only dropped.
-        if (!(fragment & RTE_IPV4_HDR_DF_FLAG) || (fragment & RTE_IPV4_HDR_OFFSET_MASK)) return false;
-        const uint8_t first = l3[16];
-        if (first >= 224 || ip->time_to_live <= 1) return false;  // multicast, broadcast; TTL: expired first
+        if (!(rte_be_to_cpu_16(ip->fragment_offset) & RTE_IPV4_HDR_DF_FLAG) || ip->time_to_live <= 1) return false;
         return icmp_error(m, meta, own_mac, 3, 4, rte_cpu_to_be_32(mtu));  // fragmentation needed (RFC 1191)
     }
-    const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
-    if (ip->dst_addr[0] == 0xff || ip->hop_limits <= 1 || ((meta.flags & kMetaFragment) && meta.l4_offset == 0))
-        return false;
+    if (reinterpret_cast<const rte_ipv6_hdr*>(l3)->hop_limits <= 1) return false;  // expired first
     return icmp_error(m, meta, own_mac, 2, 0, rte_cpu_to_be_32(mtu));  // packet too big (RFC 4443 3.2, RFC 8201)
+}
+
+bool make_time_exceeded(rte_mbuf* m, const PacketMeta& meta, const IpAddress& source, const rte_ether_addr& own_mac) {
+    if (!may_answer(rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset), meta)) return false;
+    const bool v4 = meta.family == IpFamily::ipv4;
+    return icmp_error(m, meta, own_mac, v4 ? 11 : 3, 0, 0, &source);  // time exceeded in transit (RFC 792, RFC 4443 3.3)
 }
 
 }  // namespace sluice

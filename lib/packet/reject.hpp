@@ -21,8 +21,14 @@ bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_
 // learns the path MTU: ICMP "fragmentation needed" with the next-hop MTU (RFC 1191) for IPv4 with DF set, ICMPv6
 // "packet too big" (RFC 8201) for IPv6; built in place as make_reject's are. False when none may be sent: IPv4
 // without DF (its sender allowed fragmentation, which sluice does not do), an ICMP error, a later fragment, a
-// multicast or broadcast destination, a TTL or hop limit that expires here.
+// multicast or broadcast destination, a source that is no unicast address, a TTL or hop limit that expires here.
 bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_ether_addr& own_mac);
+
+// Turns a packet whose TTL or hop limit expires here into ICMP "time exceeded in transit" (type 11 / ICMPv6 type 3,
+// code 0), from `source` (the ingress port's own address: traceroute shows the hop as it is), built in place as
+// make_too_big's are. False when none may be sent (an ICMP error, a later fragment, a multicast or broadcast
+// destination, a source that is no unicast address).
+bool make_time_exceeded(rte_mbuf* m, const PacketMeta& meta, const IpAddress& source, const rte_ether_addr& own_mac);
 
 // Whether the packet is an ICMP echo request (ICMPv6: type 128), the one query sluice answers for its own addresses.
 bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta);

@@ -14,6 +14,7 @@ void CounterTotals::add(const LcoreCounters& c) {
     too_big_sent += counter_read(c.too_big_sent);
     error_replies_limited += counter_read(c.error_replies_limited);
     echo_replies += counter_read(c.echo_replies);
+    time_exceeded_sent += counter_read(c.time_exceeded_sent);
     neighbour_replies += counter_read(c.neighbour_replies);
     neighbour_solicitations += counter_read(c.neighbour_solicitations);
     neighbour_events_lost += counter_read(c.neighbour_events_lost);

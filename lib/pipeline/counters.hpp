@@ -29,8 +29,9 @@ struct alignas(kCacheLine) LcoreCounters {
     uint64_t conn_expired = 0;    // and stopped tracking (timed out or removed early); live = inserts - expired
     uint64_t rejects_sent = 0;    // RSTs and ICMP unreachables sent for reject rules
     uint64_t too_big_sent = 0;    // ICMP "fragmentation needed" / ICMPv6 "packet too big" sent for packets over the MTU
-    uint64_t error_replies_limited = 0;  // rejects and too-big errors not sent: over dataplane.max_error_replies_per_second
+    uint64_t error_replies_limited = 0;  // rejects, too-big and time-exceeded errors not sent: over dataplane.max_error_replies_per_second
     uint64_t echo_replies = 0;    // ICMP/ICMPv6 echo replies sent for pings of sluice's own addresses
+    uint64_t time_exceeded_sent = 0;  // ICMP time exceeded sent for packets whose TTL expired (from the port's address)
     uint64_t neighbour_replies = 0;        // ARP replies and NAs sent for sluice's addresses
     uint64_t neighbour_solicitations = 0;  // ARP requests and NSs sent to resolve next hops and backends
     uint64_t neighbour_events_lost = 0;    // learned neighbours the full event ring could not take to the control thread
@@ -57,6 +58,7 @@ struct CounterTotals {
     uint64_t too_big_sent = 0;
     uint64_t error_replies_limited = 0;
     uint64_t echo_replies = 0;
+    uint64_t time_exceeded_sent = 0;
     uint64_t neighbour_replies = 0;
     uint64_t neighbour_solicitations = 0;
     uint64_t neighbour_events_lost = 0;

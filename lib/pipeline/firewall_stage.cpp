@@ -602,22 +602,15 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         case Fate::reject:
             ctx.counters.drop(DropReason::rule_reject);
             if (write_error_reply(ctx, snapshot, now_tsc, [&] { return make_reject(m, *packet_meta(m), snapshot.port_mac[m->port]); })) {
-                PortCounters& out = ctx.counters.ports[m->port];
-                counter_add(out.tx_packets);
-                counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
                 counter_add(ctx.counters.rejects_sent);
-                rte_eth_tx_buffer(m->port, ctx.tx_queue, ctx.tx_buffers[m->port], m);
+                send_out(ctx, m->port, m);
             } else {
                 dropped[dropped_count++] = m;
             }
             break;
-        case Fate::answer: {
-            PortCounters& out = ctx.counters.ports[m->port];
-            counter_add(out.tx_packets);
-            counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
-            rte_eth_tx_buffer(m->port, ctx.tx_queue, ctx.tx_buffers[m->port], m);
+        case Fate::answer:
+            send_out(ctx, m->port, m);
             break;
-        }
         case Fate::drop:
             ctx.counters.drop(reason[i]);
             dropped[dropped_count++] = m;

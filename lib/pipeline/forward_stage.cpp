@@ -11,12 +11,22 @@
 
 namespace sluice {
 
+namespace {
+
+// Whether the IP packet at l3 dies here: its TTL or hop limit would reach 0.
+bool ttl_expires(const uint8_t* l3) {
+    return (l3[0] >> 4) == 4 ? reinterpret_cast<const rte_ipv4_hdr*>(l3)->time_to_live <= 1
+                             : reinterpret_cast<const rte_ipv6_hdr*>(l3)->hop_limits <= 1;
+}
+
+}  // namespace
+
 DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry) {
     const PacketMeta& meta = *packet_meta(m);
     uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    if (SLUICE_UNLIKELY(ttl_expires(l3))) return DropReason::ttl_expired;
     if (meta.family == IpFamily::ipv4) {
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
-        if (SLUICE_UNLIKELY(ip->time_to_live <= 1)) return DropReason::ttl_expired;
         // TTL shares a 16-bit word with the protocol; update the checksum for that word only.
         uint16_t old_word, new_word;
         std::memcpy(&old_word, &ip->time_to_live, 2);
@@ -25,7 +35,6 @@ DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry) {
         ip->hdr_checksum = checksum_update16(ip->hdr_checksum, old_word, new_word);
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
-        if (SLUICE_UNLIKELY(ip->hop_limits <= 1)) return DropReason::ttl_expired;
         --ip->hop_limits;  // IPv6 has no header checksum
     }
     // Write a plain Ethernet header right before the IP header: tags, if any, are left behind.
@@ -147,6 +156,12 @@ uint16_t packet_mtu(const Snapshot& snapshot, const PacketMeta& meta, const Pack
     return static_cast<uint16_t>(mtu - (meta.family == IpFamily::ipv4 ? sizeof(rte_ipv4_hdr) : sizeof(rte_ipv6_hdr)));
 }
 
+// Whether sluice acts as a router hop for the packet (TTL or hop limit decremented): all but dsr and tunnel
+// backends' packets, which leave as they came (inside an outer header for tunnel).
+bool routed_hop(const Snapshot& snapshot, const PacketRoute* route) {
+    return !route || route->kind != RouteKind::to_backend || snapshot.lb->backends[route->backend].mode == LbMode::nat;
+}
+
 }  // namespace
 
 void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, const PacketRoute* routes) {
@@ -156,21 +171,33 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
         rte_mbuf* m = pkts[i];
         const ForwardEntry& entry = snapshot.forward_by_in_port[m->port];
         DropReason verdict;
+        const PacketMeta& meta = *packet_meta(m);
+        const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
+        const uint16_t in_port = m->port;
         if (SLUICE_UNLIKELY(!entry.valid || entry.awaiting_neighbour)) {
             verdict = entry.valid ? DropReason::neighbour_unresolved : DropReason::no_route;
-        } else if (const uint16_t mtu = packet_mtu(snapshot, *packet_meta(m), routes ? &routes[i] : nullptr, entry.out_port);
-                   SLUICE_UNLIKELY(!fits_mtu(rte_pktmbuf_mtod_offset(m, const uint8_t*, packet_meta(m)->l3_offset), mtu))) {
+        } else if (SLUICE_UNLIKELY(ttl_expires(l3)) && routed_hop(snapshot, routes ? &routes[i] : nullptr)) {
+            // Checked before any rewrite, so the error quotes the packet as it came. Sent, as a router sends it,
+            // from the ingress port's own address: sluice has none on a port without `addresses`, and answering
+            // from the packet's destination would show traceroute a hop that is not there.
+            verdict = DropReason::ttl_expired;
+            const IpAddress* own = port_address(snapshot, meta.family, in_port);
+            if (own && write_error_reply(ctx, snapshot, rte_rdtsc(),
+                                         [&] { return make_time_exceeded(m, meta, *own, snapshot.port_mac[in_port]); })) {
+                ctx.counters.drop(verdict);
+                counter_add(ctx.counters.time_exceeded_sent);
+                send_out(ctx, in_port, m);
+                continue;
+            }
+        } else if (const uint16_t mtu = packet_mtu(snapshot, meta, routes ? &routes[i] : nullptr, entry.out_port);
+                   SLUICE_UNLIKELY(!fits_mtu(l3, mtu))) {
             // sluice does not fragment. The sender learns the path MTU, as from any router on the path (RFC 1191,
             // RFC 8201), unless it allowed fragmentation (IPv4 without DF): that packet is only dropped.
             verdict = mtu == snapshot.port_mtu[entry.out_port] ? DropReason::frame_too_big : DropReason::tunnel_too_big;
-            const uint16_t in_port = m->port;
-            if (write_error_reply(ctx, snapshot, rte_rdtsc(), [&] { return make_too_big(m, *packet_meta(m), mtu, snapshot.port_mac[in_port]); })) {
+            if (write_error_reply(ctx, snapshot, rte_rdtsc(), [&] { return make_too_big(m, meta, mtu, snapshot.port_mac[in_port]); })) {
                 ctx.counters.drop(verdict);  // the packet is, its error goes back out of the port it came in on
                 counter_add(ctx.counters.too_big_sent);
-                PortCounters& back = ctx.counters.ports[in_port];
-                counter_add(back.tx_packets);
-                counter_add(back.tx_bytes, rte_pktmbuf_pkt_len(m));
-                rte_eth_tx_buffer(in_port, ctx.tx_queue, ctx.tx_buffers[in_port], m);
+                send_out(ctx, in_port, m);
                 continue;
             }
         } else if (routes && routes[i].kind != RouteKind::plain) {
@@ -184,10 +211,7 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             dropped[dropped_count++] = m;
             continue;
         }
-        PortCounters& out = ctx.counters.ports[entry.out_port];
-        counter_add(out.tx_packets);
-        counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
-        rte_eth_tx_buffer(entry.out_port, ctx.tx_queue, ctx.tx_buffers[entry.out_port], m);
+        send_out(ctx, entry.out_port, m);
     }
     if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
 }

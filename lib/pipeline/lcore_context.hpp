@@ -160,6 +160,14 @@ struct alignas(kCacheLine) LcoreContext {
     std::array<uint16_t, kMaxWorkers> pending_count{};
 };
 
+// Puts m into the worker's TX buffer of port, counted as sent there (a refusal is taken back by count_tx_drops).
+inline void send_out(LcoreContext& ctx, uint16_t port, rte_mbuf* m) {
+    PortCounters& out = ctx.counters.ports[port];
+    counter_add(out.tx_packets);
+    counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
+    rte_eth_tx_buffer(port, ctx.tx_queue, ctx.tx_buffers[port], m);
+}
+
 // An error reply of the worker's own (a reject, a too-big error), within its budget (Snapshot::error_replies):
 // write() builds it over the packet and says whether there is one to send (none for an ICMP error, IPv4 without DF).
 // False when nothing was written; one over the budget is counted. The packet it answers is dropped either way.

@@ -49,11 +49,8 @@ uint16_t neighbour_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf**
             }
             if (message.solicitation && owns(snapshot, message.family, message.target, m->port) &&
                 make_neighbour_reply(m, meta, message, snapshot.port_mac[m->port])) {
-                PortCounters& out = ctx.counters.ports[m->port];
-                counter_add(out.tx_packets);
-                counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
                 counter_add(ctx.counters.neighbour_replies);
-                rte_eth_tx_buffer(m->port, ctx.tx_queue, ctx.tx_buffers[m->port], m);
+                send_out(ctx, m->port, m);
                 continue;
             }
         }
@@ -72,11 +69,8 @@ void send_solicitations(LcoreContext& ctx, const Snapshot& snapshot) {
         const NeighbourRequest& r = requests[k];
         rte_mbuf* m = make_neighbour_solicitation(ctx.pool, r.family, r.sender, r.target, snapshot.port_mac[r.port]);
         if (!m) break;  // the pool is empty: the resolver asks again in a second
-        PortCounters& out = ctx.counters.ports[r.port];
-        counter_add(out.tx_packets);
-        counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));
         counter_add(ctx.counters.neighbour_solicitations);
-        rte_eth_tx_buffer(r.port, ctx.tx_queue, ctx.tx_buffers[r.port], m);
+        send_out(ctx, r.port, m);
     }
 }
 

@@ -18,4 +18,10 @@ bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, u
     return false;
 }
 
+const IpAddress* port_address(const Snapshot& snapshot, IpFamily family, uint16_t port) {
+    for (const OwnedAddress& a : snapshot.owned)
+        if (a.family == family && a.port == port) return &a.address;
+    return nullptr;
+}
+
 }  // namespace sluice

@@ -43,6 +43,8 @@ struct OwnedAddress {
 // few entries: for neighbour frames and echo requests, never for every packet.
 struct Snapshot;
 bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port);
+// The first of port's own addresses (ports[].addresses) of family, or null: where sluice's ICMP errors come from.
+const IpAddress* port_address(const Snapshot& snapshot, IpFamily family, uint16_t port);
 
 // New connections (or refused first packets) decided by each rule, per lcore: lcore slot s writes
 // hits[s * rule_count + rule] only. The last index, rule_count, counts the default action.
@@ -136,8 +138,8 @@ struct Snapshot {
     // reload changes the rate and burst without refilling it.
     RateLimit new_connections{};
     // Error replies each worker may send (dataplane: max_error_replies_per_second, error_reply_burst): reject rules'
-    // RSTs and ICMP unreachables, ICMP too-big errors. Kept from a spoofed flood turning sluice into a reflector,
-    // as Linux's icmp_ratelimit does; tokens_per_tsc 0: no cap. The bucket is the worker's own, as above.
+    // RSTs and ICMP unreachables, ICMP too-big and time-exceeded errors. Kept from a spoofed flood turning sluice
+    // into a reflector, as Linux's icmp_ratelimit does; tokens_per_tsc 0: no cap. The worker's own bucket, as above.
     RateLimit error_replies{};
     std::shared_ptr<FirewallTables> firewall = std::make_shared<FirewallTables>();
     std::shared_ptr<const LbTables> lb = std::make_shared<LbTables>();

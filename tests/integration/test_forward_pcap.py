@@ -180,6 +180,40 @@ def test_a_packet_over_the_egress_mtu_gets_a_too_big_error_back(tmp_path):
         assert bytes(got) == bytes(wanted), f"\n got  {bytes(got).hex()}\n want {bytes(wanted).hex()}"
 
 
+def test_an_expiring_ttl_gets_time_exceeded_from_the_ingress_ports_address(tmp_path):
+    """A packet whose TTL or hop limit expires at sluice gets ICMP "time exceeded in transit" back, as from any router
+    (traceroute shows the hop), from the ingress port's own address, quoting the packet as it came. A port without
+    `addresses` has nothing to send it from (answering from the destination would show a hop that is not there), a
+    multicast destination never gets one: those are only dropped, as before."""
+    from scapy.all import ICMPv6TimeExceeded
+    ttl1 = eth() / IP(src="10.0.0.1", dst="10.1.0.1", ttl=1, id=9) / UDP(sport=33434, dport=33435) / Raw(b"t" * 40)
+    hop1 = eth() / IPv6(src="2001:db8::1", dst="2001:db8:1::1", hlim=1) / UDP(sport=33434, dport=33436) / Raw(b"h")
+    ttl2 = eth() / IP(src="10.0.0.1", dst="10.1.0.1", ttl=2) / UDP(sport=33434, dport=33437)
+    mdns = eth() / IP(src="10.0.0.1", dst="224.0.0.251", ttl=1) / UDP(sport=5353, dport=5353)
+    unnamed = eth() / IP(src="10.1.0.1", dst="10.0.0.1", ttl=1) / UDP(sport=33434, dport=33438)  # into p1: no address
+    wrpcap(str(tmp_path / "in0.pcap"), [ttl1, hop1, ttl2, mdns])
+    wrpcap(str(tmp_path / "in1.pcap"), [unnamed])
+    config = forwarding_config(tmp_path, f"tx_pcap={tmp_path}/out0.pcap", f"tx_pcap={tmp_path}/out1.pcap")
+    config["ports"][0]["addresses"] = ["10.0.0.254/24", "2001:db8::fe/64"]
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        stats = sluice.wait_accounted(5)
+        assert sluice.stop() == 0, sluice.log()
+    p0_mac = dict(re.findall(r"port '(\w+)':.*? mac ([0-9a-f:]{17})", sluice.log()))["p0"]
+    assert stats["drop/ttl_expired"] == 4 and stats["drops"] == 4
+    assert stats["time_exceeded_sent"] == 2
+    [forwarded] = rdpcap(str(tmp_path / "out1.pcap"))
+    assert forwarded[IP].ttl == 1 and forwarded[UDP].dport == 33437
+    want = [Ether(src=p0_mac, dst=SRC_MAC) / IP(src="10.0.0.254", dst="10.0.0.1", ttl=64, id=0) /
+            ICMP(type=11, code=0) / Raw(bytes(ttl1[IP])[:28]),
+            Ether(src=p0_mac, dst=SRC_MAC) / IPv6(src="2001:db8::fe", dst="2001:db8::1", hlim=64) /
+            ICMPv6TimeExceeded(code=0) / Raw(bytes(hop1[IPv6]))]
+    back = rdpcap(str(tmp_path / "out0.pcap"))
+    assert len(back) == 2
+    for got, wanted in zip(back, want):
+        assert bytes(got) == bytes(wanted), f"\n got  {bytes(got).hex()}\n want {bytes(wanted).hex()}"
+
+
 def test_port_without_forward_entry_drops_as_no_route(tmp_path):
     frames = [eth() / IP(src="10.0.0.1", dst="10.1.0.1") / UDP(sport=i, dport=9) for i in range(1, 21)]
     wrpcap(str(tmp_path / "in0.pcap"), [])
