@@ -28,8 +28,6 @@ constexpr uint8_t kIpv4OptionLooseSourceRoute = 131, kIpv4OptionStrictSourceRout
 
 constexpr uint8_t kIpv6RoutingType0 = 0;  // RFC 5095 deprecates it
 
-constexpr uint8_t kIcmpEchoRequest = 8, kIcmpEchoReply = 0;
-constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
 
 uint16_t load_be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 uint16_t load_raw16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }

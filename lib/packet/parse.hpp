@@ -30,6 +30,10 @@ inline constexpr uint8_t kMetaIcmpError = 2;  // an ICMP/ICMPv6 error: the tuple
 inline constexpr uint8_t kMetaFragmentTiny = 8;    // a first fragment that ends inside its L4 header (RFC 1858)
 inline constexpr uint8_t kMetaFragmentPorts = 16;  // fragment_*_port hold the ports (fragments.hpp); flow_hash has them
 
+// ICMP echo types: the identifier is an echo's flow "port"; sluice answers requests to its own addresses.
+inline constexpr uint8_t kIcmpEchoRequest = 8, kIcmpEchoReply = 0;
+inline constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
+
 // Where a fragment sits in its datagram, for a frame parse_frame accepted with kMetaFragment.
 struct FragmentInfo {
     uint32_t id;      // IPv4: 16 bits; IPv6: the fragment header's 32

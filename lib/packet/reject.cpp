@@ -15,7 +15,6 @@ namespace {
 
 constexpr uint8_t kReplyTtl = 64;
 constexpr uint16_t kIpv6MinMtu = 1280;
-constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
 
 void write_ethernet(uint8_t* at, const rte_ether_addr& dst, const rte_ether_addr& src, uint16_t ether_type_be) {
     auto* eth = reinterpret_cast<rte_ether_hdr*>(at);
@@ -186,7 +185,7 @@ void answer_on_ethernet(rte_mbuf* m, const PacketMeta& meta, const rte_ether_add
 bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta) {
     if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError)) return false;
     const uint8_t type = *rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
-    return meta.family == IpFamily::ipv4 ? meta.l4_proto == IPPROTO_ICMP && type == RTE_IP_ICMP_ECHO_REQUEST
+    return meta.family == IpFamily::ipv4 ? meta.l4_proto == IPPROTO_ICMP && type == kIcmpEchoRequest
                                          : meta.l4_proto == IPPROTO_ICMPV6 && type == kIcmp6EchoRequest;
 }
 
@@ -204,7 +203,7 @@ bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& 
         ip->time_to_live = kReplyTtl;
         ip->hdr_checksum = 0;
         ip->hdr_checksum = rte_ipv4_cksum(ip);  // options, if any, are returned as they came
-        icmp->icmp_type = RTE_IP_ICMP_ECHO_REPLY;
+        icmp->icmp_type = kIcmpEchoReply;
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
         if (meta.l4_offset - meta.l3_offset != sizeof(rte_ipv6_hdr)) return false;

@@ -168,8 +168,9 @@ inline void send_out(LcoreContext& ctx, uint16_t port, rte_mbuf* m) {
     rte_eth_tx_buffer(port, ctx.tx_queue, ctx.tx_buffers[port], m);
 }
 
-// An error reply of the worker's own (a reject, a too-big error), within its budget (Snapshot::error_replies):
-// write() builds it over the packet and says whether there is one to send (none for an ICMP error, IPv4 without DF).
+// An error reply of the worker's own (a reject, a too-big or time-exceeded error), within its budget
+// (Snapshot::error_replies): write() builds it over the packet and says whether there is one to send (none for an
+// ICMP error, IPv4 without DF...).
 // False when nothing was written; one over the budget is counted. The packet it answers is dropped either way.
 template <typename Write>
 bool write_error_reply(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc, Write&& write) {

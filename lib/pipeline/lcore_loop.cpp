@@ -23,8 +23,8 @@ inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
     return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
 }
 
-constexpr uint32_t kNeighbourRequestPolls = 64;
-constexpr uint32_t kWalkBudget = 4096;  // connection slots a worker walks per loop iteration for the control thread  // worker 0 looks at its solicitation requests this often
+constexpr uint32_t kNeighbourRequestPolls = 64;  // worker 0 looks at its solicitation requests this often
+constexpr uint32_t kWalkBudget = 4096;  // connection slots a worker walks per loop iteration for the control thread
 constexpr unsigned kNeighbourRequestBurst = 8;
 
 // ARP and ND frames never reach the firewall: their senders are reported to the control thread's resolver, and a
