@@ -183,7 +183,8 @@ void answer_on_ethernet(rte_mbuf* m, const PacketMeta& meta, const rte_ether_add
 }  // namespace
 
 bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta) {
-    if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError)) return false;
+    // A tiny first fragment may end before its ICMP header (the RX lcore drops those, but this must not read past).
+    if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError) || rte_pktmbuf_data_len(m) < meta.l4_offset + 8u) return false;
     const uint8_t type = *rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
     return meta.family == IpFamily::ipv4 ? meta.l4_proto == IPPROTO_ICMP && type == kIcmpEchoRequest
                                          : meta.l4_proto == IPPROTO_ICMPV6 && type == kIcmp6EchoRequest;
@@ -193,6 +194,15 @@ bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& 
     uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
     if (!is_echo_request(m, meta) || (meta.flags & kMetaFragment) || !may_answer(l3, meta)) return false;
     auto* icmp = rte_pktmbuf_mtod_offset(m, rte_icmp_hdr*, meta.l4_offset);
+    // A corrupted request gets no reply (as in Linux): the reply's checksum is updated from the request's.
+    if (meta.family == IpFamily::ipv4) {
+        const uint32_t length = rte_be_to_cpu_16(reinterpret_cast<const rte_ipv4_hdr*>(l3)->total_length) -
+                                (meta.l4_offset - meta.l3_offset);
+        if (rte_raw_cksum(icmp, length) != 0xffff) return false;
+    } else if (meta.l4_offset - meta.l3_offset != sizeof(rte_ipv6_hdr) ||
+               rte_ipv6_udptcp_cksum_verify(reinterpret_cast<const rte_ipv6_hdr*>(l3), icmp) != 0) {
+        return false;  // extension headers: not answered (the reply would carry them back)
+    }
     uint16_t old_word, new_word;  // type and code: the only change the ICMP checksum sees (the swap keeps the sum)
     std::memcpy(&old_word, icmp, 2);
     if (meta.family == IpFamily::ipv4) {
@@ -206,7 +216,6 @@ bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& 
         icmp->icmp_type = kIcmpEchoReply;
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
-        if (meta.l4_offset - meta.l3_offset != sizeof(rte_ipv6_hdr)) return false;
         uint8_t tmp[16];
         std::memcpy(tmp, ip->src_addr, 16);
         std::memcpy(ip->src_addr, ip->dst_addr, 16);

@@ -35,8 +35,8 @@ bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta);
 
 // Turns an echo request to one of sluice's addresses into its echo reply (RFC 792, RFC 4443 4.2), in place: addresses
 // swapped, TTL 64, the same identifier, sequence and data, sent back out of the ingress port with its MAC. False
-// when none may be sent: not an echo request, a fragment (sluice does not reassemble), IPv6 extension headers, or a
-// source that is no unicast address (unspecified, multicast, broadcast: a reply would go to many, RFC 1122 3.2.2.6).
+// when none may be sent: not an echo request, a fragment (sluice does not reassemble), IPv6 extension headers, a bad
+// ICMP checksum, or a source that is no unicast address (unspecified, multicast, broadcast: RFC 1122 3.2.2.6).
 bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac);
 
 }  // namespace sluice

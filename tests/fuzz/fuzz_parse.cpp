@@ -9,13 +9,18 @@
 //  - nothing depends on the Ethernet padding after the IP datagram;
 //  - nat_rewrite (TCP/UDP, not fragments nor ICMP errors) and encapsulate, run on a stand-in mbuf (no EAL: they only
 //    touch the mbuf's data fields), produce a frame parse_frame accepts with the new tuple, keep a valid L4 checksum
-//    valid, and change no other byte.
+//    valid, and change no other byte;
+//  - the replies sluice builds in place (make_echo_reply, make_time_exceeded, make_too_big, make_reject), run on the
+//    frame as the RX lcore trims it, stay inside the mbuf, leave it untouched when they refuse, refuse exactly what
+//    they must not answer, and produce a frame parse_frame accepts: to the sender, with valid checksums.
 #include <rte_mbuf.h>
+#include <rte_tcp.h>
 
 #include <vector>
 
 #include "fuzz_common.hpp"
 #include "packet/parse.hpp"
+#include "packet/reject.hpp"
 #include "packet/rewrite.hpp"
 
 using namespace sluice;
@@ -292,6 +297,118 @@ void check_encapsulate(const uint8_t* f, uint32_t n, const Parsed& p) {
     else FUZZ_CHECK(((be16(g + 14) ^ be16(f + m.l3_offset)) & 0x0ff0) == 0, "outer traffic class differs");
 }
 
+// The one's-complement sum of [from, to) plus a start value, folded: 0xffff when a checksum inside verifies.
+uint16_t ones_sum(const uint8_t* from, uint32_t len, uint32_t sum = 0) {
+    for (uint32_t i = 0; i + 1 < len; i += 2) sum += be16(from + i);
+    if (len & 1) sum += uint32_t{from[len - 1]} << 8;
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(sum);
+}
+
+// Whether a reply sluice built (g, len) verifies: IPv4 header checksum, and the L4 checksum (ICMPv4 has no
+// pseudo-header; ICMPv6 and TCP have one).
+bool reply_checksums_valid(const uint8_t* g, const PacketMeta& q, uint32_t end) {
+    if (v4(q) && ones_sum(g + q.l3_offset, ip_header_length(g, q)) != 0xffff) return false;
+    if (q.l4_proto == IPPROTO_ICMP) return ones_sum(g + q.l4_offset, end - q.l4_offset) == 0xffff;
+    return l4_checksum_valid(g, q, end);
+}
+
+bool unicast_source(const uint8_t* f, const PacketMeta& m) {
+    const uint8_t* ip = f + m.l3_offset;
+    if (v4(m)) return ip[12] != 0 && ip[12] < 224;
+    static constexpr uint8_t kUnspecified[16] = {};
+    return ip[8] != 0xff && std::memcmp(ip + 8, kUnspecified, 16) != 0;
+}
+
+bool multicast_destination(const uint8_t* f, const PacketMeta& m) {
+    const uint8_t* ip = f + m.l3_offset;
+    return v4(m) ? ip[16] >= 224 : ip[24] == 0xff;
+}
+
+// Runs one reply builder on the trimmed frame and checks what it made. `must`: whether it has to answer (false: it
+// must refuse; unset: either, e.g. a too-big error for IPv4 without DF). Returns the reply's parse, if any.
+template <typename Build>
+bool check_reply(const char* what, const uint8_t* f, uint32_t end, const Parsed& p, uint16_t headroom, int must,
+                 Build&& build, Parsed& q, std::vector<uint8_t>& out) {
+    FakeMbuf mb(f, end, headroom);
+    const bool made = build(&mb.m);
+    if (must >= 0) FUZZ_CHECK(made == (must == 1), "%s returned %d, expected %d", what, made, must);
+    if (!made) {
+        FUZZ_CHECK(mb.m.data_off == headroom && mb.m.data_len == end && mb.m.pkt_len == end &&
+                       std::memcmp(mb.data(), f, end) == 0,
+                   "%s refused but changed the mbuf", what);
+        return false;
+    }
+    FUZZ_CHECK(mb.m.data_len == mb.m.pkt_len && mb.m.data_off + mb.m.data_len <= mb.buffer.size(),
+               "%s: reply of %u bytes at %u past the %zu-byte buffer", what, mb.m.data_len, mb.m.data_off, mb.buffer.size());
+    out.assign(mb.data(), mb.data() + mb.m.data_len);
+    q = parse(out.data(), static_cast<uint32_t>(out.size()), false);
+    FUZZ_CHECK(q.verdict == DropReason::none, "%s: the reply is dropped: %s", what, std::string(drop_reason_name(q.verdict)).c_str());
+    FUZZ_CHECK(q.meta.family == p.meta.family && q.meta.l3_offset == 14, "%s: reply family/offset", what);
+    FUZZ_CHECK(q.datagram_end == out.size(), "%s: %zu bytes of frame behind a %u-byte datagram", what, out.size(), q.datagram_end);
+    FUZZ_CHECK(reply_checksums_valid(out.data(), q.meta, q.datagram_end), "%s: a checksum of the reply is wrong", what);
+    const uint8_t* ip = out.data() + 14;
+    const uint8_t* orig = f + p.meta.l3_offset;
+    const std::size_t len = v4(p.meta) ? 4 : 16;
+    FUZZ_CHECK(std::memcmp(ip + (v4(p.meta) ? 16 : 24), orig + (v4(p.meta) ? 12 : 8), len) == 0,
+               "%s: the reply is not addressed to the packet's source", what);
+    return true;
+}
+
+// The replies of reject.hpp, on the frame as the RX lcore hands it on (trimmed to the IP datagram).
+void check_replies(const uint8_t* f, const Parsed& p) {
+    const PacketMeta& m = p.meta;
+    const uint32_t end = ip_end(f, m);
+    const uint32_t h = m.flow_hash;
+    static constexpr uint16_t kHeadrooms[] = {0, 2, 14, 28, 48, 64, RTE_PKTMBUF_HEADROOM};  // even: 2-aligned data
+    const uint16_t headroom = kHeadrooms[(h >> 5) % std::size(kHeadrooms)];
+    const rte_ether_addr own{{0x02, 0, 0, 0, 0, 0xaa}};
+    const bool error = m.flags & kMetaIcmpError;
+    const bool later_fragment = (m.flags & kMetaFragment) && m.l4_offset == 0;
+    const bool answerable = !error && !later_fragment && !multicast_destination(f, m) && unicast_source(f, m);
+    const uint32_t error_head = 14 + (v4(m) ? 20u : 40u) + 8;  // what an ICMP error puts in front of the quote
+    const bool room = headroom + m.l3_offset >= error_head;
+    Parsed q;
+    std::vector<uint8_t> out;
+
+    // Echo: answered exactly when it is an unfragmented request right behind the IP header, from a unicast source,
+    // with a valid ICMP checksum.
+    const uint8_t* l4 = f + m.l4_offset;
+    const bool request = m.l4_offset && m.l4_offset + 8u <= end && !error &&
+                         (v4(m) ? m.l4_proto == IPPROTO_ICMP && l4[0] == 8 : m.l4_proto == IPPROTO_ICMPV6 && l4[0] == 128);
+    FakeMbuf probe(f, end, headroom);
+    FUZZ_CHECK(is_echo_request(&probe.m, m) == request, "is_echo_request says %d", !request);
+    const bool sum_valid = request && (v4(m) ? ones_sum(l4, end - m.l4_offset) == 0xffff : l4_checksum_valid(f, m, end));
+    const bool echo = sum_valid && !(m.flags & kMetaFragment) && answerable && (v4(m) || m.l4_offset - m.l3_offset == 40);
+    if (check_reply("make_echo_reply", f, end, p, headroom, echo, [&](rte_mbuf* mb) { return make_echo_reply(mb, m, own); }, q, out)) {
+        FUZZ_CHECK(q.tuple == p.tuple.reversed(), "echo reply tuple %s", str(q.tuple).c_str());
+        FUZZ_CHECK(out.size() == 14 + (end - m.l3_offset), "the echo reply is not the request's size");
+    }
+
+    // Time exceeded and too big: ICMP errors from sluice, quoting the packet.
+    IpAddress source{};
+    source.bytes[0] = v4(m) ? 10 : 0x20;
+    source.bytes[v4(m) ? 3 : 15] = 1;
+    const auto error_reply = [&](const char* what, int must, auto&& build) {
+        if (!check_reply(what, f, end, p, headroom, must, build, q, out)) return;
+        FUZZ_CHECK(q.meta.flags & kMetaIcmpError, "%s: the reply is no ICMP error", what);
+        const uint32_t quote_at = q.meta.l4_offset + 8;
+        FUZZ_CHECK(std::memcmp(out.data() + quote_at, f + m.l3_offset, std::min<uint32_t>(out.size() - quote_at, 28)) == 0,
+                   "%s: the quote is not the packet as it came", what);
+    };
+    error_reply("make_time_exceeded", answerable && room,
+                [&](rte_mbuf* mb) { return make_time_exceeded(mb, m, source, own); });
+    const uint16_t mtu = static_cast<uint16_t>(1280 + (h >> 16) % 8000);
+    error_reply("make_too_big", answerable && room ? -1 : 0, [&](rte_mbuf* mb) { return make_too_big(mb, m, mtu, own); });
+    const auto reject = [&](rte_mbuf* mb) { return make_reject(mb, m, own); };
+    if (m.l4_proto != IPPROTO_TCP || m.l4_offset == 0) {
+        error_reply("make_reject", -1, reject);
+    } else if (check_reply("make_reject", f, end, p, headroom, -1, reject, q, out)) {  // a RST
+        FUZZ_CHECK(q.meta.l4_proto == IPPROTO_TCP && (out[q.meta.l4_offset + 13] & RTE_TCP_RST_FLAG), "the reject is no RST");
+        FUZZ_CHECK(q.tuple == p.tuple.reversed(), "RST tuple %s", str(q.tuple).c_str());
+    }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -314,5 +431,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool ported = a.meta.l4_proto == IPPROTO_TCP || a.meta.l4_proto == IPPROTO_UDP;
     if (ported && a.meta.flags == 0) check_nat_rewrite(data, n, a);  // what forward_stage rewrites
     check_encapsulate(data, n, a);
+    check_replies(data, a);
     return 0;
 }
