@@ -214,14 +214,30 @@ class PoolHog:
     """sluice_pool_hog: a secondary process of sluice's that holds every free mbuf of a pool until released."""
 
     def __init__(self, sluice, pool):
-        self.proc = subprocess.Popen(
-            [str(HOG), pool, f"--file-prefix={sluice.prefix}", "--proc-type=secondary", "--no-pci", "-l", "0",
-             "--log-level=lib.eal:error", "--no-telemetry"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.args = [str(HOG), pool, f"--file-prefix={sluice.prefix}", "--proc-type=secondary", "--no-pci", "-l", "0",
+                     "--log-level=lib.eal:error", "--no-telemetry"]
+        self.proc = None
+
+    def start(self, attempts=5):
+        """Starts the hog; returns its first line, split ("held N"). A secondary process must map sluice's memory
+        at the addresses sluice has it at, and address space randomisation can have put one of the hog's own
+        mappings there first (EAL: "Cannot get a virtual area at requested address"; DPDK's multi-process guide
+        names ASLR). A new process gets a new layout, so that case is tried again."""
+        for attempt in range(1, attempts + 1):
+            self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+            try:
+                return self.read()
+            except AssertionError as e:
+                if attempt == attempts or "Cannot get a virtual area" not in str(e):
+                    raise
+                print(f"pool hog: attempt {attempt} could not map sluice's memory at its addresses; again")
 
     def read(self, timeout=30):
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
+        if not line and ready:  # end of file: the hog is exiting; wait for it so that its stderr can be shown
+            self.proc.wait(timeout=15)
         assert line, f"pool hog said nothing (exit {self.proc.poll()}): {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
         return line.split()
 
@@ -255,7 +271,7 @@ def test_empty_pool_drops_at_rx_counts_rx_nombuf_and_recovers(tmp_path, ns):
         # Before any traffic, so that no lcore's cache holds a spare mbuf: the hog takes the whole pool.
         hog = PoolHog(sluice, f"sluice_pool_s{socket_id}")
         try:
-            verb, held = hog.read()
+            verb, held = hog.start()
             assert verb == "held" and int(held) == int(size)
             assert sluice.stats()["mbufs_in_use"] == int(size)
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from netns import Netns
-from sluice_harness import Sluice
+from sluice_harness import Sluice, kernel_missed
 from test_firewall import INSIDE, OUTSIDE, firewall_config, lan, wan
 
 from scapy.all import IP, TCP, Raw
@@ -23,6 +23,11 @@ from scapy.all import IP, TCP, Raw
 FLOOD = 20_000
 RATE, BURST = 1000, 2000   # per worker; the test runs one
 FLOOD_PPS = 7000           # about 3 s of flood: RATE x 3 s + BURST stays far below FLOOD
+# A net_pcap port's kernel capture ring holds few frames: when the RX lcore is away long enough (the ASan build on
+# a busy 2-core machine), the kernel drops some of the flood before sluice sees it (hw_rx_missed). Up to this many
+# are taken into account below (they cannot blur the difference between the cap's ~5,000 and the flood's 20,000);
+# more make the harness run the test again.
+MAX_KERNEL_LOSSES = FLOOD // 10
 ESTABLISHED = 4            # connections opened before the flood
 EVERY = 20                 # one established packet per EVERY flood SYNs, alternately each way
 MARK = b"EST!"
@@ -161,8 +166,10 @@ def run_flood(tmp_path, ns, cap):
         assert sluice.stats()["conn_entries"] == ESTABLISHED
         started = time.monotonic()
         sent += send(ns, tmp_path, frames, pps=FLOOD_PPS)
-        stats = sluice.wait_accounted(sent, timeout=30)
+        stats = sluice.wait_accounted(sent, timeout=30, max_losses=MAX_KERNEL_LOSSES)
         elapsed = time.monotonic() - started
+        missed = kernel_missed(stats)  # all in the flood: the opening phases tolerated none
+        received = stats["rx_packets"] - (sent - len(frames))
         assert sluice.stop() == 0, sluice.log()
 
     admitted, est_out, latency = [], 0, []
@@ -175,21 +182,29 @@ def run_flood(tmp_path, ns, cap):
                 latency.append(ts - struct.unpack("!Q", frame[-8:])[0] * 1e-9)
             elif name == "lan_out.pcap" and frame[47] == 0x02:  # a flood SYN (the handshakes' SYNs went to wan)
                 admitted.append(ts)
-    return stats, admitted, len(established), est_out, latency, elapsed
+    return stats, admitted, len(established), est_out, latency, elapsed, missed, received
 
 
-def report(label, est_sent, est_out, latency, admitted, elapsed):
+def report(label, est_sent, est_out, latency, admitted, elapsed, missed):
     latency.sort()
     pick = (lambda q: f"{latency[min(len(latency) - 1, int(q * len(latency)))] * 1e6:.0f}") if latency else (lambda q: "-")
     print(f"\n{label}: {len(admitted)}/{FLOOD} new connections admitted in {elapsed:.2f} s; established packets "
           f"{est_out}/{est_sent} forwarded (loss {est_sent - est_out}), latency us p50 {pick(0.5)} p99 {pick(0.99)} "
-          f"max {pick(1.0)}")
+          f"max {pick(1.0)}; {missed} frames lost in the kernel before sluice")
+
+
+def assert_every_received_packet_accounted(stats, admitted, est_out, received):
+    """What sluice read of the flood phase: each admitted SYN and established packet went out, the rest of the SYNs
+    were limited, and nothing else was dropped."""
+    assert stats["drops"] == stats["drop/new_conn_limited"], stats
+    assert len(admitted) + est_out + stats["drop/new_conn_limited"] == received
 
 
 def test_syn_flood_is_capped_and_established_connections_keep_flowing(tmp_path, ns):
-    stats, admitted, est_sent, est_out, latency, elapsed = run_flood(tmp_path, ns, cap=True)
-    report("capped", est_sent, est_out, latency, admitted, elapsed)
-    assert est_out == est_sent  # not one established packet lost
+    stats, admitted, est_sent, est_out, latency, elapsed, missed, received = run_flood(tmp_path, ns, cap=True)
+    report("capped", est_sent, est_out, latency, admitted, elapsed, missed)
+    assert est_out >= est_sent - missed  # not one established packet lost in sluice
+    assert_every_received_packet_accounted(stats, admitted, est_out, received)
     # The bucket starts full (BURST) and refills at RATE/s; elapsed (from before the first flood frame was sent to
     # after the last was accounted for) bounds the refill time from above; +1: a fractional token left over.
     assert BURST <= len(admitted) <= BURST + RATE * elapsed + 1, (len(admitted), elapsed)
@@ -201,15 +216,17 @@ def test_syn_flood_is_capped_and_established_connections_keep_flowing(tmp_path, 
     expected = BURST + RATE * span
     print(f"capped: first to last admitted SYN {span:.3f} s, so burst + rate x span = {expected:.0f}")
     assert abs(len(admitted) - expected) <= 0.02 * RATE * span + 10, (len(admitted), expected, span)
-    assert stats["drop/new_conn_limited"] == FLOOD - len(admitted)
+    assert FLOOD - missed <= stats["drop/new_conn_limited"] + len(admitted) <= FLOOD
     assert stats["conn_entries"] == len(admitted) + ESTABLISHED
     assert stats["conn_inserts"] == len(admitted) + ESTABLISHED
     assert stats["drop/rule_deny"] == 0 and stats["drop/ct_table_full"] == 0
 
 
 def test_without_the_cap_the_same_flood_is_admitted_whole(tmp_path, ns):
-    stats, admitted, est_sent, est_out, latency, elapsed = run_flood(tmp_path, ns, cap=False)
-    report("uncapped", est_sent, est_out, latency, admitted, elapsed)
-    assert len(admitted) == FLOOD
+    stats, admitted, est_sent, est_out, latency, elapsed, missed, received = run_flood(tmp_path, ns, cap=False)
+    report("uncapped", est_sent, est_out, latency, admitted, elapsed, missed)
+    assert len(admitted) >= FLOOD - missed  # every SYN that reached sluice
+    assert est_out >= est_sent - missed
     assert stats["drop/new_conn_limited"] == 0
-    assert stats["conn_entries"] == FLOOD + ESTABLISHED
+    assert_every_received_packet_accounted(stats, admitted, est_out, received)
+    assert stats["conn_entries"] == len(admitted) + ESTABLISHED
