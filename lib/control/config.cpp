@@ -875,24 +875,20 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
             });
             d.field(v, "idle_sleep_us", "dataplane", false,
                     [&](const YAML::Node& s) { d.integer(s, "idle_sleep_us", config.dataplane.idle_sleep_us, 0, 100000); });
+            // A per-worker rate (0: no cap) and its bucket's size, which means nothing without a rate (0: one
+            // second's worth, filled in by the snapshot builder).
+            const auto rate_and_burst = [&](const char* rate_key, uint32_t& rate, const char* burst_key, uint32_t& burst) {
+                d.field(v, rate_key, "dataplane", false, [&](const YAML::Node& n) { d.integer(n, rate_key, rate, 0, 100000000); });
+                d.field(v, burst_key, "dataplane", false, [&](const YAML::Node& n) {
+                    if (d.integer(n, burst_key, burst, 0, 100000000) && burst && rate == 0)
+                        d.error(n, std::string(burst_key) + " needs " + rate_key + " above 0");
+                });
+            };
             DataplaneConfig& dp = config.dataplane;
-            d.field(v, "max_new_connections_per_second", "dataplane", false, [&](const YAML::Node& n) {
-                d.integer(n, "max_new_connections_per_second", dp.max_new_connections_per_second, 0, 100000000);
-            });
-            d.field(v, "new_connection_burst", "dataplane", false, [&](const YAML::Node& n) {
-                if (d.integer(n, "new_connection_burst", dp.new_connection_burst, 0, 100000000) && dp.new_connection_burst &&
-                    dp.max_new_connections_per_second == 0)
-                    d.error(n, "new_connection_burst needs max_new_connections_per_second above 0");
-            });
-            if (dp.new_connection_burst == 0) dp.new_connection_burst = dp.max_new_connections_per_second;  // 1 s worth
-            d.field(v, "max_error_replies_per_second", "dataplane", false, [&](const YAML::Node& n) {
-                d.integer(n, "max_error_replies_per_second", dp.max_error_replies_per_second, 0, 100000000);
-            });
-            d.field(v, "error_reply_burst", "dataplane", false, [&](const YAML::Node& n) {
-                if (d.integer(n, "error_reply_burst", dp.error_reply_burst, 0, 100000000) && dp.error_reply_burst &&
-                    dp.max_error_replies_per_second == 0)
-                    d.error(n, "error_reply_burst needs max_error_replies_per_second above 0");
-            });
+            rate_and_burst("max_new_connections_per_second", dp.max_new_connections_per_second, "new_connection_burst",
+                           dp.new_connection_burst);
+            rate_and_burst("max_error_replies_per_second", dp.max_error_replies_per_second, "error_reply_burst",
+                           dp.error_reply_burst);
         });
         d.field(root, "metrics", "the config", false, [&](const YAML::Node& v) {
             if (!d.map(v, "metrics", {"listen"})) return;

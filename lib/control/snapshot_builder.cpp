@@ -250,6 +250,12 @@ void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector
                                   OwnedAddress::kAnyPort});
 }
 
+// A dataplane rate that each worker applies on its own (0: no cap); a burst of 0 is one second's worth.
+RateLimit per_worker_limit(uint32_t per_second, uint32_t burst) {
+    if (per_second == 0) return {};
+    return {.tokens_per_tsc = per_second / static_cast<double>(rte_get_tsc_hz()), .burst = double(burst ? burst : per_second)};
+}
+
 }  // namespace
 
 std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config, const std::vector<PortIdentity>& ports,
@@ -271,14 +277,11 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     BackendRegistry local;
     snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     StableRuleIds* stable_ids = live.rule_ids;
-    if (const DataplaneConfig& dp = config.dataplane; dp.max_new_connections_per_second) {  // per worker: not divided
-        snapshot->new_connections.tokens_per_tsc = dp.max_new_connections_per_second / static_cast<double>(rte_get_tsc_hz());
-        snapshot->new_connections.burst = std::max<double>(1.0, dp.new_connection_burst);
-    }
-    if (const DataplaneConfig& dp = config.dataplane; dp.max_error_replies_per_second) {  // per worker, as above
-        snapshot->error_replies.tokens_per_tsc = dp.max_error_replies_per_second / static_cast<double>(rte_get_tsc_hz());
-        snapshot->error_replies.burst = dp.error_reply_burst ? dp.error_reply_burst : dp.max_error_replies_per_second;
-    }
+    // Per worker: not divided by the worker count.
+    snapshot->new_connections = per_worker_limit(config.dataplane.max_new_connections_per_second,
+                                                 config.dataplane.new_connection_burst);
+    snapshot->error_replies = per_worker_limit(config.dataplane.max_error_replies_per_second,
+                                               config.dataplane.error_reply_burst);
 
     const FirewallConfig& fc = config.firewall;
     FirewallTables& fw = *snapshot->firewall;
