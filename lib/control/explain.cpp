@@ -99,6 +99,15 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     }
     if (fw.blocklist_v4 || fw.blocklist_v6) lines.push_back("early drop: the source is in no early-drop set");
 
+    // As firewall_burst decides a new packet: a pool address first, then sluice's own addresses, before the rules.
+    const bool tracking = fw.enabled || lb.enabled();
+    if (tracking && !lb.is_pool_address(t.family, t.dst) &&
+        (lb.find_service(t) == LbTables::kVipUnserved || is_port_address(snapshot, t.family, t.dst))) {
+        lines.push_back(fmt::format("own address: {} is sluice's, and nothing of sluice's serves this port and protocol:",
+                                    to_string(t.dst, t.family)));
+        lines.push_back("  a new packet is dropped before the rules (to_own_address); an echo request is answered if allowed");
+        return lines;
+    }
     if (!fw.enabled) {
         lines.push_back(lb.enabled() ? "firewall: off (only connections to services are tracked)"
                                      : "firewall: off (no connection tracking, no rules)");

@@ -209,14 +209,17 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
         const std::string name = "sl_vip_" + std::to_string(generation.fetch_add(1));
         rte_hash_parameters params{};
         params.name = name.c_str();
-        params.entries = static_cast<uint32_t>(std::max<std::size_t>(lb->services.size() * 2, 16));
+        params.entries = static_cast<uint32_t>(std::max<std::size_t>(lb->services.size() * 4, 16));  // services and addresses
         params.key_len = sizeof(VipKey);
         params.socket_id = socket;
         lb->vips = rte_hash_create(&params);  // freed by ~LbTables
         if (!lb->vips) throw std::runtime_error("VIP table: rte_hash_create: " + std::string(rte_strerror(rte_errno)));
-        for (std::size_t s = 0; s < lb->services.size(); ++s)
-            if (rte_hash_add_key_data(lb->vips, &lb->services[s].vip, reinterpret_cast<void*>(s)) < 0)
+        for (std::size_t s = 0; s < lb->services.size(); ++s) {
+            const VipKey address_alone{.address = lb->services[s].vip.address, .family = lb->services[s].vip.family};
+            if (rte_hash_add_key_data(lb->vips, &lb->services[s].vip, reinterpret_cast<void*>(s)) < 0 ||
+                rte_hash_add_key_data(lb->vips, &address_alone, reinterpret_cast<void*>(intptr_t{LbTables::kVipUnserved})) < 0)
                 throw std::runtime_error("VIP table: cannot add service '" + lb->services[s].name + "'");
+        }
     }
     return lb;
 }
@@ -243,11 +246,15 @@ void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector
         snapshot.forward_by_in_port[in.id] = entry;
     }
     for (const PortAddress& a : config.port_addresses)
-        snapshot.owned.push_back({a.address, a.family, port_named(ports, a.port).id});
-    for (const ServiceConfig& s : config.services) snapshot.owned.push_back({s.vip, s.family, OwnedAddress::kAnyPort});
+        snapshot.port_addresses.push_back({a.address, a.family, port_named(ports, a.port).id});
+    const auto add_service_address = [&](const IpAddress& address, IpFamily family) {
+        auto& listed = snapshot.service_addresses;
+        if (std::none_of(listed.begin(), listed.end(), [&](const OwnedAddress& a) { return a.family == family && a.address == address; }))
+            listed.push_back({address, family, OwnedAddress::kAnyPort});  // a VIP of several services: listed once
+    };
+    for (const ServiceConfig& s : config.services) add_service_address(s.vip, s.family);
     for (std::size_t i = 0; i < config.load_balancer.nat_pool.size(); ++i)
-        snapshot.owned.push_back({config.load_balancer.nat_pool[i].address, config.load_balancer.nat_pool_families[i],
-                                  OwnedAddress::kAnyPort});
+        add_service_address(config.load_balancer.nat_pool[i].address, config.load_balancer.nat_pool_families[i]);
 }
 
 // A dataplane rate that each worker applies on its own (0: no cap); a burst of 0 is one second's worth.

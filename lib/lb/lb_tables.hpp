@@ -21,6 +21,8 @@ enum class LbMode : uint8_t { nat, dsr, tunnel };
 const char* lb_mode_name(LbMode mode);
 
 // What a service listens on; port 0 (any) is looked up after the exact port. Hashed as bytes: no implicit padding.
+// The table also holds each VIP address alone (port 0, proto 0: no service has protocol 0), which tells traffic to
+// no VIP at all from traffic to a VIP on a port or protocol that no service serves.
 struct VipKey {
     IpAddress address{};
     uint16_t port_be = 0;
@@ -61,7 +63,7 @@ struct LbService {
 struct LbTables {
     std::vector<LbService> services;
     std::vector<LbBackend> backends;     // by stable id
-    rte_hash* vips = nullptr;            // VipKey -> index in services
+    rte_hash* vips = nullptr;            // VipKey -> index in services, or kVipUnserved for a VIP address alone
     std::vector<IpAddress> pool;         // NAT pool addresses, by pool index (as in the config)
     std::vector<IpFamily> pool_family;
     std::vector<uint8_t> pool_v4;        // pool indexes of each family
@@ -76,7 +78,10 @@ struct LbTables {
 
     bool enabled() const { return !services.empty(); }
 
-    // Index of the service the tuple's destination belongs to, or -1. Fast-path safe.
+    // Index of the service the tuple's destination belongs to; kNoVip when the destination is no VIP,
+    // kVipUnserved when it is a VIP but no service listens on its port and protocol. Fast-path safe.
+    static constexpr int32_t kNoVip = -1;
+    static constexpr int32_t kVipUnserved = -2;
     int32_t find_service(const FiveTuple& tuple) const;
 
     // Whether a destination is one of the NAT pool addresses (then its port names the owning worker).

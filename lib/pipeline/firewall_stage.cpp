@@ -301,7 +301,15 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             reason[i] = DropReason::nat_no_connection;
             continue;
         }
-        const int32_t service = lb.enabled() && !echo ? lb.find_service(tuples[i]) : -1;
+        const int32_t service = lb.enabled() && !echo ? lb.find_service(tuples[i]) : LbTables::kNoVip;
+        if (SLUICE_UNLIKELY(service == LbTables::kVipUnserved ||
+                            (!echo && is_port_address(snapshot, tuples[i].family, tuples[i].dst)))) {
+            // sluice has no local stack to deliver it to, and forwarding it could loop: the next hop may well route
+            // sluice's own address (an announced VIP) straight back.
+            fate[i] = Fate::drop;
+            reason[i] = DropReason::to_own_address;
+            continue;
+        }
         if (service < 0 && !fw.enabled) {
             if (echo) answer_echo(i);
             else fate[i] = Fate::pass;  // no firewall: only balanced connections are tracked

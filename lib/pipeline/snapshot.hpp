@@ -39,10 +39,13 @@ struct OwnedAddress {
     static constexpr uint16_t kAnyPort = UINT16_MAX;
 };
 
-// Whether address is one of sluice's own (Snapshot::owned) on port; port kAnyPort: on any port. A linear scan of a
-// few entries: for neighbour frames and echo requests, never for every packet.
+// Whether address is one of sluice's own (Snapshot::port_addresses, service_addresses) on port; port kAnyPort: on
+// any port. A linear scan: for neighbour frames and echo requests, never for every packet.
 struct Snapshot;
 bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port);
+// Whether address is one of the ports' own addresses (on any port): scanned for each new connection, so only those
+// (a few), never the VIPs (the load balancer's VIP table knows those).
+bool is_port_address(const Snapshot& snapshot, IpFamily family, const IpAddress& address);
 // The first of port's own addresses (ports[].addresses) of family, or null: where sluice's ICMP errors come from.
 const IpAddress* port_address(const Snapshot& snapshot, IpFamily family, uint16_t port);
 
@@ -132,7 +135,10 @@ struct Snapshot {
     std::array<ForwardEntry, RTE_MAX_ETHPORTS> forward_by_in_port{};
     std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
     std::array<uint16_t, RTE_MAX_ETHPORTS> port_mtu{};
-    std::vector<OwnedAddress> owned;  // answered in ARP/ND (a few: scanned linearly, for neighbour frames only)
+    // sluice's own addresses, answered in ARP/ND and echo (scanned linearly): the ports' `addresses`, each on its
+    // port; VIPs and NAT pool addresses, once each, on every port.
+    std::vector<OwnedAddress> port_addresses;
+    std::vector<OwnedAddress> service_addresses;
     // New connections each worker may open (dataplane: max_new_connections_per_second, new_connection_burst),
     // whatever rule allowed them; tokens_per_tsc 0: no cap. The bucket is the worker's own (LcoreContext), so a
     // reload changes the rate and burst without refilling it.

@@ -231,6 +231,31 @@ def test_pings_of_sluices_own_addresses_are_answered_as_the_rules_allow(tmp_path
     assert forwarded[IP].dst == OUTSIDE and forwarded[ICMP].id == 81
 
 
+def test_traffic_to_sluices_own_addresses_other_than_pings_is_dropped_not_forwarded(tmp_path, ns):
+    """sluice has no local stack: a TCP SYN, a UDP datagram or an ICMP message other than echo to a port's own
+    address is dropped as to_own_address before the rules (from wan too, where the default would deny it). Before,
+    the rules allowed the lan's and they were forwarded to wan's next hop. Pings and traffic to other hosts are as
+    before."""
+    from scapy.all import IPv6
+    config = firewall_config(tmp_path)
+    config["ports"][0]["addresses"] = ["10.0.0.254/24", "2001:db8:a::1/64"]
+    own = [lan(IP(src=INSIDE, dst="10.0.0.254") / TCP(sport=40000, dport=22, flags="S")),
+           lan(IPv6(src="2001:db8:a::5", dst="2001:db8:a::1") / UDP(sport=5000, dport=53)),
+           lan(IP(src=INSIDE, dst="10.0.0.254") / ICMP(type=13)),  # a timestamp request
+           wan(IP(src=OUTSIDE, dst="10.0.0.254") / TCP(sport=40001, dport=22, flags="S"))]
+    ping = lan(IP(src=INSIDE, dst="10.0.0.254") / ICMP(type=8, id=9))
+    through = lan(IP(src=INSIDE, dst=OUTSIDE) / TCP(sport=40002, dport=80, flags="S"))
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("lan0", own[:3] + [ping, through], 0), ("wan0", own[3:], 0)])
+    assert stats["drop/to_own_address"] == len(own) and stats["drops"] == len(own)
+    assert stats["echo_replies"] == 1 and stats["conn_inserts"] == 1
+    [reply] = rdpcap(str(tmp_path / "lan_out.pcap"))
+    assert reply[IP].src == "10.0.0.254" and reply[ICMP].type == 0
+    [forwarded] = rdpcap(str(tmp_path / "wan_out.pcap"))
+    assert forwarded[IP].dst == OUTSIDE and forwarded[TCP].sport == 40002
+
+
 def test_ipv6_rst_for_a_syn_with_extension_headers_has_none_and_a_valid_checksum(tmp_path, ns):
     """Found by the parser fuzzer: the RST kept the SYN's hop-by-hop header in its checksum's length and read past
     the frame. The RST now carries no extension header."""

@@ -496,6 +496,27 @@ def test_pings_of_vips_and_pool_addresses_are_answered_without_a_firewall(tmp_pa
     assert passed[IP].dst == B4[0] and passed[ICMP].type == 8
 
 
+def test_a_vip_on_a_port_or_protocol_no_service_serves_is_dropped_not_forwarded(tmp_path, ns):
+    """Without a firewall, a packet to a VIP that matches no service (another port, another protocol) was forwarded
+    to the next hop, which may route the announced VIP straight back. It is dropped as to_own_address; the service's
+    own port is balanced, and other hosts' traffic passes untracked as before."""
+    web = service("web", VIP4, 80, "tcp", "nat", [backend(B4[0], port=8080)])
+    web6 = service("web6", VIP6, 80, "tcp", "nat", [backend(B6[0], port=8080)])
+    lab = Lab(tmp_path, ns, [web, web6], workers=2)
+    unserved = [from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=40000, dport=22, flags="S")),
+                from_client(IP(src="203.0.113.7", dst=VIP4) / UDP(sport=40000, dport=80)),
+                from_client(IPv6(src="2001:db8:f::7", dst=VIP6) / TCP(sport=40000, dport=443, flags="S"))]
+    served = from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=40001, dport=80, flags="S"))
+    other = from_client(IP(src="203.0.113.7", dst=B4[1]) / TCP(sport=40002, dport=22, flags="S"))
+    with lab:
+        lab.send("cl0", unserved + [served, other])
+        out = sorted((p for _, p in lab.wait_out("server", 2)), key=lambda p: p[TCP].dport)
+        stats = lab.finish()
+    assert drops_of(stats) == {"to_own_address": len(unserved)}
+    assert [(p[IP].dst, p[TCP].dport) for p in out] == [(B4[1], 22), (B4[0], 8080)]
+    assert stats["conn_inserts"] == 1
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # DSR and tunnels
 
@@ -844,6 +865,9 @@ def test_explain_names_the_backend_the_data_path_picks(tmp_path, ns):
             assert answer.returncode == 0, answer.stdout + answer.stderr
             assert "service 'web' (nat)" in answer.stdout, answer.stdout
             said[port] = re.search(r"goes to backend ([0-9.]+):8080", answer.stdout).group(1)
+        unserved = subprocess.run([sluicectl, "--prefix", lab.sluice.prefix, "explain", "udp", "203.0.113.1:4000",
+                                   f"{VIP4}:80", "--port", "client"], capture_output=True, text=True, timeout=10)
+        assert f"own address: {VIP4} is sluice's" in unserved.stdout and "(to_own_address)" in unserved.stdout, unserved.stdout
         lab.send("cl0", [from_client(IP(src=c, dst=VIP4) / TCP(sport=p, dport=80, flags="S")) for c, p in flows])
         out = lab.wait_out("server", len(flows))
         lab.finish()
