@@ -12,6 +12,9 @@ from test_lb import (B4, B6, POOL4, POOL6, VIP4, VIP6, Lab, backend, from_client
                      norm)
 
 PAYLOAD = bytes(range(256)) * 11  # 2816 bytes: three fragments of a 1500-byte link
+# wait_out parses every pcap again on each poll (scapy), and the pcaps grow round by round: on a loaded machine
+# that alone has taken longer than wait_out's default 15 s (seen once, while a sanitizer build ran alongside).
+FRAMES_OUT_TIMEOUT = 45
 
 
 def udp_checksum_ok(ip_layer):
@@ -59,7 +62,7 @@ def test_fragmented_udp_through_a_nat_service_both_ways_on_two_workers(tmp_path,
             lab.send("cl0", small)
             lab.send("cl0", big)
             # (the output is one pcap per worker: select this round's frames by family, not by position)
-            out = [(q, f) for q, f in lab.wait_out("server", already + len(small) + len(big)) if f.haslayer(ip)]
+            out = [(q, f) for q, f in lab.wait_out("server", already + len(small) + len(big), timeout=FRAMES_OUT_TIMEOUT) if f.haslayer(ip)]
             # Every fragment left through the worker its flow's first packet went through.
             worker_of = {}
             for queue, frame in out:
@@ -93,7 +96,7 @@ def test_fragmented_udp_through_a_nat_service_both_ways_on_two_workers(tmp_path,
                 replies += [from_server(f) for f in fragments_of(datagram / UDP(sport=53, dport=port) / Raw(PAYLOAD))]
             already = len(lab.out("client"))
             lab.send("sv0", replies)
-            back = reassemble([f for _, f in lab.wait_out("client", already + len(replies)) if f.haslayer(ip)], family)
+            back = reassemble([f for _, f in lab.wait_out("client", already + len(replies), timeout=FRAMES_OUT_TIMEOUT) if f.haslayer(ip)], family)
             assert len(back) == len(clients)
             assert {(norm(d.dst), d[UDP].dport) for d in back} == {(norm(c), 40000 + i) for i, c in enumerate(clients)}
             for d in back:
