@@ -1,6 +1,8 @@
 #include "control/telemetry.hpp"
 
+#include <algorithm>
 #include <mutex>
+#include <string>
 
 #include <rte_ethdev.h>
 #include <rte_telemetry.h>
@@ -173,6 +175,22 @@ int reload_command(const char*, const char*, rte_tel_data* d) {
     return 0;
 }
 
+// A telemetry string holds RTE_TEL_MAX_STRING_LEN - 1 characters and cuts the rest silently: a longer line goes
+// out as several, broken at spaces, the later ones indented under it.
+void add_wrapped_line(rte_tel_data* d, const std::string& line) {
+    constexpr std::size_t kWidth = RTE_TEL_MAX_STRING_LEN - 1;
+    const std::size_t indent = std::min<std::size_t>(line.find_first_not_of(' '), 8) + 4;
+    std::string rest = line;
+    while (rest.size() > kWidth) {
+        std::size_t cut = rest.rfind(' ', kWidth);
+        if (cut == std::string::npos || cut <= indent) cut = kWidth;  // no space to break at: cut the word
+        rte_tel_data_add_array_string(d, rest.substr(0, cut).c_str());
+        const std::size_t next = rest.find_first_not_of(' ', cut);
+        rest = std::string(indent, ' ') + (next == std::string::npos ? "" : rest.substr(next));
+    }
+    rte_tel_data_add_array_string(d, rest.c_str());
+}
+
 // /sluice/explain,PROTO SRC:PORT DST:PORT [PORT]: what the live tables would do with such a packet.
 // /sluice/explain, /sluice/flows, /sluice/dryrun: lines from the control thread.
 int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
@@ -188,7 +206,7 @@ int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
     if (!requester) return -1;
     const std::vector<std::string> lines = requester(params ? params : "");
     rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
-    for (const std::string& line : lines) rte_tel_data_add_array_string(d, line.c_str());  // at most 128 characters each
+    for (const std::string& line : lines) add_wrapped_line(d, line);
     return 0;
 }
 

@@ -868,6 +868,13 @@ def test_explain_names_the_backend_the_data_path_picks(tmp_path, ns):
         unserved = subprocess.run([sluicectl, "--prefix", lab.sluice.prefix, "explain", "udp", "203.0.113.1:4000",
                                    f"{VIP4}:80", "--port", "client"], capture_output=True, text=True, timeout=10)
         assert f"own address: {VIP4} is sluice's" in unserved.stdout and "(to_own_address)" in unserved.stdout, unserved.stdout
+        # A line longer than a telemetry string (127 characters) comes whole, over several lines.
+        pool = subprocess.run([sluicectl, "--prefix", lab.sluice.prefix, "explain", "tcp", f"{B4[0]}:8080",
+                               f"{POOL4}:20000", "--port", "server"], capture_output=True, text=True, timeout=10)
+        said_of_pool = " ".join(line.strip() for line in pool.stdout.splitlines())
+        assert f"load balancer: {POOL4} is a NAT pool address: a reply of the NAT connection holding port 20000 (worker 0), " \
+               "rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)" in said_of_pool, pool.stdout
+        assert all(len(line) <= 127 for line in pool.stdout.splitlines())
         lab.send("cl0", [from_client(IP(src=c, dst=VIP4) / TCP(sport=p, dport=80, flags="S")) for c, p in flows])
         out = lab.wait_out("server", len(flows))
         lab.finish()
