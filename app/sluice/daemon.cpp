@@ -578,7 +578,7 @@ private:
                                                conn_state_name(r.state), r.packets[0], r.packets[1],
                                                r.expires_tsc > now ? (r.expires_tsc - now) / hz : 0);
                 if (r.backend) line += " -> " + backend_name(r.backend - 1) + (r.nat_port ? fmt::format(" nat:{}", r.nat_port) : "");
-                lines.push_back(line.substr(0, 127));
+                lines.push_back(line);
             }
         }
         lines[0] = fmt::format("{} connection(s) match, {} listed", matched, lines.size() - 1);
@@ -591,10 +591,10 @@ private:
         const std::string path = text.empty() ? config_.path : text;
         ConfigResult candidate = load_config_file(path);
         std::vector<std::string> lines;
-        for (const ConfigError& e : candidate.errors) lines.push_back(("error: " + e.to_string()).substr(0, 127));
+        for (const ConfigError& e : candidate.errors) lines.push_back("error: " + e.to_string());
         if (!candidate.config) return lines;
         for (const std::string& change : restart_required_changes(config_, *candidate.config))
-            lines.push_back(("restart needed: " + change).substr(0, 127));
+            lines.push_back("restart needed: " + change);
         std::unique_ptr<Snapshot> next;
         try {
             StableRuleIds ids = stable_rule_ids_;

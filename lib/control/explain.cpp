@@ -101,8 +101,9 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
 
     // As firewall_burst decides a new packet: a pool address first, then sluice's own addresses, before the rules.
     const bool tracking = fw.enabled || lb.enabled();
+    const int32_t found = lb.find_service(t);
     if (tracking && !lb.is_pool_address(t.family, t.dst) &&
-        (lb.find_service(t) == LbTables::kVipUnserved || is_port_address(snapshot, t.family, t.dst))) {
+        (found == LbTables::kVipUnserved || (found == LbTables::kNoVip && is_port_address(snapshot, t.family, t.dst)))) {
         lines.push_back(fmt::format("own address: {} is sluice's, and nothing of sluice's serves this port and protocol:",
                                     to_string(t.dst, t.family)));
         lines.push_back("  a new packet is dropped before the rules (to_own_address); an echo request is answered if allowed");
@@ -138,8 +139,8 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
         lines.push_back(fmt::format("load balancer: {} is a NAT pool address: a reply of the NAT connection holding port {} "
                                     "(worker {}), rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)",
                                     to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
-    } else if (const int32_t s = lb.find_service(t); s >= 0) {
-        const LbService& service = lb.services[static_cast<std::size_t>(s)];
+    } else if (found >= 0) {
+        const LbService& service = lb.services[static_cast<std::size_t>(found)];
         const uint32_t slot = maglev_slot(hash, service.table_size);
         const uint16_t local = service.maglev[slot];
         lines.push_back(fmt::format("load balancer: service '{}' ({}), Maglev slot {} of {}", service.name,

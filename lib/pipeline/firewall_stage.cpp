@@ -302,8 +302,9 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             continue;
         }
         const int32_t service = lb.enabled() && !echo ? lb.find_service(tuples[i]) : LbTables::kNoVip;
+        // (A VIP may also be a port's address: its services' ports are served.)
         if (SLUICE_UNLIKELY(service == LbTables::kVipUnserved ||
-                            (!echo && is_port_address(snapshot, tuples[i].family, tuples[i].dst)))) {
+                            (service == LbTables::kNoVip && !echo && is_port_address(snapshot, tuples[i].family, tuples[i].dst)))) {
             // sluice has no local stack to deliver it to, and forwarding it could loop: the next hop may well route
             // sluice's own address (an announced VIP) straight back.
             fate[i] = Fate::drop;

@@ -499,22 +499,29 @@ def test_pings_of_vips_and_pool_addresses_are_answered_without_a_firewall(tmp_pa
 def test_a_vip_on_a_port_or_protocol_no_service_serves_is_dropped_not_forwarded(tmp_path, ns):
     """Without a firewall, a packet to a VIP that matches no service (another port, another protocol) was forwarded
     to the next hop, which may route the announced VIP straight back. It is dropped as to_own_address; the service's
-    own port is balanced, and other hosts' traffic passes untracked as before."""
+    own port is balanced, and other hosts' traffic passes untracked as before. The client port's addresses are the
+    IPv4 VIP itself (a one-address set-up: its service is still served) and another one (nothing served there). A
+    service on any UDP port of the IPv6 VIP takes every UDP port there, and no TCP."""
     web = service("web", VIP4, 80, "tcp", "nat", [backend(B4[0], port=8080)])
     web6 = service("web6", VIP6, 80, "tcp", "nat", [backend(B6[0], port=8080)])
-    lab = Lab(tmp_path, ns, [web, web6], workers=2)
+    udp6 = service("udp6", VIP6, "any", "udp", "nat", [backend(B6[1])])
+    lab = Lab(tmp_path, ns, [web, web6, udp6], workers=2)
+    lab.config["ports"][0]["addresses"] = [f"{VIP4}/24", "198.51.100.1/24"]
     unserved = [from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=40000, dport=22, flags="S")),
                 from_client(IP(src="203.0.113.7", dst=VIP4) / UDP(sport=40000, dport=80)),
-                from_client(IPv6(src="2001:db8:f::7", dst=VIP6) / TCP(sport=40000, dport=443, flags="S"))]
-    served = from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=40001, dport=80, flags="S"))
+                from_client(IPv6(src="2001:db8:f::7", dst=VIP6) / TCP(sport=40000, dport=443, flags="S")),
+                from_client(IP(src="203.0.113.7", dst="198.51.100.1") / TCP(sport=40000, dport=80, flags="S"))]
+    served = [from_client(IP(src="203.0.113.7", dst=VIP4) / TCP(sport=40001, dport=80, flags="S")),
+              from_client(IPv6(src="2001:db8:f::7", dst=VIP6) / UDP(sport=40001, dport=5353))]
     other = from_client(IP(src="203.0.113.7", dst=B4[1]) / TCP(sport=40002, dport=22, flags="S"))
     with lab:
-        lab.send("cl0", unserved + [served, other])
-        out = sorted((p for _, p in lab.wait_out("server", 2)), key=lambda p: p[TCP].dport)
+        lab.send("cl0", unserved + served + [other])
+        out = lab.wait_out("server", 3)
         stats = lab.finish()
     assert drops_of(stats) == {"to_own_address": len(unserved)}
-    assert [(p[IP].dst, p[TCP].dport) for p in out] == [(B4[1], 22), (B4[0], 8080)]
-    assert stats["conn_inserts"] == 1
+    went = sorted((norm((p[IP] if IP in p else p[IPv6]).dst), (p[TCP] if TCP in p else p[UDP]).dport) for _, p in out)
+    assert went == sorted([(B4[1], 22), (B4[0], 8080), (norm(B6[1]), 5353)])
+    assert stats["conn_inserts"] == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
