@@ -181,21 +181,21 @@ struct FakeMbuf {
     uint8_t* data() { return rte_pktmbuf_mtod(&m, uint8_t*); }
 };
 
+// The one's-complement sum of [from, from + len) plus a start value, folded: 0xffff when a checksum inside verifies.
+uint16_t ones_sum(const uint8_t* from, uint32_t len, uint32_t sum = 0) {
+    for (uint32_t i = 0; i + 1 < len; i += 2) sum += be16(from + i);
+    if (len & 1) sum += uint32_t{from[len - 1]} << 8;
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(sum);
+}
+
 // The L4 checksum over the pseudo-header and the segment [l4_offset, end) verifies.
 bool l4_checksum_valid(const uint8_t* f, const PacketMeta& m, uint32_t end) {
-    uint32_t sum = 0;
-    const auto add = [&](const uint8_t* p, uint32_t len) {
-        for (uint32_t i = 0; i + 1 < len; i += 2) sum += be16(p + i);
-        if (len & 1) sum += uint32_t{p[len - 1]} << 8;
-    };
     const uint8_t* ip = f + m.l3_offset;
     const uint32_t l4_len = end - m.l4_offset;
-    if (v4(m)) add(ip + 12, 8);
-    else add(ip + 8, 32);
-    sum += m.l4_proto + (l4_len & 0xffff) + (l4_len >> 16);
-    add(f + m.l4_offset, l4_len);
-    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    return sum == 0xffff;
+    const uint16_t pseudo = v4(m) ? ones_sum(ip + 12, 8, m.l4_proto + (l4_len & 0xffff) + (l4_len >> 16))
+                                  : ones_sum(ip + 8, 32, m.l4_proto + (l4_len & 0xffff) + (l4_len >> 16));
+    return ones_sum(f + m.l4_offset, l4_len, pseudo) == 0xffff;
 }
 
 void check_nat_rewrite(const uint8_t* f, uint32_t n, const Parsed& p) {
@@ -295,14 +295,6 @@ void check_encapsulate(const uint8_t* f, uint32_t n, const Parsed& p) {
     FUZZ_CHECK(q.tuple == expected, "outer tuple %s", str(q.tuple).c_str());
     if (v4(m)) FUZZ_CHECK(g[15] == f[m.l3_offset + 1], "outer TOS %#x, inner %#x", g[15], f[m.l3_offset + 1]);
     else FUZZ_CHECK(((be16(g + 14) ^ be16(f + m.l3_offset)) & 0x0ff0) == 0, "outer traffic class differs");
-}
-
-// The one's-complement sum of [from, to) plus a start value, folded: 0xffff when a checksum inside verifies.
-uint16_t ones_sum(const uint8_t* from, uint32_t len, uint32_t sum = 0) {
-    for (uint32_t i = 0; i + 1 < len; i += 2) sum += be16(from + i);
-    if (len & 1) sum += uint32_t{from[len - 1]} << 8;
-    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-    return static_cast<uint16_t>(sum);
 }
 
 // Whether a reply sluice built (g, len) verifies: IPv4 header checksum, and the L4 checksum (ICMPv4 has no
