@@ -59,24 +59,31 @@ struct FiveTuple {
 };
 static_assert(sizeof(FiveTuple) == 40);
 
+// Whether the tuple's source is the lower endpoint: the one order of the two endpoints that the symmetric hash and
+// the connection table's canonical key both use.
+inline bool source_is_low(const FiveTuple& t) {
+    if (t.family == IpFamily::ipv4) {
+        const uint32_t a = t.src.words[0], b = t.dst.words[0];
+        return !(a > b || (a == b && t.src_port > t.dst_port));
+    }
+    const int order = std::memcmp(t.src.bytes, t.dst.bytes, 16);
+    return !(order > 0 || (order == 0 && t.src_port > t.dst_port));
+}
+
 // Orders the two endpoints before hashing, so hash(t) == hash(t.reversed()) for every tuple: the RX lcore needs no
 // state to send a reply to the worker that saw the request. CRC32C (SSE4.2) is a few cycles per 4-byte word.
 inline uint32_t symmetric_flow_hash(const FiveTuple& t) {
     const uint32_t seed = (uint32_t{t.proto} << 8) | static_cast<uint32_t>(t.family);
+    const bool swap = !source_is_low(t);
+    const uint32_t ports = swap ? (uint32_t{t.dst_port} << 16 | t.src_port) : (uint32_t{t.src_port} << 16 | t.dst_port);
     if (t.family == IpFamily::ipv4) {
         const uint32_t a = t.src.words[0], b = t.dst.words[0];
-        const bool swap = a > b || (a == b && t.src_port > t.dst_port);
-        const uint32_t lo = swap ? b : a, hi = swap ? a : b;
-        const uint32_t ports = swap ? (uint32_t{t.dst_port} << 16 | t.src_port) : (uint32_t{t.src_port} << 16 | t.dst_port);
-        uint32_t h = rte_hash_crc_4byte(lo, seed);
-        h = rte_hash_crc_4byte(hi, h);
+        uint32_t h = rte_hash_crc_4byte(swap ? b : a, seed);
+        h = rte_hash_crc_4byte(swap ? a : b, h);
         return rte_hash_crc_4byte(ports, h);
     }
-    const int order = std::memcmp(t.src.bytes, t.dst.bytes, 16);
-    const bool swap = order > 0 || (order == 0 && t.src_port > t.dst_port);
     const IpAddress& lo = swap ? t.dst : t.src;
     const IpAddress& hi = swap ? t.src : t.dst;
-    const uint32_t ports = swap ? (uint32_t{t.dst_port} << 16 | t.src_port) : (uint32_t{t.src_port} << 16 | t.dst_port);
     uint32_t h = rte_hash_crc_8byte(lo.quads[0], seed);
     h = rte_hash_crc_8byte(lo.quads[1], h);
     h = rte_hash_crc_8byte(hi.quads[0], h);

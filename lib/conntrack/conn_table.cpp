@@ -44,16 +44,6 @@ uint32_t key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) 
     return symmetric_flow_hash(*static_cast<const FiveTuple*>(key));
 }
 
-// Whether the tuple's source is the lower endpoint, ordered exactly as symmetric_flow_hash orders them.
-inline bool source_is_low(const FiveTuple& t) {
-    if (t.family == IpFamily::ipv4) {
-        const uint32_t a = t.src.words[0], b = t.dst.words[0];
-        return !(a > b || (a == b && t.src_port > t.dst_port));
-    }
-    const int order = std::memcmp(t.src.bytes, t.dst.bytes, 16);
-    return !(order > 0 || (order == 0 && t.src_port > t.dst_port));
-}
-
 inline bool is_tcp_state(ConnState s) { return s <= ConnState::tcp_close; }
 
 uint32_t timeout_seconds(const ConnTimeouts& t, ConnState s) {
@@ -232,30 +222,33 @@ bool ConnTable::key_at(int32_t index, FiveTuple& key) const {
     return true;
 }
 
-bool ConnTable::is_reply(int32_t index, const FiveTuple& tuple) const {
-    return source_is_low(tuple) != (entries_[index].initiator_is_low != 0);
-}
-
 TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint32_t bytes,
                                         uint64_t now_tsc) {
     ConnEntry& e = entries_[index];
     bool refresh = true;
-    if (SLUICE_UNLIKELY(e.flags & kConnFlagOneWay) && is_tcp_state(e.state)) {
-        if (tcp_flags & tcp::kRst) e.state = ConnState::tcp_close;
-        else if (tcp_flags & tcp::kSyn) e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
-        else if (tcp_flags & tcp::kFin) e.state = ConnState::tcp_fin_wait;
-        else if (e.state == ConnState::tcp_syn_sent) e.state = ConnState::tcp_established;
-    } else if (is_tcp_state(e.state)) {
-        const tcp::Transition t = tcp::step(e.state, e.flags, reply, tcp::classify(tcp_flags));
-        if (t.step == tcp::Step::invalid) return TrackVerdict::invalid;
-        if (t.step == tcp::Step::advance) {
-            e.state = t.state;
-            e.flags = static_cast<uint8_t>((e.flags & ~tcp::kSubStateFlags) | t.flags);
-        } else {
-            refresh = false;
+    // Most packets: a segment with ACK alone (PSH, URG, ECE, CWR aside) on an established connection, one-way or
+    // not, or a datagram of a UDP flow with replies. Neither the state table nor the one-way rules move the state.
+    const bool steady = (e.state == ConnState::tcp_established &&
+                         (tcp_flags & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) == tcp::kAck) ||
+                        e.state == ConnState::udp_replied;
+    if (SLUICE_UNLIKELY(!steady)) {
+        if (SLUICE_UNLIKELY(e.flags & kConnFlagOneWay) && is_tcp_state(e.state)) {
+            if (tcp_flags & tcp::kRst) e.state = ConnState::tcp_close;
+            else if (tcp_flags & tcp::kSyn) e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
+            else if (tcp_flags & tcp::kFin) e.state = ConnState::tcp_fin_wait;
+            else if (e.state == ConnState::tcp_syn_sent) e.state = ConnState::tcp_established;
+        } else if (is_tcp_state(e.state)) {
+            const tcp::Transition t = tcp::step(e.state, e.flags, reply, tcp::classify(tcp_flags));
+            if (t.step == tcp::Step::invalid) return TrackVerdict::invalid;
+            if (t.step == tcp::Step::advance) {
+                e.state = t.state;
+                e.flags = static_cast<uint8_t>((e.flags & ~tcp::kSubStateFlags) | t.flags);
+            } else {
+                refresh = false;
+            }
+        } else if (e.state == ConnState::udp_unreplied && reply) {
+            e.state = ConnState::udp_replied;
         }
-    } else if (e.state == ConnState::udp_unreplied && reply) {
-        e.state = ConnState::udp_replied;
     }
     e.packets[reply] += 1;
     e.bytes[reply] += bytes;

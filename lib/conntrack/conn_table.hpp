@@ -171,7 +171,9 @@ public:
     const ConnEntry& entry(int32_t index) const { return entries_[index]; }
 
     // True when tuple travels from the responder to the initiator of connection index.
-    bool is_reply(int32_t index, const FiveTuple& tuple) const;
+    bool is_reply(int32_t index, const FiveTuple& tuple) const {
+        return source_is_low(tuple) != (entries_[index].initiator_is_low != 0);
+    }
 
     // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for
     // other protocols), counts it, and pushes the expiry out by the new state's timeout. invalid: the packet makes

@@ -56,6 +56,13 @@ public:
         }
     }
 
+    // Puts the connection back into established, as a handshake leaves it, without a segment.
+    void reset_to_established() {
+        ConnEntry& e = table_.entry(index_);
+        e.state = ConnState::tcp_established;
+        e.flags = static_cast<uint8_t>(e.flags & ~tcp::kSubStateFlags);
+    }
+
     ConnState state() const { return table_.entry(index_).state; }
     const ConnEntry& entry() const { return table_.entry(index_); }
     uint64_t now() const { return now_; }
@@ -282,6 +289,29 @@ TEST_CASE("TCP: the state table stays within TCP states", "[conntrack]") {
     }
     // A non-TCP state never goes through the table.
     CHECK(tcp::step(ConnState::udp_replied, 0, false, tcp::Kind::ack).step == tcp::Step::invalid);
+}
+
+TEST_CASE("TCP: an established connection takes every flag byte as the state table says", "[conntrack]") {
+    // track() settles ACK-only segments of established connections without the table (the common case): for every
+    // flag byte, in both directions, it must give what tcp::step gives.
+    TcpConn c;
+    c.play(kHandshake);
+    for (int flags = 0; flags <= 0xff; ++flags) {
+        for (Dir dir : {O, R}) {
+            c.reset_to_established();
+            const uint64_t expiry_before = c.entry().expires_tsc;
+            const uint64_t packets_before = c.entry().packets[dir == R];
+            const tcp::Transition t =
+                tcp::step(ConnState::tcp_established, 0, dir == R, tcp::classify(static_cast<uint8_t>(flags)));
+            INFO("flags 0x" << std::hex << flags << std::dec << " from " << (dir == O ? "initiator" : "responder"));
+            const TrackVerdict verdict = c.send(dir, static_cast<uint8_t>(flags));
+            REQUIRE((verdict == TrackVerdict::invalid) == (t.step == tcp::Step::invalid));
+            REQUIRE(c.state() == t.state);
+            REQUIRE((c.entry().flags & tcp::kSubStateFlags) == t.flags);
+            REQUIRE((c.entry().expires_tsc != expiry_before) == (t.step == tcp::Step::advance));
+            REQUIRE(c.entry().packets[dir == R] == packets_before + (t.step == tcp::Step::invalid ? 0 : 1));
+        }
+    }
 }
 
 TEST_CASE("TCP: flag classification", "[conntrack]") {
