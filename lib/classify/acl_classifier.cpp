@@ -278,12 +278,6 @@ rte_acl_ctx* build_context(const std::vector<AclRule<F>>& acl_rules, int socket_
                                  (rc == -ENOMEM ? std::string(" (the tries did not fit in the memory DPDK has free; "
                                                               "fewer or simpler rules, or more hugepages, will help)")
                                                 : std::string()));
-    // rte_acl_create picks the widest method the CPU has (AVX512X16 on an AVX-512 CPU). With bursts of 32, SSE was
-    // faster up to 1k rules here and AVX512X16 only at 10k (tests/bench/firewall.sh: raw ~94-115 vs 150-185
-    // cycles/packet at 10 and 1k rules), so small rule sets use SSE. The differential test checks every method.
-    if (acl_rules.size() <= kSseMaxRules && rte_acl_set_ctx_classify(ctx.get(), RTE_ACL_CLASSIFY_SSE) != 0) {
-        // SSE unavailable: keep rte_acl's choice.
-    }
     return ctx.release();
 }
 
@@ -333,6 +327,12 @@ AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, in
     } else {
         throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
     }
+    // rte_acl_create picks the widest method the CPU has (AVX512X16 on an AVX-512 CPU). With bursts of 32, SSE was
+    // faster up to 1k rules on the Intel VM and AVX512X16 only at 10k (tests/bench/firewall.sh: raw ~94-115 vs
+    // 150-185 cycles/packet at 10 and 1k rules), so small rule sets use SSE where the CPU has it (else rte_acl's
+    // choice stays). The differential test checks every method.
+    if (ctx_ && expanded_ <= kSseMaxRules && rte_acl_set_ctx_classify(ctx_, RTE_ACL_CLASSIFY_SSE) == 0)
+        method_ = RTE_ACL_CLASSIFY_SSE;
 }
 
 AclClassifier::~AclClassifier() { rte_acl_free(ctx_); }

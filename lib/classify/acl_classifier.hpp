@@ -33,12 +33,16 @@ public:
     IpFamily family() const { return family_; }
     std::size_t rule_count() const { return rule_count_; }          // rules given
     std::size_t expanded_rule_count() const { return expanded_; }   // rte_acl rules after expanding lists
+    // The rte_acl_classify_alg that classify() runs: RTE_ACL_CLASSIFY_SSE for small rule sets, or 0
+    // (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays.
+    int classify_method() const { return method_; }
 
 private:
     IpFamily family_;
     rte_acl_ctx* ctx_ = nullptr;
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
+    int method_ = 0;
 };
 
 }  // namespace sluice

@@ -83,7 +83,7 @@ def report(work, doc, record, machine_extra, command, acl_others):
         best = min(med, key=med.get) if med else None
         sl = cl.get(f"classify-{n}")
         rows.append((f"classify {label(n)} rules, 64k-tuple trace: AclClassifier::classify, "
-                     f"{default} (rte_acl's pick)", "cycles/pkt",
+                     f"{default} (what sluice runs)", "cycles/pkt",
                      f"dpdk-test-acl, best algorithm ({best}), best of {len(acl[best])} runs" if best else "dpdk-test-acl (no figure)",
                      med.get(best), num(sl["sluice_median"]) if sl else None))
         for alg in sorted(set(med) | {r["id"].rsplit("-", 1)[-1] for r in cl.values() if r["id"] != f"classify-{n}"} | {default},
@@ -109,7 +109,7 @@ def report(work, doc, record, machine_extra, command, acl_others):
     for m, u, rl, ref, s in rows:
         print(f"{m:<100} {u:<11} {rl:<36} {fmt(ref):>8} {fmt(s):>8} {fmt(ratio(ref, s)):>6}")
     if per_alg:
-        print("\nclassify per algorithm, cycles/pkt (* = the one rte_acl_create picks here, which sluice runs):")
+        print("\nclassify per algorithm, cycles/pkt (* = the one AclClassifier runs):")
         print(f"{'rules':>6} {'algorithm':<12} {'dpdk-test-acl':>14} {'raw rte_acl':>12} {'AclClassifier':>14}")
         for n, alg, a, raw, wrapped in per_alg:
             print(f"{n:>6} {alg:<12} {fmt(a):>14} {fmt(raw):>12} {fmt(wrapped):>14}")

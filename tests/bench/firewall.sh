@@ -11,7 +11,7 @@
 #    contexts); the reference is the best algorithm's quickest run (it times a whole run, preemptions included,
 #    where sluice_bench leaves preempted bursts out). Each tool runs on the CPU that was idlest just before.
 # 3. sluice_bench --rules/--trace on the same files: AclClassifier::classify (and raw rte_acl_classify on the same
-#    context) for every algorithm; sluice's figure is the algorithm rte_acl_create picks, i.e. what sluice runs.
+#    context) for every algorithm; sluice's figure is the algorithm AclClassifier runs (AclClassifier::classify_method).
 # 4. sluice_bench for the rest: parse_burst vs rte_net_get_ptype; firewall_burst on packets of tracked
 #    connections with 10k rules vs 10 rules (and firewall + forward vs forward alone) at 1k, 100k and 1M
 #    connections; new connections per second vs the 2 M/s per-worker target; bytes per tracked connection vs

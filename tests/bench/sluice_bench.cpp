@@ -1119,7 +1119,7 @@ struct AlgName {
     const char* name;
 };
 // rte_acl's own order of preference (acl_get_best_alg in lib/acl/rte_acl.c): the first one the CPU and the EAL's
-// max SIMD bitwidth allow is what rte_acl_create picks, hence what sluice runs.
+// max SIMD bitwidth allow is what rte_acl_create picks, which sluice runs unless AclClassifier chose another.
 constexpr AlgName kAlgs[] = {
     {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32"}, {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16"},
     {RTE_ACL_CLASSIFY_AVX2, "avx2"},           {RTE_ACL_CLASSIFY_SSE, "sse"},
@@ -1218,14 +1218,18 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
         std::printf("WARNING: raw rte_acl results differ: the search-key layout copied from acl_classifier.cpp has "
                     "drifted; the in-process reference is left out\n");
 
-    const AlgName* default_alg = nullptr;
+    // sluice's figure is the method AclClassifier runs: its own choice, else the first one rte_acl_create can pick.
+    const AlgName* sluice_alg = nullptr;
+    for (const AlgName& a : kAlgs)
+        if (!sluice_alg && (acl->classify_method() == 0 ? rte_acl_set_ctx_classify(ctx, a.alg) == 0
+                                                        : static_cast<int>(a.alg) == acl->classify_method()))
+            sluice_alg = &a;
     for (const AlgName& a : kAlgs) {
         if (rte_acl_set_ctx_classify(ctx, a.alg) != 0) continue;
-        if (!default_alg) default_alg = &a;
         auto r = interleaved(o.reps, {pass_raw, pass_wrapped});
-        const bool is_default = default_alg == &a;
+        const bool is_default = sluice_alg == &a;
         table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (is_default ? "" : std::string("-") + a.name),
-                      .measurement = "classify " + label + ", " + a.name + (is_default ? " (default here)" : ""),
+                      .measurement = "classify " + label + ", " + a.name + (is_default ? " (sluice's)" : ""),
                       .unit = "cycles/pkt",
                       .reference = "raw rte_acl_classify, same context",
                       .ref = stat_of(r[0]),
@@ -1233,8 +1237,8 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
                       .has_ref = raw_valid});
         if (is_default) meta.emplace_back("acl_default_alg", a.name);
     }
-    // Leave the context as rte_acl_create made it.
-    if (default_alg) rte_acl_set_ctx_classify(ctx, default_alg->alg);
+    // Leave the context as AclClassifier set it.
+    if (sluice_alg) rte_acl_set_ctx_classify(ctx, sluice_alg->alg);
 }
 
 // Rules and trace read from files (--rules/--trace), before the EAL starts so that a bad file fails fast.

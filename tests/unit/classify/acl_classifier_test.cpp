@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 
+#include <rte_acl.h>
 #include <rte_memory.h>
 
 #include "classify/acl_classifier.hpp"
@@ -161,6 +162,23 @@ TEST_CASE("acl: lists expand to their cross product", "[classify]") {
         {"icmp ignores port lists", tuple4(IPPROTO_ICMP, "192.0.3.5", "203.0.113.10", 0x0101, 0x0101), 7, 1},
     };
     check_cases(c, rules, cases);
+}
+
+TEST_CASE("acl: small rule sets classify with SSE, large ones with rte_acl's own pick", "[classify]") {
+    // sluice_bench reports the method classify_method() names: it must be the one the context runs.
+    Rule small = make_rule("small", IpFamily::ipv4, IPPROTO_UDP);
+    small.destinations = {prefix4("203.0.113.10", 32)};
+    const AclClassifier few(IpFamily::ipv4, {small}, SOCKET_ID_ANY, "t4_method_few");
+    CHECK(few.classify_method() == RTE_ACL_CLASSIFY_SSE);
+
+    Rule large = make_rule("large", IpFamily::ipv4, IPPROTO_UDP);
+    for (int a = 0; a < 65; ++a) large.sources.push_back(prefix4(("10.0." + std::to_string(a) + ".0").c_str(), 24));
+    for (int b = 0; b < 64; ++b) large.destinations.push_back(prefix4(("192.0.2." + std::to_string(b)).c_str(), 32));
+    const AclClassifier many(IpFamily::ipv4, {large}, SOCKET_ID_ANY, "t4_method_many");
+    REQUIRE(many.expanded_rule_count() == 65 * 64);
+    CHECK(many.classify_method() == RTE_ACL_CLASSIFY_DEFAULT);
+    CHECK(classify_one(many, tuple4(IPPROTO_UDP, "10.0.64.1", "192.0.2.63", 9, 53), 0) == 0);
+    CHECK(classify_one(many, tuple4(IPPROTO_UDP, "10.0.65.1", "192.0.2.63", 9, 53), 0) == kNone);
 }
 
 TEST_CASE("acl: fragments carry ports 0 and match only rules whose ranges include 0", "[classify]") {
