@@ -13,6 +13,7 @@ packages=(
   python3-scapy python3-pytest python3-yaml systemd iproute2 iputils-ping ethtool tcpdump curl procps
   bird2  # BGP for the scale-out lab (deploy/lab/ecmp.sh) and the example in deploy/bird/
   nftables iperf3  # tests/bench/kernel_compare.sh: the kernel doing sluice's job, side by side
+  prometheus  # promtool: tests/integration/test_deploy_files.py checks the alert rules and the dashboard's queries
 )
 
 say() { printf 'install-deps: %s\n' "$*"; }
@@ -30,6 +31,11 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Only promtool is wanted: the server Debian's package enables and starts is stopped again, unless it was here
+  # before this run (then it is someone's, and left alone).
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || say "WARNING: could not stop the prometheus server the package started"
+  fi
 else
   say "all ${#packages[@]} packages already installed"
 fi
