@@ -167,6 +167,15 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
         else
             rte_prefetch0(&entries_[positions[i]]);  // track() comes next: overlap the burst's entry misses
     }
+    // A NAT reply finds the alias, and track() then needs the connection's own entry: read the aliases' peers in
+    // a loop of their own, so that their misses overlap too instead of each following its alias's miss. (A table
+    // without aliases skips the loop: it would only wait for the entries earlier.)
+    if (aliases_ == 0) return;
+    for (uint32_t i = 0; i < count; ++i) {
+        if (positions[i] < 0) continue;
+        const ConnEntry& e = entries_[positions[i]];
+        if (e.flags & kConnFlagAlias) rte_prefetch0(&entries_[e.peer]);
+    }
 }
 
 int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index,
@@ -212,6 +221,7 @@ int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t p
     e.flags = kConnFlagLive | kConnFlagAlias;
     entries_[primary].peer = static_cast<uint32_t>(pos);
     ++size_;
+    ++aliases_;
     return pos;
 }
 
@@ -329,6 +339,7 @@ void ConnTable::remove_key(int32_t index) {
         [[maybe_unused]] const int32_t deleted = rte_hash_del_key_with_hash(hash_, k, symmetric_flow_hash(*k));
         assert(deleted == index);
     }
+    if (e.flags & kConnFlagAlias) --aliases_;
     e.flags = 0;
     --size_;
 }
