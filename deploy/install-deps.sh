@@ -31,10 +31,16 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # Only promtool is wanted: the server Debian's package enables and starts is stopped again, unless it was here
-  # before this run (then it is someone's, and left alone).
-  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
-    systemctl disable --now prometheus.service >/dev/null 2>&1 || say "WARNING: could not stop the prometheus server the package started"
+  # Only promtool is wanted: the server Debian's package enables and starts is stopped and disabled again, unless
+  # it was here before this run (then it is someone's, and left alone).
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now prometheus.service >/dev/null 2>&1 || say "WARNING: could not stop the prometheus server the package started"
+    else
+      # sysvinit, or a container whose policy-rc.d kept it from starting (then stop refuses: nothing runs)
+      update-rc.d prometheus disable >/dev/null 2>&1 || true
+      invoke-rc.d prometheus stop >/dev/null 2>&1 || true
+    fi
   fi
 else
   say "all ${#packages[@]} packages already installed"

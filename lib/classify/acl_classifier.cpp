@@ -19,7 +19,7 @@ namespace sluice {
 
 namespace {
 
-// Up to this many expanded rules, classify with SSE rather than rte_acl's widest method (see build_context).
+// Up to this many expanded rules, classify with SSE rather than rte_acl's widest method (see the constructor).
 constexpr std::size_t kSseMaxRules = 4096;
 
 

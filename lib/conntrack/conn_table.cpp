@@ -237,7 +237,8 @@ TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_f
     ConnEntry& e = entries_[index];
     bool refresh = true;
     // Most packets: a segment with ACK alone (PSH, URG, ECE, CWR aside) on an established connection, one-way or
-    // not, or a datagram of a UDP flow with replies. Neither the state table nor the one-way rules move the state.
+    // not, or a datagram of a UDP flow with replies. Neither the state table nor the one-way rules move the state,
+    // and established carries no sub-state bits (every move into it writes 0), so there are none to clear here.
     const bool steady = (e.state == ConnState::tcp_established &&
                          (tcp_flags & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) == tcp::kAck) ||
                         e.state == ConnState::udp_replied;

@@ -215,7 +215,7 @@ private:
     uint32_t capacity_ = 0;
     uint32_t slots_ = 0;  // entries_ length: every position rte_hash can return is below it
     uint32_t size_ = 0;
-    uint32_t aliases_ = 0;  // of size_
+    uint32_t aliases_ = 0;  // NAT aliases among size_ (none: lookup_bulk skips prefetching their peers)
     uint32_t expire_cursor_ = 0;
     uint64_t tsc_hz_ = 0;
     uint64_t timeout_tsc_[static_cast<std::size_t>(ConnState::count)] = {};

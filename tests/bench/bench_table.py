@@ -70,7 +70,7 @@ def report(work, doc, record, machine_extra, command, acl_others):
         if not os.path.exists(path):
             continue
         meta, cl = read_tsv(path)
-        default = meta.get("acl_default_alg", "?")
+        default = meta.get("acl_sluice_alg", "?")  # the method AclClassifier runs
         acl = {}
         for f in glob.glob(os.path.join(work, f"acl-{n}-*-run*.txt.cycles")):
             alg = re.search(rf"acl-{n}-(\w+)-run", os.path.basename(f)).group(1)

@@ -1218,24 +1218,29 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
         std::printf("WARNING: raw rte_acl results differ: the search-key layout copied from acl_classifier.cpp has "
                     "drifted; the in-process reference is left out\n");
 
-    // sluice's figure is the method AclClassifier runs: its own choice, else the first one rte_acl_create can pick.
+    // sluice's figure is the method AclClassifier runs: the one it set, else rte_acl_create's pick, which is the
+    // first in kAlgs that the context accepts (trying them changes the context: restored below).
     const AlgName* sluice_alg = nullptr;
-    for (const AlgName& a : kAlgs)
-        if (!sluice_alg && (acl->classify_method() == 0 ? rte_acl_set_ctx_classify(ctx, a.alg) == 0
-                                                        : static_cast<int>(a.alg) == acl->classify_method()))
+    for (const AlgName& a : kAlgs) {
+        const bool runs = acl->classify_method() != 0 ? static_cast<int>(a.alg) == acl->classify_method()
+                                                      : rte_acl_set_ctx_classify(ctx, a.alg) == 0;
+        if (runs) {
             sluice_alg = &a;
+            break;
+        }
+    }
     for (const AlgName& a : kAlgs) {
         if (rte_acl_set_ctx_classify(ctx, a.alg) != 0) continue;
         auto r = interleaved(o.reps, {pass_raw, pass_wrapped});
-        const bool is_default = sluice_alg == &a;
-        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (is_default ? "" : std::string("-") + a.name),
-                      .measurement = "classify " + label + ", " + a.name + (is_default ? " (sluice's)" : ""),
+        const bool sluices = sluice_alg == &a;
+        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (sluices ? "" : std::string("-") + a.name),
+                      .measurement = "classify " + label + ", " + a.name + (sluices ? " (sluice's)" : ""),
                       .unit = "cycles/pkt",
                       .reference = "raw rte_acl_classify, same context",
                       .ref = stat_of(r[0]),
                       .sluice = stat_of(r[1]),
                       .has_ref = raw_valid});
-        if (is_default) meta.emplace_back("acl_default_alg", a.name);
+        if (sluices) meta.emplace_back("acl_sluice_alg", a.name);
     }
     // Leave the context as AclClassifier set it.
     if (sluice_alg) rte_acl_set_ctx_classify(ctx, sluice_alg->alg);
