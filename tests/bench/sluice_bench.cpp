@@ -1232,15 +1232,15 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
     for (const AlgName& a : kAlgs) {
         if (rte_acl_set_ctx_classify(ctx, a.alg) != 0) continue;
         auto r = interleaved(o.reps, {pass_raw, pass_wrapped});
-        const bool sluices = sluice_alg == &a;
-        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (sluices ? "" : std::string("-") + a.name),
-                      .measurement = "classify " + label + ", " + a.name + (sluices ? " (sluice's)" : ""),
+        const bool runs_in_sluice = sluice_alg == &a;
+        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (runs_in_sluice ? "" : std::string("-") + a.name),
+                      .measurement = "classify " + label + ", " + a.name + (runs_in_sluice ? " (sluice's)" : ""),
                       .unit = "cycles/pkt",
                       .reference = "raw rte_acl_classify, same context",
                       .ref = stat_of(r[0]),
                       .sluice = stat_of(r[1]),
                       .has_ref = raw_valid});
-        if (sluices) meta.emplace_back("acl_sluice_alg", a.name);
+        if (runs_in_sluice) meta.emplace_back("acl_sluice_alg", a.name);
     }
     // Leave the context as AclClassifier set it.
     if (sluice_alg) rte_acl_set_ctx_classify(ctx, sluice_alg->alg);
