@@ -4,6 +4,7 @@
 #include <mutex>
 #include <string>
 
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_telemetry.h>
 
@@ -66,6 +67,8 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
         rte_tel_data_add_dict_u64(d, ("drop/" + std::string(kDropReasonInfo[r].name)).c_str(), totals.drops[r]);
     rte_tel_data_add_dict_u64(d, "polls", totals.polls);
     rte_tel_data_add_dict_u64(d, "busy_polls", totals.busy_polls);
+    rte_tel_data_add_dict_u64(d, "busy_cycles", totals.busy_cycles);
+    rte_tel_data_add_dict_u64(d, "tsc_hz", rte_get_tsc_hz());
     rte_tel_data_add_dict_u64(d, "ring_enqueued", totals.ring_enqueued);
     rte_tel_data_add_dict_u64(d, "ring_dequeued", totals.ring_dequeued);
     rte_tel_data_add_dict_u64(d, "ring_backlog", g_view->dataplane->ring_backlog());

@@ -6,6 +6,7 @@
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 
 #include "dpdk/mempool.hpp"
@@ -74,11 +75,14 @@ public:
             sample(drops, {{"reason", std::string(kDropReasonInfo[r].name)}}, static_cast<double>(totals.drops[r]));
 
         MetricFamily& polls = family("sluice_lcore_polls_total", "Poll loop iterations (the lcore heartbeat)", MetricType::Counter);
-        MetricFamily& busy = family("sluice_lcore_busy_polls_total", "Poll loop iterations that moved packets; busy ratio = rate(busy)/rate(polls)", MetricType::Counter);
+        MetricFamily& busy = family("sluice_lcore_busy_polls_total", "Poll loop iterations that moved packets", MetricType::Counter);
+        MetricFamily& busy_seconds = family("sluice_lcore_busy_seconds_total", "Time the poll loop spent in iterations that moved packets; rate() is the lcore's load, 0 to 1", MetricType::Counter);
+        const double tsc_hz = static_cast<double>(rte_get_tsc_hz());
         dp.for_each_lcore([&](const LcoreContext& ctx) {
             const std::string id = std::to_string(ctx.lcore_id);
             sample(polls, {{"lcore", id}}, static_cast<double>(counter_read(ctx.counters.polls)));
             sample(busy, {{"lcore", id}}, static_cast<double>(counter_read(ctx.counters.busy_polls)));
+            sample(busy_seconds, {{"lcore", id}}, static_cast<double>(counter_read(ctx.counters.busy_cycles)) / tsc_hz);
         });
         MetricFamily& ring_used = family("sluice_ring_packets", "Packets waiting in a worker's input ring", MetricType::Gauge);
         MetricFamily& ring_size = family("sluice_ring_capacity", "Capacity of a worker's input ring", MetricType::Gauge);

@@ -6,6 +6,7 @@ void CounterTotals::add(const LcoreCounters& c) {
     for (std::size_t i = 0; i < kDropReasonCount; ++i) drops[i] += counter_read(c.drops[i]);
     polls += counter_read(c.polls);
     busy_polls += counter_read(c.busy_polls);
+    busy_cycles += counter_read(c.busy_cycles);
     ring_enqueued += counter_read(c.ring_enqueued);
     ring_dequeued += counter_read(c.ring_dequeued);
     conn_inserts += counter_read(c.conn_inserts);

@@ -23,6 +23,7 @@ struct alignas(kCacheLine) LcoreCounters {
     std::array<uint64_t, kDropReasonCount> drops{};
     uint64_t polls = 0;         // loop iterations: the heartbeat
     uint64_t busy_polls = 0;    // iterations that moved at least one packet
+    uint64_t busy_cycles = 0;   // TSC cycles those iterations took, whole: busy share = busy_cycles / (seconds x TSC Hz)
     uint64_t ring_enqueued = 0; // handed to another worker
     uint64_t ring_dequeued = 0;
     uint64_t conn_inserts = 0;    // connections this worker started tracking
@@ -50,6 +51,7 @@ struct CounterTotals {
     std::array<uint64_t, kDropReasonCount> drops{};
     uint64_t polls = 0;
     uint64_t busy_polls = 0;
+    uint64_t busy_cycles = 0;
     uint64_t ring_enqueued = 0;
     uint64_t ring_dequeued = 0;
     uint64_t conn_inserts = 0;

@@ -101,7 +101,7 @@ def test_alerts_cover_what_an_operator_must_know():
     joined = "\n".join(exprs.values())
     for needle in ('up{job="sluice"} == 0', "sluice_drops_total", "sluice_port_rx_missed_total",
                    "sluice_port_rx_nombuf_total", "sluice_config_last_reload_success == 0",
-                   "rate(sluice_lcore_polls_total[1m]) == 0", "sluice_lcore_busy_polls_total",
+                   "rate(sluice_lcore_polls_total[1m]) == 0", "sluice_lcore_busy_seconds_total",
                    "sluice_ring_packets / sluice_ring_capacity", "sluice_mempool_mbufs_in_use / sluice_mempool_mbufs",
                    "sluice_port_link_up == 0", "sluice_conntrack_entries / sluice_conntrack_capacity"):
         assert needle in joined, f"no alert uses {needle}"
@@ -134,7 +134,7 @@ def test_dashboard_is_json_with_panels_and_variables():
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
     titles = " | ".join(p["title"].lower() for p in panels)
-    for subject in ("packets/s", "bits/s", "drops by reason", "busy ratio", "poll rate", "ring fill", "mempool",
+    for subject in ("packets/s", "bits/s", "drops by reason", "lcore load", "poll rate", "ring fill", "mempool",
                     "reloads", "last reload", "running config", "link"):
         assert subject in titles, f"no panel about {subject}: {titles}"
 
@@ -224,9 +224,9 @@ def severity(alert):
 def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
     gw = 'job="sluice", instance="gw"'
     tests = [scenario(alert, *args) for alert, args in ALERT_SCENARIOS.items()]
-    tests.append(scenario("SluiceLcoreSaturated", f'sluice_lcore_busy_polls_total{{{gw}, lcore="1"}}', "0+950x200", "15m",
-                          {"instance": "gw", "lcore": "1"},
-                          [{"series": f'sluice_lcore_polls_total{{{gw}, lcore="1"}}', "values": "0+1000x200"}]))
+    # 4.75 s busy per 5 s sample: 95% of the time.
+    tests.append(scenario("SluiceLcoreSaturated", f'sluice_lcore_busy_seconds_total{{{gw}, lcore="1"}}', "0+4.75x200", "15m",
+                          {"instance": "gw", "lcore": "1"}))
     tests.append(scenario("SluiceConntrackTableNearlyFull", f'sluice_conntrack_entries{{{gw}, worker="0"}}', "950000x100", "6m",
                           {"job": "sluice", "instance": "gw", "worker": "0"},
                           [{"series": f'sluice_conntrack_capacity{{{gw}, worker="0"}}', "values": "1000000x100"}]))
@@ -249,7 +249,7 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
         {"series": f'up{{{gw}}}', "values": "1x80"},
         {"series": f'sluice_config_last_reload_success{{{gw}}}', "values": "1x80"},
         {"series": f'sluice_lcore_polls_total{{{gw}, lcore="1"}}', "values": "0+1000x80"},
-        {"series": f'sluice_lcore_busy_polls_total{{{gw}, lcore="1"}}', "values": "0+100x80"},
+        {"series": f'sluice_lcore_busy_seconds_total{{{gw}, lcore="1"}}', "values": "0+2x80"},
         {"series": f'sluice_port_link_up{{{gw}, port="lan"}}', "values": "1x80"},
         {"series": f'sluice_port_rx_missed_total{{{gw}, port="lan"}}', "values": "0x80"},
         {"series": f'sluice_port_rx_packets_total{{{gw}, port="lan"}}', "values": "0+1000x80"},

@@ -2,6 +2,7 @@
 
 import re
 import socket
+import time
 import urllib.request
 
 from scapy.all import IP, UDP, Ether, IPv6, wrpcap
@@ -45,9 +46,13 @@ def test_metrics_match_the_packets_sent(tmp_path):
         "forward": [{"from": "wan", "to": "lan", "next_hop_mac": "02:00:00:00:00:02"}],
     }
     sluice = Sluice(tmp_path, config)
+    started = time.monotonic()
     with sluice:
         sluice.wait_accounted(len(good) + len(expired))
         text = scrape(port)
+        lifetime = time.monotonic() - started
+        time.sleep(0.5)
+        idle_text = scrape(port)  # nothing arrives any more: only empty polls, which are not busy time
         assert sluice.stop() == 0, sluice.log()
 
     assert value(text, "sluice_port_rx_packets_total", port="wan") == len(good) + len(expired)
@@ -58,6 +63,10 @@ def test_metrics_match_the_packets_sent(tmp_path):
     assert value(text, "sluice_drops_total", reason="no_route") == 0
     assert value(text, "sluice_port_link_up", port="wan") == 1
     assert value(text, "sluice_lcore_polls_total", lcore="1") > 0
+    busy = value(text, "sluice_lcore_busy_seconds_total", lcore="1")
+    assert 0 < busy < lifetime
+    assert value(idle_text, "sluice_lcore_busy_seconds_total", lcore="1") == busy
+    assert value(idle_text, "sluice_lcore_polls_total", lcore="1") > value(text, "sluice_lcore_polls_total", lcore="1")
     assert value(text, "sluice_ring_capacity", worker="0") == 4095
     assert value(text, "sluice_mempool_mbufs", socket="0") > 0
     assert value(text, "sluice_mempool_mbufs_in_use", socket="0") == 0  # pcap holds none once all is sent
