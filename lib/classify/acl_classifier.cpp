@@ -281,10 +281,17 @@ rte_acl_ctx* build_context(const std::vector<AclRule<F>>& acl_rules, int socket_
     return ctx.release();
 }
 
+// rte_acl reads the key in 4-byte words right after it is written, so each word is written by one store: a load
+// that narrower stores just before must make up cannot take their data and waits for them to retire. The protocol's
+// and the ports' words were four and two stores, and cost AclClassifier about 25 cycles a packet over raw rte_acl.
 template <IpFamily F>
 void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port) {
-    key.proto = t.proto;
-    key.pad[0] = key.pad[1] = key.pad[2] = 0;
+    using Key = typename Layout<F>::Key;
+    static_assert(offsetof(Key, dst_port) == offsetof(Key, src_port) + 2);
+    static_assert(offsetof(FiveTuple, dst_port) == offsetof(FiveTuple, src_port) + 2);
+    auto* bytes = reinterpret_cast<uint8_t*>(&key);
+    uint32_t word = rte_cpu_to_be_32(uint32_t{t.proto} << 24);  // the bytes proto, 0, 0, 0
+    std::memcpy(bytes + offsetof(Key, proto), &word, 4);
     key.in_port = rte_cpu_to_be_32(in_port);
     if constexpr (F == IpFamily::ipv4) {
         key.src = t.src.words[0];
@@ -293,8 +300,8 @@ void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port
         std::memcpy(key.src, t.src.bytes, 16);
         std::memcpy(key.dst, t.dst.bytes, 16);
     }
-    key.src_port = t.src_port;
-    key.dst_port = t.dst_port;
+    std::memcpy(&word, reinterpret_cast<const uint8_t*>(&t) + offsetof(FiveTuple, src_port), 4);
+    std::memcpy(bytes + offsetof(Key, src_port), &word, 4);
 }
 
 template <IpFamily F>
