@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Forwarding benchmark: sluice against dpdk-testpmd on the same traffic, on this machine, in one go.
 #
-#   tests/bench/forward.sh [--pipeline] [--no-record]   (as root; about 30 s: 2 s warm-up + 8 s window per run;
-#                                                       pipeline about 45 s)
+#   tests/bench/forward.sh [--pipeline] [--no-record]   (as root; about 90 s: 3 rounds of 2 runs, each 2 s warm-up
+#                                                       + 8 s window; pipeline about 2.5 min)
 #
 # 1. Reference: testpmd txonly (64 B UDP, --txonly-multi-flow) as the memif *server* on CPU 0, started first;
 #    then testpmd io as the memif client forwarding memif -> net_null (no-rx=1) with its forwarding lcore on CPU 1.
 # 2. sluice: the same generator; sluice as the memif client (port `in`) forwarding to net_null (`out`), one lcore
 #    [rx, worker] on CPU 1.
 # Each receiver's rate is read from its own counters over telemetry (testpmd: /ethdev/stats,0 ipackets; sluice:
-# /sluice/stats port/in/rx_packets), once a second over a window after a warm-up. Prints both rates in Mpps and
-# sluice/reference, and appends a row to docs/benchmarks.md (unless --no-record).
+# /sluice/stats port/in/rx_packets), once a second over a window after a warm-up. The two take turns for ROUNDS
+# rounds (the VM's speed moves between minutes). Prints both rates in Mpps and sluice/reference per round and their
+# medians, the busy cycles per packet of each receiver (testpmd --record-core-cycles; sluice's busy_cycles), and
+# appends a row to docs/benchmarks.md (unless --no-record).
 #
 # --pipeline (or MODE=pipeline): the issue's target "full pipeline over net_memif, 64 B: 1k ACL rules, 100k tracked
 # connections, nat service". testpmd 22.11's --txonly-multi-flow varies only the third byte of the IPv4 source
@@ -31,13 +33,14 @@
 # were not NATed and sent.
 #
 # Environment: WARMUP (s, default 2; pipeline 5: every flow opens its connection in it), DURATION (measured window
-# in s, default 8), SLUICE (binary, default build/app/sluice/sluice), TESTPMD (default dpdk-testpmd), BENCH_DOC
-# (default docs/benchmarks.md), KEEP=1 keeps the work directory (logs, config) and prints its path; MODE (plain or
-# pipeline), FLOWS (pipeline, default 100000), RULES (pipeline, default 1000).
+# in s, default 8), ROUNDS (default 3), SLUICE (binary, default build/app/sluice/sluice), TESTPMD (default
+# dpdk-testpmd), BENCH_DOC (default docs/benchmarks.md), KEEP=1 keeps the work directory (logs, config) and prints
+# its path; MODE (plain or pipeline), FLOWS (pipeline, default 100000), RULES (pipeline, default 1000).
 set -euo pipefail
 
 readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly DURATION="${DURATION:-8}"
+readonly ROUNDS="${ROUNDS:-3}"
 readonly SLUICE="${SLUICE:-$REPO/build/app/sluice/sluice}"
 readonly TESTPMD="${TESTPMD:-dpdk-testpmd}"
 readonly BENCH_DOC="${BENCH_DOC:-$REPO/docs/benchmarks.md}"
@@ -49,7 +52,7 @@ for arg in "$@"; do
     case "$arg" in
         --no-record) RECORD=0 ;;
         --pipeline) MODE=pipeline ;;
-        -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "usage: $0 [--pipeline] [--no-record]" >&2; exit 2 ;;
     esac
 done
@@ -59,6 +62,7 @@ readonly WARMUP="${WARMUP:-$DEFAULT_WARMUP}"
 [[ $MODE == plain || $MODE == pipeline ]] || { echo "MODE must be plain or pipeline" >&2; exit 2; }
 [[ $FLOWS =~ ^[0-9]+$ ]] && (( FLOWS >= 1 && FLOWS <= 500000 )) || { echo "FLOWS must be 1-500000 (16 NAT pool addresses)" >&2; exit 2; }
 [[ $RULES =~ ^[0-9]+$ ]] && (( RULES >= 1 )) || { echo "RULES must be at least 1" >&2; exit 2; }
+[[ $ROUNDS =~ ^[0-9]+$ ]] && (( ROUNDS >= 1 )) || { echo "ROUNDS must be at least 1" >&2; exit 2; }
 
 log() { printf '[forward.sh] %s\n' "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -255,6 +259,33 @@ def sluice_cycles(path):
     v = json.load(open(path))
     d = lambda key: v["last"]["/sluice/stats"][key] - v["first"]["/sluice/stats"][key]
     print(f"{d('busy_cycles') / d('rx_packets'):.1f}" if d("rx_packets") else "")
+
+def combine(work, rounds):
+    """The rounds' medians, tab-separated for the shell: reference Mpps, sluice Mpps, ratio (median of the rounds'
+    sluice/reference), the ratio cell, the cycles cell, what other processes used (the worst round's reference /
+    sluice window) and 1 when that is over 5 %. Prints the rounds to stderr."""
+    import statistics
+    rounds = int(rounds)
+    ref = [json.load(open(f"{work}/ref-{k}.json")) for k in range(1, rounds + 1)]
+    slu = [json.load(open(f"{work}/sluice-{k}.json")) for k in range(1, rounds + 1)]
+    cyc = [open(f"{work}/cycles-{k}").read().split() for k in range(1, rounds + 1)]
+    ratios = [s["rate_pps"] / r["rate_pps"] for r, s in zip(ref, slu)]
+    cycle_pairs = [(float(c[0]), float(c[1])) for c in cyc if len(c) == 2]
+    for k in range(rounds):
+        c = f"; busy cycles/pkt {cyc[k][0]} / {cyc[k][1]}" if len(cyc[k]) == 2 else ""
+        print(f"round {k + 1}: reference {ref[k]['rate_pps'] / 1e6:.2f} Mpps, sluice {slu[k]['rate_pps'] / 1e6:.2f} Mpps, "
+              f"ratio {ratios[k]:.3f}{c}", file=sys.stderr)
+    med = statistics.median
+    ratio = med(ratios)
+    cell = f"{ratio:.3f}" if rounds == 1 else f"{ratio:.3f} (median of {rounds}: {', '.join(f'{x:.2f}' for x in ratios)})"
+    cycles = "—"
+    if cycle_pairs:
+        r, s = med(p[0] for p in cycle_pairs), med(p[1] for p in cycle_pairs)
+        cycles = f"{r:.0f} / {s:.0f} ({med(p[0] / p[1] for p in cycle_pairs):.2f})"
+    worst_ref, worst_slu = max(x["others_cpu"] for x in ref), max(x["others_cpu"] for x in slu)
+    print("\t".join([f"{med(x['rate_pps'] for x in ref) / 1e6:.2f}", f"{med(x['rate_pps'] for x in slu) / 1e6:.2f}",
+                     f"{ratio:.3f}", cell, cycles, f"{worst_ref:.0%}/{worst_slu:.0%}",
+                     "1" if max(worst_ref, worst_slu) > 0.05 else "0"]))
 
 def testpmd_cycles(log_path):
     """testpmd's --record-core-cycles busy cycles over its whole run, per packet it sent (printed when it stops).
@@ -513,64 +544,77 @@ fi
     || { show_log "$WORK/check-config.log"; die "sluice rejects the benchmark config"; }
 
 # --- 1. reference: testpmd io -------------------------------------------------------------------------------
-SOCK_REF="/run/$ID-ref.sock"
-start_generator ref "$SOCK_REF"
-PREFIXES+=("$ID-ref-rcv")
-"$TESTPMD" --lcores=0@0,1@1 --no-pci --in-memory --file-prefix="$ID-ref-rcv" \
-    --vdev="net_memif0,role=client,socket=$SOCK_REF" --vdev=net_null0,no-rx=1 -- \
-    --no-mlockall --forward-mode=io --burst=32 --nb-cores=1 --total-num-mbufs=16384 --stats-period=1 --record-core-cycles \
-    </dev/null >"$WORK/ref-rcv.log" 2>&1 &
-RCV_PID=$!
-PIDS+=("$RCV_PID")
-if ! BENCH_PIDS="$GEN_PID $RCV_PID" bench sample "$RUNDIR/$ID-ref-rcv/dpdk_telemetry.v2" "$WARMUP" "$DURATION" /ethdev/stats,0 ipackets \
-        >"$WORK/ref.json"; then
-    show_log "$WORK/ref-rcv.log"; die "reference: the receiver (testpmd io) did not start or stopped answering"
-fi
-finish_run ref "$RCV_PID" INT generator-first
-[[ $RECEIVER_RC == 0 ]] || log "warning: reference: testpmd io exited $(describe_rc "$RECEIVER_RC")"
-REF_PPS=$(bench field "$WORK/ref.json" rate_pps)
-REF_CYCLES=$(bench testpmd_cycles "$WORK/ref-rcv.log")
-bench summary "$WORK/ref.json" "reference (testpmd io)"
-[[ $(bench field "$WORK/ref.json" packets) != 0 ]] || { show_log "$WORK/ref-rcv.log"; die "reference: no packet arrived"; }
+# run_reference K: round K's reference; its figures go to $WORK/ref-K.json and $WORK/cycles-K.
+run_reference() {
+    local k=$1 sock="/run/$ID-ref.sock"
+    start_generator "ref-$k" "$sock"
+    PREFIXES+=("$ID-ref-rcv-$k")
+    "$TESTPMD" --lcores=0@0,1@1 --no-pci --in-memory --file-prefix="$ID-ref-rcv-$k" \
+        --vdev="net_memif0,role=client,socket=$sock" --vdev=net_null0,no-rx=1 -- \
+        --no-mlockall --forward-mode=io --burst=32 --nb-cores=1 --total-num-mbufs=16384 --stats-period=1 --record-core-cycles \
+        </dev/null >"$WORK/ref-rcv-$k.log" 2>&1 &
+    RCV_PID=$!
+    PIDS+=("$RCV_PID")
+    if ! BENCH_PIDS="$GEN_PID $RCV_PID" bench sample "$RUNDIR/$ID-ref-rcv-$k/dpdk_telemetry.v2" "$WARMUP" "$DURATION" \
+            /ethdev/stats,0 ipackets >"$WORK/ref-$k.json"; then
+        show_log "$WORK/ref-rcv-$k.log"; die "reference: the receiver (testpmd io) did not start or stopped answering"
+    fi
+    finish_run "ref-$k" "$RCV_PID" INT generator-first
+    [[ $RECEIVER_RC == 0 ]] || log "warning: reference: testpmd io exited $(describe_rc "$RECEIVER_RC")"
+    bench testpmd_cycles "$WORK/ref-rcv-$k.log" >"$WORK/cycles-$k"
+    bench summary "$WORK/ref-$k.json" "round $k: reference (testpmd io)"
+    [[ $(bench field "$WORK/ref-$k.json" packets) != 0 ]] || { show_log "$WORK/ref-rcv-$k.log"; die "reference: no packet arrived"; }
+}
 
 # --- 2. sluice ------------------------------------------------------------------------------------------------
-start_generator sluice "$SOCK_SL"
-"$WORK/sluice" --config "$WORK/sluice.yaml" </dev/null >"$WORK/sluice.log" 2>&1 &
-SL_PID=$!
-PIDS+=("$SL_PID")
-if ! wait_for "$SL_PID" 20 grep -qs "ready:" "$WORK/sluice.log"; then
-    show_log "$WORK/sluice.log"; die "sluice did not start"
-fi
-# The rate: what sluice received; in pipeline mode what it sent (NATed) on `out`.
-rate=(/sluice/stats port/in/rx_packets /ethdev/stats,0)
-[[ $MODE == plain ]] || rate=(/sluice/stats port/out/tx_packets /ethdev/stats,0 /sluice/backends)
-if ! BENCH_PIDS="$GEN_PID $SL_PID" bench sample "$RUNDIR/$ID-sluice/dpdk_telemetry.v2" "$WARMUP" "$DURATION" "${rate[@]}" \
-        >"$WORK/sluice.json"; then
-    show_log "$WORK/sluice.log"; die "sluice's telemetry did not answer"
-fi
-finish_run sluice "$SL_PID" TERM receiver-first
-SL_PPS=$(bench field "$WORK/sluice.json" rate_pps)
-SL_CYCLES=$(bench sluice_cycles "$WORK/sluice.json")
-bench summary "$WORK/sluice.json" "sluice"
-bench window_check "$WORK/sluice.json"
+# run_sluice K: round K's sluice run: $WORK/sluice-K.json, and $WORK/cycles-K; FAILED=1 when sluice misbehaved.
 FAILED=0
-if [[ $MODE == pipeline ]]; then bench pipeline_check "$WORK/sluice.json" "$FLOWS" || FAILED=1; fi
-if [[ $RECEIVER_RC != 0 ]]; then
-    log "FAIL: sluice exited $(describe_rc "$RECEIVER_RC") on SIGTERM (2: startup, 3: leaked mbufs)"
-    show_log "$WORK/sluice.log"; FAILED=1
-fi
-bench totals_check "$WORK/sluice.log" || { show_log "$WORK/sluice.log"; FAILED=1; }
-[[ $(bench field "$WORK/sluice.json" packets) != 0 ]] || { show_log "$WORK/sluice.log"; log "FAIL: sluice: no packet arrived"; FAILED=1; }
+run_sluice() {
+    local k=$1
+    local log="$WORK/sluice-$k.log"
+    start_generator "sluice-$k" "$SOCK_SL"
+    "$WORK/sluice" --config "$WORK/sluice.yaml" </dev/null >"$log" 2>&1 &
+    SL_PID=$!
+    PIDS+=("$SL_PID")
+    if ! wait_for "$SL_PID" 20 grep -qs "ready:" "$log"; then
+        show_log "$log"; die "sluice did not start"
+    fi
+    # The rate: what sluice received; in pipeline mode what it sent (NATed) on `out`.
+    local rate=(/sluice/stats port/in/rx_packets /ethdev/stats,0)
+    [[ $MODE == plain ]] || rate=(/sluice/stats port/out/tx_packets /ethdev/stats,0 /sluice/backends)
+    if ! BENCH_PIDS="$GEN_PID $SL_PID" bench sample "$RUNDIR/$ID-sluice/dpdk_telemetry.v2" "$WARMUP" "$DURATION" "${rate[@]}" \
+            >"$WORK/sluice-$k.json"; then
+        show_log "$log"; die "sluice's telemetry did not answer"
+    fi
+    finish_run "sluice-$k" "$SL_PID" TERM receiver-first
+    # The cycles file holds "reference sluice" when both figures exist.
+    local ref_cycles sl_cycles
+    ref_cycles=$(cat "$WORK/cycles-$k"); sl_cycles=$(bench sluice_cycles "$WORK/sluice-$k.json")
+    [[ -n $ref_cycles && -n $sl_cycles ]] && echo "$ref_cycles $sl_cycles" >"$WORK/cycles-$k" || : >"$WORK/cycles-$k"
+    bench summary "$WORK/sluice-$k.json" "round $k: sluice"
+    bench window_check "$WORK/sluice-$k.json"
+    if [[ $MODE == pipeline ]]; then bench pipeline_check "$WORK/sluice-$k.json" "$FLOWS" || FAILED=1; fi
+    if [[ $RECEIVER_RC != 0 ]]; then
+        log "FAIL: sluice exited $(describe_rc "$RECEIVER_RC") on SIGTERM (2: startup, 3: leaked mbufs)"
+        show_log "$log"; FAILED=1
+    fi
+    bench totals_check "$log" || { show_log "$log"; FAILED=1; }
+    [[ $(bench field "$WORK/sluice-$k.json" packets) != 0 ]] || { show_log "$log"; log "FAIL: sluice: no packet arrived"; FAILED=1; }
+}
+
+# The VM's speed moves by up to 2x between minutes: the two receivers take turns, and the medians are reported.
+for ((round = 1; round <= ROUNDS; round++)); do
+    run_reference "$round"
+    run_sluice "$round"
+done
 
 # --- 3. report ------------------------------------------------------------------------------------------------
-read -r REF_M SL_M RATIO < <(python3 -c "r, s = $REF_PPS, $SL_PPS; print(f'{r/1e6:.2f} {s/1e6:.2f} {s/r:.3f}')")
-echo "reference ${REF_M} Mpps, sluice ${SL_M} Mpps, ratio sluice/reference ${RATIO}"
+IFS=$'\t' read -r REF_M SL_M RATIO RATIO_CELL CYCLES others NOISY < <(bench combine "$WORK" "$ROUNDS")
+echo "reference ${REF_M} Mpps, sluice ${SL_M} Mpps (medians of $ROUNDS rounds), ratio sluice/reference ${RATIO_CELL}"
 # The rates compare the receivers only while each is the bottleneck of its run; a generator that cannot fill the
 # receiver (it shares the machine's other vCPU) caps both. Busy cycles per packet compare what each receiver's core
 # spends on a packet, whatever the generator's pace: reference/sluice is the rate ratio both would reach CPU-bound.
-CYCLES="—"
-if [[ -n $REF_CYCLES && -n $SL_CYCLES ]]; then
-    CYCLES=$(python3 -c "r, s = $REF_CYCLES, $SL_CYCLES; print(f'{r:.0f} / {s:.0f} ({r / s:.2f})')")
+if [[ $CYCLES != "—" ]]; then
     echo "busy cycles per packet: reference (testpmd --record-core-cycles, whole run) / sluice (busy_cycles, window): $CYCLES"
 else
     log "note: no cycles-per-packet figure (testpmd printed none, or sluice received nothing)"
@@ -578,13 +622,9 @@ fi
 if [[ $MODE == pipeline ]]; then
     echo "pipeline target (the issue): ratio >= 0.80: $(python3 -c "print('met' if $RATIO >= 0.80 else 'NOT met')")"
 fi
-others=$(python3 -c "import json; print('/'.join(f\"{json.load(open(p))['others_cpu']:.0%}\" for p in ('$WORK/ref.json', '$WORK/sluice.json')))")
-NOISY=0
-if python3 -c "import json, sys; sys.exit(0 if max(json.load(open(p))['others_cpu'] for p in sys.argv[1:]) > 0.05 else 1)" \
-        "$WORK/ref.json" "$WORK/sluice.json"; then
-    NOISY=1
-    log "note: other processes used $others of the CPUs during the reference/sluice windows: these figures are low" \
-        "and noisy; rerun on a quiet machine to compare"
+if (( NOISY )); then
+    log "note: other processes used up to $others of the CPUs during the reference/sluice windows: these figures are" \
+        "low and noisy; rerun on a quiet machine to compare"
 fi
 (( FAILED == 0 )) || die "sluice misbehaved (see above); no row recorded"
 
@@ -599,11 +639,12 @@ if (( RECORD )); then
     fi
     env=""
     [[ $WARMUP == "$DEFAULT_WARMUP" && $DURATION == 8 ]] || env+="WARMUP=$WARMUP DURATION=$DURATION "
+    [[ $ROUNDS == 3 ]] || env+="ROUNDS=$ROUNDS "
     [[ $MODE == plain || ($FLOWS == 100000 && $RULES == 1000) ]] || env+="FLOWS=$FLOWS RULES=$RULES "
     cmd="\`${env}tests/bench/forward.sh$([[ $MODE == plain ]] || echo " --pipeline")\`"
     summary=""
-    [[ $MODE == plain ]] || summary=$(bench pipeline_summary "$WORK/sluice.json" "$FLOWS" "$RULES")
+    [[ $MODE == plain ]] || summary=$(bench pipeline_summary "$WORK/sluice-$ROUNDS.json" "$FLOWS" "$RULES")
     bench record "$BENCH_DOC" "$MODE" "$(date -u '+%Y-%m-%d %H:%M')" "$machine" "$cmd @ $rev, sluice binary $SLUICE_ID" \
-        "$REF_M" "$SL_M" "$RATIO" "$CYCLES" "$summary"
+        "$REF_M" "$SL_M" "$RATIO_CELL" "$CYCLES" "$summary"
     log "row appended to $BENCH_DOC"
 fi
