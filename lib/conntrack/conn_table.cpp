@@ -1,7 +1,9 @@
 #include "conntrack/conn_table.hpp"
 
+#include <bit>
 #include <cassert>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <iterator>
 #include <memory>
@@ -72,23 +74,34 @@ const char* conn_state_name(ConnState state) {
     return i < std::size(kStateNames) ? kStateNames[i] : "unknown";
 }
 
-FiveTuple canonical_tuple(const FiveTuple& tuple, bool& low_is_source) {
+void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) {
     low_is_source = source_is_low(tuple);
     const FiveTuple& t = tuple;
-    FiveTuple key;  // every byte zero, padding included (there is none: static_assert in five_tuple.hpp)
+    const IpAddress& low = low_is_source ? t.src : t.dst;
+    const IpAddress& high = low_is_source ? t.dst : t.src;
+    const uint64_t low_port = low_is_source ? t.src_port : t.dst_port;
+    const uint64_t high_port = low_is_source ? t.dst_port : t.src_port;
+    // Five 8-byte stores rather than one per field: rte_hash reads the key in words (on insert, at once), and a load
+    // that narrower stores must make up cannot take their data; it waits for them to retire.
+    auto* out = reinterpret_cast<uint8_t*>(&key);
+    const auto store = [out](std::size_t word, uint64_t value) { std::memcpy(out + 8 * word, &value, 8); };
     if (t.family == IpFamily::ipv4) {
         // symmetric_flow_hash reads only the first word of an IPv4 address: so does the key.
-        key.src = IpAddress::from_v4(low_is_source ? t.src.words[0] : t.dst.words[0]);
-        key.dst = IpAddress::from_v4(low_is_source ? t.dst.words[0] : t.src.words[0]);
+        store(0, IpAddress::from_v4(low.words[0]).quads[0]);
+        store(1, 0);
+        store(2, IpAddress::from_v4(high.words[0]).quads[0]);
+        store(3, 0);
     } else {
-        key.src = low_is_source ? t.src : t.dst;
-        key.dst = low_is_source ? t.dst : t.src;
+        store(0, low.quads[0]);
+        store(1, low.quads[1]);
+        store(2, high.quads[0]);
+        store(3, high.quads[1]);
     }
-    key.src_port = low_is_source ? t.src_port : t.dst_port;
-    key.dst_port = low_is_source ? t.dst_port : t.src_port;
-    key.proto = t.proto;
-    key.family = t.family;
-    return key;
+    static_assert(offsetof(FiveTuple, src_port) == 32 && offsetof(FiveTuple, dst_port) == 34 &&
+                  offsetof(FiveTuple, proto) == 36 && offsetof(FiveTuple, family) == 37 && offsetof(FiveTuple, reserved) == 38);
+    const uint64_t proto = t.proto, family = static_cast<uint8_t>(t.family);
+    store(4, std::endian::native == std::endian::little ? low_port | high_port << 16 | proto << 32 | family << 40
+                                                        : low_port << 48 | high_port << 32 | proto << 24 | family << 16);
 }
 
 ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts,
@@ -156,7 +169,7 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
     const void* key_ptrs[kMaxBurst];
     for (uint32_t i = 0; i < count; ++i) {
         bool low;
-        std::construct_at(&keys.key[i], canonical_tuple(*tuples[i], low));
+        canonical_key(*tuples[i], keys.key[i], low);  // every byte written (FiveTuple is trivially copyable)
         key_ptrs[i] = &keys.key[i];
     }
     // The sig array is only read; the prototype lacks the const.
@@ -183,7 +196,8 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     assert(hash == symmetric_flow_hash(tuple));
     if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
     bool low;
-    const FiveTuple key = canonical_tuple(tuple, low);
+    FiveTuple key;
+    canonical_key(tuple, key, low);
     const int32_t pos = rte_hash_add_key_with_hash(hash_, &key, hash);
     if (SLUICE_UNLIKELY(pos < 0)) return -1;  // -ENOSPC: no cuckoo path (only without extendable buckets)
     ConnEntry& e = entries_[pos];
@@ -208,7 +222,8 @@ int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t p
     assert(hash == symmetric_flow_hash(tuple));
     if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
     bool low;
-    const FiveTuple key = canonical_tuple(tuple, low);
+    FiveTuple key;
+    canonical_key(tuple, key, low);
     const int32_t pos = rte_hash_add_key_with_hash(hash_, &key, hash);
     if (SLUICE_UNLIKELY(pos < 0)) return -1;
     ConnEntry& e = entries_[pos];

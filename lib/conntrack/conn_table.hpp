@@ -222,10 +222,11 @@ private:
     ConnTimeouts timeouts_;
 };
 
-// The canonical key of a tuple: endpoints ordered as symmetric_flow_hash orders them, so both directions of a
-// connection give the same key (same bytes: IPv4 keeps only the first address word, padding is zero) and
-// symmetric_flow_hash(key) == symmetric_flow_hash(tuple). low_is_source tells whether tuple's source is the lower
-// endpoint. Pure; fast-path safe.
-FiveTuple canonical_tuple(const FiveTuple& tuple, bool& low_is_source);
+// Writes every byte of key: the canonical key of a tuple, endpoints ordered as symmetric_flow_hash orders them, so
+// both directions of a connection give the same key (same bytes: IPv4 keeps only the first address word, padding
+// is zero) and symmetric_flow_hash(key) == symmetric_flow_hash(tuple). low_is_source tells whether tuple's source
+// is the lower endpoint. Written in place: a key returned by value was copied at once by loads that had to wait for
+// its stores (most of lookup_bulk's own time). Pure; fast-path safe.
+void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source);
 
 }  // namespace sluice

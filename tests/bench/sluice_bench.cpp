@@ -1037,7 +1037,9 @@ std::vector<FiveTuple> distinct_flows(std::size_t count, Rng& rng, uint32_t tcp_
         t.proto = uniform(rng, 0, 99) < tcp_percent ? IPPROTO_TCP : IPPROTO_UDP;
         FiveTuple f = to_tuple(t);
         bool low;
-        if (seen.insert(canonical_tuple(f, low)).second) flows.push_back(f);
+        FiveTuple key;
+        canonical_key(f, key, low);
+        if (seen.insert(key).second) flows.push_back(f);
     }
     return flows;
 }
@@ -1386,7 +1388,12 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
             t.proto = IPPROTO_TCP;
             FiveTuple f = to_tuple(t);
             bool low;
-            while (!seen.insert(canonical_tuple(f, low)).second) f.src_port = htons(static_cast<uint16_t>(uniform(rng, 1024, 65535)));
+            FiveTuple key;
+            canonical_key(f, key, low);
+            while (!seen.insert(key).second) {
+                f.src_port = htons(static_cast<uint16_t>(uniform(rng, 1024, 65535)));
+                canonical_key(f, key, low);
+            }
             stream.push_back(PacketSpec{f, kTcpSyn});
         }
     }
