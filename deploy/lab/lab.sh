@@ -408,7 +408,7 @@ for name, c in ports.items():
           f" {c.get('hw_rx_missed', '-'):>7} {c.get('hw_rx_nombuf', '-'):>7} {c.get('hw_rx_errors', '-'):>7} {c.get('hw_tx_errors', '-'):>7}")
 drops = {k[5:]: v for k, v in stats.items() if k.startswith("drop/") and v}
 print(f"  drops {stats['drops']}" + ("" if not drops else ": " + ", ".join(f"{k} {v}" for k, v in sorted(drops.items()))))
-print(f"  polls {stats['polls']} (busy {stats['busy_polls']}), ring enq/deq {stats['ring_enqueued']}/{stats['ring_dequeued']}"
+print(f"  polls {stats['polls']} ({stats['busy_polls']} moved packets, {stats['busy_cycles'] / stats['tsc_hz']:.1f} s busy), ring enq/deq {stats['ring_enqueued']}/{stats['ring_dequeued']}"
       f" backlog {stats['ring_backlog']}, mbufs in use {stats['mbufs_in_use']}")
 EOF
 }

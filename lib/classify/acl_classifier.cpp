@@ -15,6 +15,8 @@
 #include <rte_byteorder.h>
 #include <rte_errno.h>
 
+#include "common/compiler.hpp"
+
 namespace sluice {
 
 namespace {
@@ -290,8 +292,10 @@ void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port
     static_assert(offsetof(Key, dst_port) == offsetof(Key, src_port) + 2);
     static_assert(offsetof(FiveTuple, dst_port) == offsetof(FiveTuple, src_port) + 2);
     auto* bytes = reinterpret_cast<uint8_t*>(&key);
-    uint32_t word = rte_cpu_to_be_32(uint32_t{t.proto} << 24);  // the bytes proto, 0, 0, 0
-    std::memcpy(bytes + offsetof(Key, proto), &word, 4);
+    struct ProtoWord {
+        uint8_t proto, pad0, pad1, pad2;  // scalars: an array member made GCC assemble the word on the stack
+    };
+    store_as_one_word(bytes + offsetof(Key, proto), ProtoWord{t.proto, 0, 0, 0});
     key.in_port = rte_cpu_to_be_32(in_port);
     if constexpr (F == IpFamily::ipv4) {
         key.src = t.src.words[0];
@@ -300,8 +304,10 @@ void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port
         std::memcpy(key.src, t.src.bytes, 16);
         std::memcpy(key.dst, t.dst.bytes, 16);
     }
-    std::memcpy(&word, reinterpret_cast<const uint8_t*>(&t) + offsetof(FiveTuple, src_port), 4);
-    std::memcpy(bytes + offsetof(Key, src_port), &word, 4);
+    struct Ports {
+        uint16_t src, dst;
+    };
+    store_as_one_word(bytes + offsetof(Key, src_port), Ports{t.src_port, t.dst_port});
 }
 
 template <IpFamily F>

@@ -1,7 +1,6 @@
 #include "conntrack/conn_table.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cassert>
 #include <cerrno>
 #include <cstddef>
@@ -76,14 +75,14 @@ const char* conn_state_name(ConnState state) {
 }
 
 void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) {
+    assert(&key != &tuple);  // the stores below would overwrite fields still to be read
     low_is_source = source_is_low(tuple);
     const FiveTuple& t = tuple;
     const IpAddress& low = low_is_source ? t.src : t.dst;
     const IpAddress& high = low_is_source ? t.dst : t.src;
-    const uint64_t low_port = low_is_source ? t.src_port : t.dst_port;
-    const uint64_t high_port = low_is_source ? t.dst_port : t.src_port;
-    // Five 8-byte stores rather than one per field: rte_hash reads the key in words (on insert, at once), and a load
-    // that narrower stores must make up cannot take their data; it waits for them to retire.
+    const uint16_t low_port = low_is_source ? t.src_port : t.dst_port;
+    const uint16_t high_port = low_is_source ? t.dst_port : t.src_port;
+    // Five 8-byte stores rather than one per field: rte_hash reads the key in words (on insert, at once).
     auto* out = reinterpret_cast<uint8_t*>(&key);
     const auto store = [out](std::size_t word, uint64_t value) { std::memcpy(out + 8 * word, &value, 8); };
     if (t.family == IpFamily::ipv4) {
@@ -98,11 +97,16 @@ void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) 
         store(2, high.quads[0]);
         store(3, high.quads[1]);
     }
-    static_assert(offsetof(FiveTuple, src_port) == 32 && offsetof(FiveTuple, dst_port) == 34 &&
+    // The last word: the ports in key order, protocol, family and the zero reserved field, as FiveTuple lays them out.
+    struct Tail {
+        uint16_t src_port, dst_port;
+        uint8_t proto;
+        IpFamily family;
+        uint16_t reserved;
+    };
+    static_assert(sizeof(Tail) == 8 && offsetof(FiveTuple, src_port) == 32 && offsetof(FiveTuple, dst_port) == 34 &&
                   offsetof(FiveTuple, proto) == 36 && offsetof(FiveTuple, family) == 37 && offsetof(FiveTuple, reserved) == 38);
-    const uint64_t proto = t.proto, family = static_cast<uint8_t>(t.family);
-    store(4, std::endian::native == std::endian::little ? low_port | high_port << 16 | proto << 32 | family << 40
-                                                        : low_port << 48 | high_port << 32 | proto << 24 | family << 16);
+    store_as_one_word(out + 32, Tail{low_port, high_port, t.proto, t.family, 0});
 }
 
 ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts,

@@ -226,7 +226,7 @@ private:
 // both directions of a connection give the same key (same bytes: IPv4 keeps only the first address word, padding
 // is zero) and symmetric_flow_hash(key) == symmetric_flow_hash(tuple). low_is_source tells whether tuple's source
 // is the lower endpoint. Written in place: a key returned by value was copied at once by loads that had to wait for
-// its stores (most of lookup_bulk's own time). Pure; fast-path safe.
+// its stores (most of lookup_bulk's own time). key must not be tuple itself. Pure; fast-path safe.
 void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source);
 
 }  // namespace sluice

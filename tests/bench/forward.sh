@@ -246,11 +246,15 @@ def window_check(path):
     reasons = {k[5:]: d(st, k) for k in v["last"][st] if k.startswith("drop/") and d(st, k)}
     print(f"sluice window: rx {rx}, tx {tx}, drops {drops} {reasons or ''}; memif PMD ipackets {pmd}; "
           f"mbufs_in_use {v['last'][st]['mbufs_in_use']}, ring_backlog {v['last'][st]['ring_backlog']}, "
-          f"busy polls {d(st, 'busy_polls')} of {d(st, 'polls')}; lcore load {load(v):.0%}")
+          f"busy polls {d(st, 'busy_polls')} of {d(st, 'polls')}; lcore load "
+          f"{'unknown' if load(v) is None else format(load(v), '.0%')}")
 
 def load(v):
-    """The share of the window sluice's lcore spent in iterations that moved packets."""
+    """The share of the window sluice's lcore spent in iterations that moved packets (None from a sluice without
+    the busy_cycles counter)."""
     st = "/sluice/stats"
+    if "busy_cycles" not in v["last"][st]:
+        return None
     busy = v["last"][st]["busy_cycles"] - v["first"][st]["busy_cycles"]
     return busy / (v["window_s"] * v["last"][st]["tsc_hz"])
 
@@ -258,7 +262,7 @@ def sluice_cycles(path):
     """sluice's busy TSC cycles per received packet over the window (its one lcore does all the work)."""
     v = json.load(open(path))
     d = lambda key: v["last"]["/sluice/stats"][key] - v["first"]["/sluice/stats"][key]
-    print(f"{d('busy_cycles') / d('rx_packets'):.1f}" if d("rx_packets") else "")
+    print(f"{d('busy_cycles') / d('rx_packets'):.1f}" if "busy_cycles" in v["last"]["/sluice/stats"] and d("rx_packets") else "")
 
 def combine(work, rounds):
     """The rounds' medians, tab-separated for the shell: reference Mpps, sluice Mpps, ratio (median of the rounds'
@@ -590,7 +594,7 @@ run_sluice() {
     # The cycles file holds "reference sluice" when both figures exist.
     local ref_cycles sl_cycles
     ref_cycles=$(cat "$WORK/cycles-$k"); sl_cycles=$(bench sluice_cycles "$WORK/sluice-$k.json")
-    [[ -n $ref_cycles && -n $sl_cycles ]] && echo "$ref_cycles $sl_cycles" >"$WORK/cycles-$k" || : >"$WORK/cycles-$k"
+    if [[ -n $ref_cycles && -n $sl_cycles ]]; then echo "$ref_cycles $sl_cycles" >"$WORK/cycles-$k"; else : >"$WORK/cycles-$k"; fi
     bench summary "$WORK/sluice-$k.json" "round $k: sluice"
     bench window_check "$WORK/sluice-$k.json"
     if [[ $MODE == pipeline ]]; then bench pipeline_check "$WORK/sluice-$k.json" "$FLOWS" || FAILED=1; fi
@@ -609,11 +613,14 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 
 # --- 3. report ------------------------------------------------------------------------------------------------
-IFS=$'\t' read -r REF_M SL_M RATIO RATIO_CELL CYCLES others NOISY < <(bench combine "$WORK" "$ROUNDS")
+combined=$(bench combine "$WORK" "$ROUNDS") || die "could not combine the rounds' figures (see above)"
+IFS=$'\t' read -r REF_M SL_M RATIO RATIO_CELL CYCLES others NOISY <<<"$combined"
 echo "reference ${REF_M} Mpps, sluice ${SL_M} Mpps (medians of $ROUNDS rounds), ratio sluice/reference ${RATIO_CELL}"
 # The rates compare the receivers only while each is the bottleneck of its run; a generator that cannot fill the
 # receiver (it shares the machine's other vCPU) caps both. Busy cycles per packet compare what each receiver's core
 # spends on a packet, whatever the generator's pace: reference/sluice is the rate ratio both would reach CPU-bound.
+# Not quite like for like: testpmd counts its non-empty bursts over its whole run (warm-up included), sluice whole
+# loop iterations that moved packets (expiry, TX drain and RCU report included) over the window.
 if [[ $CYCLES != "—" ]]; then
     echo "busy cycles per packet: reference (testpmd --record-core-cycles, whole run) / sluice (busy_cycles, window): $CYCLES"
 else
@@ -643,7 +650,7 @@ if (( RECORD )); then
     [[ $MODE == plain || ($FLOWS == 100000 && $RULES == 1000) ]] || env+="FLOWS=$FLOWS RULES=$RULES "
     cmd="\`${env}tests/bench/forward.sh$([[ $MODE == plain ]] || echo " --pipeline")\`"
     summary=""
-    [[ $MODE == plain ]] || summary=$(bench pipeline_summary "$WORK/sluice-$ROUNDS.json" "$FLOWS" "$RULES")
+    [[ $MODE == plain ]] || summary="round $ROUNDS: $(bench pipeline_summary "$WORK/sluice-$ROUNDS.json" "$FLOWS" "$RULES")"
     bench record "$BENCH_DOC" "$MODE" "$(date -u '+%Y-%m-%d %H:%M')" "$machine" "$cmd @ $rev, sluice binary $SLUICE_ID" \
         "$REF_M" "$SL_M" "$RATIO_CELL" "$CYCLES" "$summary"
     log "row appended to $BENCH_DOC"

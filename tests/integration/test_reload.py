@@ -194,6 +194,7 @@ def test_sluicectl_answers_from_the_running_sluice(tmp_path):
         stats = run("stats")
         assert stats.returncode == 0, stats.stderr
         assert "p0" in stats.stdout and "drops: 0" in stats.stdout
+        assert re.search(r"lcores: \d+ polls, [\d.]+% of them moved packets, [\d.]+ s busy \(all lcores\)", stats.stdout), stats.stdout
         as_json = json.loads(run("--json", "stats").stdout)
         assert as_json["port/p0/rx_packets"] > 0
         reload = run("reload")
