@@ -1022,6 +1022,14 @@ struct TupleHash {
     std::size_t operator()(const FiveTuple& t) const { return symmetric_flow_hash(t); }
 };
 
+// The connection table's key of a flow: two tuples with the same key are one connection.
+FiveTuple connection_key(const FiveTuple& f) {
+    FiveTuple key;
+    bool low;
+    canonical_key(f, key, low);
+    return key;
+}
+
 // Random TCP/UDP tuples, distinct as connections (both directions count as one).
 std::vector<FiveTuple> distinct_flows(std::size_t count, Rng& rng, uint32_t tcp_percent) {
     std::vector<FiveTuple> flows;
@@ -1036,10 +1044,7 @@ std::vector<FiveTuple> distinct_flows(std::size_t count, Rng& rng, uint32_t tcp_
         t.dport = static_cast<uint16_t>(uniform(rng, 1, 65535));
         t.proto = uniform(rng, 0, 99) < tcp_percent ? IPPROTO_TCP : IPPROTO_UDP;
         FiveTuple f = to_tuple(t);
-        bool low;
-        FiveTuple key;
-        canonical_key(f, key, low);
-        if (seen.insert(key).second) flows.push_back(f);
+        if (seen.insert(connection_key(f)).second) flows.push_back(f);
     }
     return flows;
 }
@@ -1387,13 +1392,7 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
         for (TraceTuple t : trace) {
             t.proto = IPPROTO_TCP;
             FiveTuple f = to_tuple(t);
-            bool low;
-            FiveTuple key;
-            canonical_key(f, key, low);
-            while (!seen.insert(key).second) {
-                f.src_port = htons(static_cast<uint16_t>(uniform(rng, 1024, 65535)));
-                canonical_key(f, key, low);
-            }
+            while (!seen.insert(connection_key(f)).second) f.src_port = htons(static_cast<uint16_t>(uniform(rng, 1024, 65535)));
             stream.push_back(PacketSpec{f, kTcpSyn});
         }
     }
