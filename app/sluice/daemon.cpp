@@ -107,6 +107,7 @@ DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::
     spec.nat_port_last = config.load_balancer.nat_port_last;
     spec.nat_pool_addresses = config.load_balancer.nat_pool.size();
     spec.conn_table_size = config.firewall.table_size;
+    spec.conn_table_ipv6_size = config.firewall.ipv6_table_size;
     spec.conn_timeouts = config.firewall.timeouts;
     for (const auto& port : ports) spec.tx_port_ids.push_back(port->id());
     const auto queues = assign_rx_queues(config);

@@ -34,7 +34,7 @@ namespace sluice {
     X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)") \
     X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")          \
     X(ct_invalid, "packet invalid for its connection's TCP state")                                 \
-    X(ct_table_full, "connection table full: new connection refused, old ones kept")               \
+    X(ct_table_full, "connection table (or its IPv6 share) full: new connection refused, old ones kept") \
     X(rate_limited, "a new connection over its rule's rate limit")                                 \
     X(new_conn_limited, "a new connection over its worker's cap (dataplane: max_new_connections_per_second)") \
     X(icmp_unrelated, "ICMP error quoting no tracked connection")                                  \

@@ -39,11 +39,80 @@ constexpr uint8_t kIpProtoUdp = 17;
 constexpr uint8_t kIpProtoIcmp = 1;
 constexpr uint8_t kIpProtoIcmpv6 = 58;
 
-// rte_hash's own hash function, used by the calls that take no precomputed hash: rte_hash_get_key_with_position()
-// re-hashes the stored key to check it. It must agree with the hashes callers pass to the *_with_hash calls, i.e.
-// be symmetric_flow_hash; rte_hash_crc over the 40 bytes would put those lookups in the wrong buckets.
-uint32_t key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
+// The IPv4 table's key: canonical_key's fields without the 24 zero bytes of the two IPv4 addresses.
+struct Ipv4Key {
+    uint32_t low, high;  // the endpoints' addresses in key order, network byte order
+    uint16_t low_port, high_port;
+    uint8_t proto;
+    IpFamily family;
+    uint16_t reserved;
+};
+static_assert(sizeof(Ipv4Key) == 16);
+
+// The same as canonical_key for an IPv4 tuple, with two 8-byte stores (rte_hash reads the key in words at once).
+void canonical_ipv4_key(const FiveTuple& t, Ipv4Key& key, bool& low_is_source) {
+    low_is_source = source_is_low(t);
+    struct Addresses {
+        uint32_t low, high;
+    };
+    struct Rest {
+        uint16_t low_port, high_port;
+        uint8_t proto;
+        IpFamily family;
+        uint16_t reserved;
+    };
+    auto* out = reinterpret_cast<uint8_t*>(&key);
+    if (low_is_source) {
+        store_as_one_word(out, Addresses{t.src.words[0], t.dst.words[0]});
+        store_as_one_word(out + 8, Rest{t.src_port, t.dst_port, t.proto, IpFamily::ipv4, 0});
+    } else {
+        store_as_one_word(out, Addresses{t.dst.words[0], t.src.words[0]});
+        store_as_one_word(out + 8, Rest{t.dst_port, t.src_port, t.proto, IpFamily::ipv4, 0});
+    }
+}
+
+// The canonical key (canonical_key's FiveTuple) an IPv4 key stands for.
+FiveTuple tuple_of(const Ipv4Key& key) {
+    FiveTuple t;
+    t.src = IpAddress::from_v4(key.low);
+    t.dst = IpAddress::from_v4(key.high);
+    t.src_port = key.low_port;
+    t.dst_port = key.high_port;
+    t.proto = key.proto;
+    t.family = IpFamily::ipv4;
+    return t;
+}
+
+// rte_hash's own hash functions, used by the calls that take no precomputed hash: rte_hash_get_key_with_position()
+// re-hashes the stored key to check it. They must agree with the hashes callers pass to the *_with_hash calls, i.e.
+// be symmetric_flow_hash; rte_hash_crc over the key bytes would put those lookups in the wrong buckets.
+uint32_t ipv4_key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
+    return symmetric_flow_hash(tuple_of(*static_cast<const Ipv4Key*>(key)));
+}
+uint32_t ipv6_key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
     return symmetric_flow_hash(*static_cast<const FiveTuple*>(key));
+}
+
+// One family's table for `entries` keys; nullptr (rte_errno set) when rte_hash cannot make it.
+rte_hash* create_family_table(const std::string& name, uint32_t entries, uint32_t key_len, rte_hash_function hash,
+                              int socket_id) {
+    if (entries < kMinHashEntries) entries = kMinHashEntries;
+    const uint64_t bucket_slots = rte_align32pow2(entries);
+    const bool extendable = uint64_t{entries} * 100 > bucket_slots * kPlainCuckooLoadPercent;
+    rte_hash_parameters params{};
+    params.name = name.c_str();
+    params.entries = entries;
+    params.key_len = key_len;
+    params.hash_func = hash;
+    params.hash_func_init_val = 0;
+    params.socket_id = socket_id;
+    // Single owner: no multi-writer (its per-lcore slot caches would also widen the position range), no
+    // read-write concurrency flags (they add locks or a table-change counter to every lookup).
+    params.extra_flag = extendable ? RTE_HASH_EXTRA_FLAGS_EXT_TABLE : 0;
+    // IPv4 keys (16 bytes) are compared by rte_hash's SSE compare; IPv6 keys (40) with memcmp(), as rte_hash has
+    // SSE compares for multiples of 16 only. A custom 5 x 8-byte compare through rte_hash_set_cmp_func() measured
+    // no better, so the default stays.
+    return rte_hash_create(&params);
 }
 
 inline bool is_tcp_state(ConnState s) { return s <= ConnState::tcp_close; }
@@ -110,48 +179,40 @@ void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) 
 }
 
 ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts,
-                     uint64_t tsc_hz)
-    : capacity_(capacity), tsc_hz_(tsc_hz), timeouts_(timeouts) {
+                     uint64_t tsc_hz, uint32_t ipv6_capacity)
+    : capacity_(capacity), ipv6_capacity_(ipv6_capacity == 0 ? default_ipv6_capacity(capacity) : ipv6_capacity), tsc_hz_(tsc_hz),
+      timeouts_(timeouts) {
     if (capacity == 0 || capacity > RTE_HASH_ENTRIES_MAX)
         throw std::runtime_error("conntrack table '" + name + "': capacity " + std::to_string(capacity) +
                                  " is not within 1.." + std::to_string(RTE_HASH_ENTRIES_MAX));
+    if (ipv6_capacity_ > capacity)
+        throw std::runtime_error("conntrack table '" + name + "': IPv6 capacity " + std::to_string(ipv6_capacity_) +
+                                 " is above the capacity " + std::to_string(capacity));
     if (name.empty() || name.size() > kMaxNameLength)
         throw std::runtime_error("conntrack table '" + name + "': the name must have 1 to " +
                                  std::to_string(kMaxNameLength) + " characters (rte_hash truncates ring names)");
 
-    const uint32_t entries = capacity < kMinHashEntries ? kMinHashEntries : capacity;
-    const uint64_t bucket_slots = rte_align32pow2(entries);
-    const bool extendable = uint64_t{entries} * 100 > bucket_slots * kPlainCuckooLoadPercent;
-
-    rte_hash_parameters params{};
-    params.name = name.c_str();
-    params.entries = entries;
-    params.key_len = sizeof(FiveTuple);
-    params.hash_func = key_hash;
-    params.hash_func_init_val = 0;
-    params.socket_id = socket_id;
-    // Single owner: no multi-writer (its per-lcore slot caches would also widen the position range), no
-    // read-write concurrency flags (they add locks or a table-change counter to every lookup).
-    params.extra_flag = extendable ? RTE_HASH_EXTRA_FLAGS_EXT_TABLE : 0;
-    hash_ = rte_hash_create(&params);
-    if (hash_ == nullptr)
-        throw std::runtime_error("conntrack table '" + name + "': rte_hash_create(" + std::to_string(entries) +
-                                 " entries) failed: " + rte_strerror(rte_errno));
-    // Keys of 40 bytes are compared with memcmp() (rte_hash has SSE compares for multiples of 16 only). A custom
-    // 5 x 8-byte compare through rte_hash_set_cmp_func() measured no better, so the default stays.
+    const auto fail = [&](const std::string& what) {
+        rte_hash_free(ipv4_);
+        rte_hash_free(ipv6_);
+        ipv4_ = ipv6_ = nullptr;
+        throw std::runtime_error("conntrack table '" + name + "': " + what);
+    };
+    ipv4_ = create_family_table(name, capacity, sizeof(Ipv4Key), ipv4_key_hash, socket_id);
+    if (ipv4_ == nullptr)
+        fail("rte_hash_create(" + std::to_string(capacity) + " IPv4 entries) failed: " + rte_strerror(rte_errno));
+    ipv6_ = create_family_table(name + "_v6", ipv6_capacity_, sizeof(FiveTuple), ipv6_key_hash, socket_id);
+    if (ipv6_ == nullptr)
+        fail("rte_hash_create(" + std::to_string(ipv6_capacity_) + " IPv6 entries) failed: " + rte_strerror(rte_errno));
 
     // Positions are key slot - 1, below rte_hash_max_key_id() (= entries without multi-writer); one spare entry
-    // because the documentation reads "max key ID that could possibly be returned" as inclusive.
-    const int32_t max_key_id = rte_hash_max_key_id(hash_);
-    slots_ = static_cast<uint32_t>(max_key_id) + 1;
+    // per table because the documentation reads "max key ID that could possibly be returned" as inclusive.
+    ipv4_slots_ = static_cast<uint32_t>(rte_hash_max_key_id(ipv4_)) + 1;
+    slots_ = ipv4_slots_ + static_cast<uint32_t>(rte_hash_max_key_id(ipv6_)) + 1;
     entries_ = static_cast<ConnEntry*>(
         rte_zmalloc_socket("sluice_conntrack", std::size_t{slots_} * sizeof(ConnEntry), kCacheLine, socket_id));
-    if (entries_ == nullptr) {
-        rte_hash_free(hash_);
-        hash_ = nullptr;
-        throw std::runtime_error("conntrack table '" + name + "': cannot allocate " + std::to_string(slots_) +
-                                 " entries of " + std::to_string(sizeof(ConnEntry)) + " B");
-    }
+    if (entries_ == nullptr)
+        fail("cannot allocate " + std::to_string(slots_) + " entries of " + std::to_string(sizeof(ConnEntry)) + " B");
 
     for (std::size_t s = 0; s < static_cast<std::size_t>(ConnState::count); ++s)
         timeout_tsc_[s] = uint64_t{timeout_seconds(timeouts_, static_cast<ConnState>(s))} * tsc_hz_;
@@ -159,26 +220,65 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
 
 ConnTable::~ConnTable() {
     rte_free(entries_);
-    rte_hash_free(hash_);
+    rte_hash_free(ipv4_);
+    rte_hash_free(ipv6_);
 }
 
 void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count,
                             int32_t* positions) const {
     assert(count <= kMaxBurst);
     if (count == 0) return;
-    // Raw storage: the keys are all written below, no need to zero 2.5 KB per burst first.
+    // Raw storage: the keys are all written below, no need to zero them per burst first.
     union Keys {
         Keys() {}
-        FiveTuple key[kMaxBurst];
-    } keys;
-    const void* key_ptrs[kMaxBurst];
+        Ipv4Key ipv4[kMaxBurst];
+    } keys4;
+    union Keys6 {
+        Keys6() {}
+        FiveTuple ipv6[kMaxBurst];
+    } keys6;
+    const void* ptrs4[kMaxBurst];
+    const void* ptrs6[kMaxBurst];
+    uint32_t at6[kMaxBurst];  // the burst index of each IPv6 key
+    uint32_t n4 = 0, n6 = 0;
     for (uint32_t i = 0; i < count; ++i) {
         bool low;
-        canonical_key(*tuples[i], keys.key[i], low);  // every byte written (FiveTuple is trivially copyable)
-        key_ptrs[i] = &keys.key[i];
+        if (SLUICE_LIKELY(tuples[i]->family == IpFamily::ipv4)) {
+            canonical_ipv4_key(*tuples[i], keys4.ipv4[n4], low);
+            ptrs4[n4] = &keys4.ipv4[n4];
+            ++n4;
+        } else {
+            canonical_key(*tuples[i], keys6.ipv6[n6], low);  // every byte written (FiveTuple is trivially copyable)
+            at6[n6] = i;
+            ptrs6[n6] = &keys6.ipv6[n6];
+            ++n6;
+        }
     }
-    // The sig array is only read; the prototype lacks the const.
-    rte_hash_lookup_with_hash_bulk(hash_, key_ptrs, const_cast<hash_sig_t*>(hashes), count, positions);
+    // The sig arrays are only read; the prototype lacks the const.
+    auto* sigs = const_cast<hash_sig_t*>(hashes);
+    if (SLUICE_LIKELY(n6 == 0)) {
+        rte_hash_lookup_with_hash_bulk(ipv4_, ptrs4, sigs, count, positions);
+    } else {
+        // A burst with IPv6: each family's keys go to its table, the positions back to the burst's order.
+        hash_sig_t sigs4[kMaxBurst], sigs6[kMaxBurst];
+        int32_t found4[kMaxBurst], found6[kMaxBurst];
+        uint32_t k4 = 0, k6 = 0;
+        for (uint32_t i = 0; i < count; ++i) {
+            if (k6 < n6 && at6[k6] == i) sigs6[k6++] = hashes[i];
+            else sigs4[k4++] = hashes[i];
+        }
+        if (n4 > 0) rte_hash_lookup_with_hash_bulk(ipv4_, ptrs4, sigs4, n4, found4);
+        rte_hash_lookup_with_hash_bulk(ipv6_, ptrs6, sigs6, n6, found6);
+        k4 = k6 = 0;
+        for (uint32_t i = 0; i < count; ++i) {
+            if (k6 < n6 && at6[k6] == i) {
+                const int32_t p = found6[k6++];
+                positions[i] = p < 0 ? p : p + static_cast<int32_t>(ipv4_slots_);
+            } else {
+                positions[i] = found4[k4++];
+            }
+        }
+    }
     for (uint32_t i = 0; i < count; ++i) {
         if (positions[i] < 0)
             positions[i] = -1;  // -ENOENT
@@ -198,13 +298,9 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
 
 int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index,
                           uint64_t now_tsc) {
-    assert(hash == symmetric_flow_hash(tuple));
-    if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
     bool low;
-    FiveTuple key;
-    canonical_key(tuple, key, low);
-    const int32_t pos = rte_hash_add_key_with_hash(hash_, &key, hash);
-    if (SLUICE_UNLIKELY(pos < 0)) return -1;  // -ENOSPC: no cuckoo path (only without extendable buckets)
+    const int32_t pos = add_key(tuple, hash, low);
+    if (SLUICE_UNLIKELY(pos < 0)) return -1;
     ConnEntry& e = entries_[pos];
     if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return pos;  // already tracked: rte_hash returned its position
     e.expires_tsc = now_tsc + timeout_tsc_[static_cast<std::size_t>(initial)];
@@ -219,17 +315,13 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     e.state = initial;
     e.initiator_is_low = low ? 1 : 0;
     e.flags = kConnFlagLive;
-    ++size_;
+    count_added(pos);
     return pos;
 }
 
 int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t primary) {
-    assert(hash == symmetric_flow_hash(tuple));
-    if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
     bool low;
-    FiveTuple key;
-    canonical_key(tuple, key, low);
-    const int32_t pos = rte_hash_add_key_with_hash(hash_, &key, hash);
+    const int32_t pos = add_key(tuple, hash, low);
     if (SLUICE_UNLIKELY(pos < 0)) return -1;
     ConnEntry& e = entries_[pos];
     if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return -1;  // the tuple belongs to another connection
@@ -240,15 +332,43 @@ int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t p
     e.initiator_is_low = low ? 0 : 1;  // the tuple is the reply direction
     e.flags = kConnFlagLive | kConnFlagAlias;
     entries_[primary].peer = static_cast<uint32_t>(pos);
-    ++size_;
+    count_added(pos);
     ++aliases_;
     return pos;
 }
 
+int32_t ConnTable::add_key(const FiveTuple& tuple, uint32_t hash, bool& low_is_source) {
+    assert(hash == symmetric_flow_hash(tuple));
+    if (SLUICE_UNLIKELY(size_ >= capacity_)) return -1;
+    int32_t pos;
+    if (SLUICE_LIKELY(tuple.family == IpFamily::ipv4)) {
+        Ipv4Key key;
+        canonical_ipv4_key(tuple, key, low_is_source);
+        pos = rte_hash_add_key_with_hash(ipv4_, &key, hash);
+    } else {
+        if (SLUICE_UNLIKELY(ipv6_size_ >= ipv6_capacity_)) return -1;
+        FiveTuple key;
+        canonical_key(tuple, key, low_is_source);
+        pos = rte_hash_add_key_with_hash(ipv6_, &key, hash);
+        if (pos >= 0) pos += static_cast<int32_t>(ipv4_slots_);
+    }
+    return pos < 0 ? -1 : pos;  // -ENOSPC: no cuckoo path (only without extendable buckets)
+}
+
+void ConnTable::count_added(int32_t index) {
+    ++size_;
+    ipv6_size_ += static_cast<uint32_t>(index) >= ipv4_slots_;
+}
+
 bool ConnTable::key_at(int32_t index, FiveTuple& key) const {
     void* stored = nullptr;
-    if (rte_hash_get_key_with_position(hash_, index, &stored) != 0) return false;
-    std::memcpy(&key, stored, sizeof key);
+    if (static_cast<uint32_t>(index) < ipv4_slots_) {
+        if (rte_hash_get_key_with_position(ipv4_, index, &stored) != 0) return false;
+        key = tuple_of(*static_cast<const Ipv4Key*>(stored));
+    } else {
+        if (rte_hash_get_key_with_position(ipv6_, index - static_cast<int32_t>(ipv4_slots_), &stored) != 0) return false;
+        std::memcpy(&key, stored, sizeof key);
+    }
     return true;
 }
 
@@ -358,16 +478,21 @@ void ConnTable::remove(int32_t index) {
 
 void ConnTable::remove_key(int32_t index) {
     ConnEntry& e = entries_[index];
+    const bool ipv6 = static_cast<uint32_t>(index) >= ipv4_slots_;
+    rte_hash* table = ipv6 ? ipv6_ : ipv4_;
+    const int32_t position = ipv6 ? index - static_cast<int32_t>(ipv4_slots_) : index;
     void* key = nullptr;
-    // The key lives in rte_hash's key store; this call checks it is still there (a lookup through key_hash).
-    const int found = rte_hash_get_key_with_position(hash_, index, &key);
+    // The key lives in rte_hash's key store; this call checks it is still there (a lookup through the key hash).
+    const int found = rte_hash_get_key_with_position(table, position, &key);
     assert(found == 0);
     if (SLUICE_LIKELY(found == 0)) {
-        const auto* k = static_cast<const FiveTuple*>(key);
-        [[maybe_unused]] const int32_t deleted = rte_hash_del_key_with_hash(hash_, k, symmetric_flow_hash(*k));
-        assert(deleted == index);
+        const uint32_t hash = ipv6 ? symmetric_flow_hash(*static_cast<const FiveTuple*>(key))
+                                   : symmetric_flow_hash(tuple_of(*static_cast<const Ipv4Key*>(key)));
+        [[maybe_unused]] const int32_t deleted = rte_hash_del_key_with_hash(table, key, hash);
+        assert(deleted == position);
     }
     if (e.flags & kConnFlagAlias) --aliases_;
+    ipv6_size_ -= ipv6;
     e.flags = 0;
     --size_;
 }

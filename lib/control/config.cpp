@@ -531,8 +531,8 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
 }
 
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "timeouts", "prefix_sets", "rules", "log_default",
-                                  "log_rate"}))
+    if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets",
+                                  "rules", "log_default", "log_rate"}))
         return;
     FirewallConfig& fw = config.firewall;
     fw.enabled = true;
@@ -546,6 +546,11 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     d.field(node, "log_default", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "log_default", fw.log_default); });
     d.field(node, "log_rate", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "log_rate (lines per second and worker)", fw.log_rate, 1, 10000); });
     d.field(node, "table_size", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "table_size", fw.table_size, 1024, 1 << 24); });
+    d.field(node, "ipv6_table_size", "firewall", false, [&](const YAML::Node& v) {
+        if (d.integer(v, "ipv6_table_size", fw.ipv6_table_size, 1024, 1 << 24) && fw.ipv6_table_size > fw.table_size)
+            d.error(v, "ipv6_table_size " + std::to_string(fw.ipv6_table_size) + " is above table_size " +
+                           std::to_string(fw.table_size) + " (it is the share of table_size IPv6 connections may take)");
+    });
     d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {
         struct Entry { const char* key; uint32_t ConnTimeouts::*field; };
         static const Entry kEntries[] = {{"tcp_syn_sent", &ConnTimeouts::tcp_syn_sent}, {"tcp_syn_recv", &ConnTimeouts::tcp_syn_recv},
@@ -986,6 +991,8 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
         a.nat_port_first != b.nat_port_first || a.nat_port_last != b.nat_port_last)
         changes.push_back("load_balancer nat_pool or nat_ports changed");
     if (running.firewall.table_size != candidate.firewall.table_size) changes.push_back("firewall table_size changed");
+    if (running.firewall.ipv6_table_size != candidate.firewall.ipv6_table_size)
+        changes.push_back("firewall ipv6_table_size changed");
     if (running.firewall.timeouts != candidate.firewall.timeouts) changes.push_back("firewall timeouts changed");
     // drain_seconds, drain_on_sigterm and timeout_ms apply on reload; where BIRD and the file are does not.
     if (running.bgp.enabled != candidate.bgp.enabled) changes.push_back("bgp section added or removed");

@@ -123,6 +123,7 @@ struct FirewallConfig {
     bool log_default = false;   // log the new connections the default action decides
     uint32_t log_rate = 10;     // decision log lines per second and worker at most (a flood cannot flood the log)
     uint32_t table_size = 1000000;  // tracked connections per worker (not a power of two: see conn_table.hpp)
+    uint32_t ipv6_table_size = 0;   // of them at most this many IPv6 ones; 0: ConnTable::default_ipv6_capacity
     ConnTimeouts timeouts;
     std::vector<PrefixSetConfig> prefix_sets;
     std::vector<FirewallRuleConfig> rules;

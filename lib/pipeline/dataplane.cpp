@@ -123,7 +123,7 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         if (spec.conntrack) {
             try {
                 ctx->conn_table = new ConnTable("sluice_ct" + std::to_string(next_worker), spec.conn_table_size, socket,
-                                                spec.conn_timeouts, rte_get_tsc_hz());
+                                                spec.conn_timeouts, rte_get_tsc_hz(), spec.conn_table_ipv6_size);
                 ctx->rule_traffic = static_cast<RuleTraffic*>(
                     rte_zmalloc_socket("sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
                 if (!ctx->rule_traffic) throw std::runtime_error("out of memory for rule counters");

@@ -27,6 +27,7 @@ struct DataplaneSpec {
     uint32_t idle_sleep_us = 0;
     bool conntrack = false;             // one connection table per worker (the firewall is on, or services exist)
     uint32_t conn_table_size = 0;
+    uint32_t conn_table_ipv6_size = 0;  // 0: ConnTable's default share
     ConnTimeouts conn_timeouts;
     uint16_t nat_port_first = 1024;     // each worker's NAT ports: those of this range it owns (nat_ports.hpp)
     uint16_t nat_port_last = 65535;

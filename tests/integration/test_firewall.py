@@ -11,7 +11,7 @@ import time
 import pytest
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import ICMP, IP, TCP, UDP, Ether, IPerror, TCPerror, UDPerror, Raw, rdpcap
+from scapy.all import ICMP, IP, IPv6, TCP, UDP, Ether, IPerror, TCPerror, UDPerror, Raw, rdpcap
 
 from netns import Netns
 from sluice_harness import Sluice, wait_until
@@ -300,6 +300,24 @@ def test_full_table_drops_new_connections_never_old_ones(tmp_path, ns):
     passed_ports = sorted(p[UDP].dport for p in out_lan)
     assert passed_ports == [10000 + i for i in range(0, 1024, 10)]  # every tracked flow's reply, nothing else
     assert stats["drop/rule_deny"] == len(replies) - len(passed_ports)
+
+
+def test_full_ipv6_share_drops_new_ipv6_connections_while_ipv4_ones_still_open(tmp_path, ns):
+    config = firewall_config(tmp_path, table_size=4096, ipv6_table_size=2048)  # the default share: 1024
+    inside6, outside6 = "2001:db8:1::1", "2001:db8:2::5"
+    opens6 = [lan(IPv6(src=inside6, dst=outside6) / UDP(sport=10000 + i, dport=53)) for i in range(2100)]
+    opens4 = [lan(IP(src=INSIDE, dst=OUTSIDE) / UDP(sport=20000 + i, dport=53)) for i in range(200)]
+    replies6 = [wan(IPv6(src=outside6, dst=inside6) / UDP(sport=53, dport=10000 + i)) for i in range(0, 2100, 10)]
+    sluice = Sluice(tmp_path, config, netns=ns)
+    with sluice:
+        stats = run(sluice, [("lan0", opens6[:1050], 0.2), ("lan0", opens6[1050:], 0.2), ("lan0", opens4, 0.2),
+                             ("wan0", replies6, 0)])
+    assert stats["drop/ct_table_full"] == 2100 - 2048  # the IPv6 share is full; the table (4096) is not
+    out_wan = rdpcap(str(tmp_path / "wan_out.pcap"))
+    assert sum(1 for p in out_wan if IP in p) == len(opens4)
+    assert sum(1 for p in out_wan if IPv6 in p) == 2048
+    passed_ports = sorted(p[UDP].dport for p in rdpcap(str(tmp_path / "lan_out.pcap")))
+    assert passed_ports == [10000 + i for i in range(0, 2048, 10)]  # the tracked IPv6 flows' replies, nothing else
 
 
 def test_blocklist_of_100k_prefixes_drops_before_the_rules(tmp_path, ns):

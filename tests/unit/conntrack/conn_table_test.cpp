@@ -221,10 +221,76 @@ TEST_CASE("ConnTable: a full table refuses new connections and keeps the old one
     }
 }
 
+TEST_CASE("ConnTable: IPv6 connections fill a share of their own; IPv4 ones the rest", "[conntrack]") {
+    // Capacity 64 of which 16 IPv6: the 17th IPv6 connection is refused while IPv4 ones still fit, up to 64 in all.
+    ConnTable table(unique_table_name(), 64, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz, 16);
+    REQUIRE(table.capacity() == 64);
+    REQUIRE(table.ipv6_capacity() == 16);
+    std::mt19937_64 rng(5);
+    std::vector<FiveTuple> v6, v4;
+    std::set<int32_t> indices;
+    const auto insert = [&](const FiveTuple& t) { return table.insert(t, symmetric_flow_hash(t), ConnState::udp_unreplied, 0, 0); };
+    for (int i = 0; i < 16; ++i) {
+        v6.push_back(random_tuple(rng, IpFamily::ipv6, IPPROTO_UDP));
+        const int32_t index = insert(v6.back());
+        REQUIRE(index >= 0);
+        REQUIRE(static_cast<uint32_t>(index) < table.slot_count());
+        REQUIRE(indices.insert(index).second);
+    }
+    const FiveTuple extra6 = random_tuple(rng, IpFamily::ipv6, IPPROTO_UDP);
+    CHECK(insert(extra6) == -1);
+    for (int i = 0; i < 48; ++i) {
+        v4.push_back(random_tuple(rng, IpFamily::ipv4, IPPROTO_UDP));
+        const int32_t index = insert(v4.back());
+        REQUIRE(index >= 0);
+        REQUIRE(static_cast<uint32_t>(index) < table.slot_count());
+        REQUIRE(indices.insert(index).second);  // no index is shared between the families' tables
+    }
+    CHECK(table.size() == 64);
+    const FiveTuple extra4 = random_tuple(rng, IpFamily::ipv4, IPPROTO_UDP);
+    CHECK(insert(extra4) == -1);
+
+    // Bursts that mix both families find every connection, in the burst's order.
+    std::vector<FiveTuple> mixed;
+    for (std::size_t i = 0; i < 48; ++i) {
+        mixed.push_back(i % 3 == 1 ? v6[i / 3].reversed() : v4[i]);
+        if (i % 7 == 0) mixed.push_back(extra6);
+    }
+    const std::vector<int32_t> found = lookup_all(table, mixed);
+    for (std::size_t i = 0; i < mixed.size(); ++i) {
+        INFO(to_string(mixed[i]));
+        if (mixed[i] == extra6) {
+            CHECK(found[i] == -1);
+            continue;
+        }
+        REQUIRE(found[i] >= 0);
+        // The stored key of each is the tuple's canonical key, whichever table holds it.
+        FiveTuple stored, expected;
+        bool low;
+        canonical_key(mixed[i], expected, low);
+        REQUIRE(table.key_at(found[i], stored));
+        CHECK(stored == expected);
+    }
+
+    // An IPv4 connection leaves: the IPv6 share is still full, an IPv4 one fits.
+    table.remove(lookup_all(table, {v4[0]})[0]);
+    CHECK(insert(extra6) == -1);
+    CHECK(insert(extra4) >= 0);
+    // An IPv6 connection leaves: one more IPv6 fits, and then the whole table is full again.
+    table.remove(lookup_all(table, {v6[0]})[0]);
+    CHECK(lookup_all(table, {v6[0]})[0] == -1);
+    CHECK(insert(extra6) >= 0);
+    CHECK(table.size() == 64);
+    CHECK(insert(v4[0]) == -1);
+    CHECK(lookup_all(table, {extra6, extra4, v6[1]}) == std::vector<int32_t>{lookup_all(table, {extra6})[0],
+                                                                            lookup_all(table, {extra4})[0],
+                                                                            lookup_all(table, {v6[1]})[0]});
+}
+
 TEST_CASE("ConnTable: rejects bad construction parameters", "[conntrack]") {
     CHECK_THROWS_AS(ConnTable(unique_table_name(), 0, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
-    CHECK_THROWS_AS(ConnTable("a_name_longer_than_21_chars", 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz),
-                    std::runtime_error);
+    CHECK_THROWS_AS(ConnTable("a_name_of_19_chars_", 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
+    CHECK_THROWS_AS(ConnTable(unique_table_name(), 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz, 17), std::runtime_error);
     const std::string name = unique_table_name();
     ConnTable first(name, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
     const uint32_t log_level = rte_log_get_global_level();

@@ -195,3 +195,26 @@ TEST_CASE("config: the new-connection cap defaults off, its burst to one second'
     REQUIRE(bigger.config);
     CHECK(restart_required_changes(*plain.config, *bigger.config) == std::vector<std::string>{"dataplane settings changed"});
 }
+
+TEST_CASE("config: ipv6_table_size is a share of table_size, defaults to ConnTable's, and needs a restart", "[config]") {
+    const std::string firewall = "firewall:\n  table_size: 100000\n";
+    const ConfigResult plain = load_config_text(std::string(kValid) + firewall, "plain.yaml");
+    INFO(errors_of(plain));
+    REQUIRE(plain.config);
+    CHECK(plain.config->firewall.ipv6_table_size == 0);  // ConnTable::default_ipv6_capacity(100000) = 12500
+
+    const ConfigResult set = load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 50000\n", "set.yaml");
+    INFO(errors_of(set));
+    REQUIRE(set.config);
+    CHECK(set.config->firewall.ipv6_table_size == 50000);
+    CHECK(restart_required_changes(*plain.config, *set.config) ==
+          std::vector<std::string>{"firewall ipv6_table_size changed"});
+
+    const ConfigResult above = load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 100001\n", "above.yaml");
+    INFO(errors_of(above));
+    REQUIRE_FALSE(above.config);
+    CHECK(errors_of(above).find("above.yaml:29:20: ipv6_table_size 100001 is above table_size 100000") != std::string::npos);
+    const ConfigResult small = load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 1000\n", "small.yaml");
+    REQUIRE_FALSE(small.config);
+    CHECK(errors_of(small).find("small.yaml:29:20: ipv6_table_size") != std::string::npos);
+}
