@@ -70,6 +70,14 @@ inline bool source_is_low(const FiveTuple& t) {
     return !(order > 0 || (order == 0 && t.src_port > t.dst_port));
 }
 
+// The flow hash of an IPv4 flow whose endpoints are already in canonical order (low first): what
+// symmetric_flow_hash computes for it, from values rather than a tuple (the connection table's 16-byte keys).
+inline uint32_t ordered_ipv4_flow_hash(uint32_t low, uint32_t high, uint16_t low_port, uint16_t high_port, uint8_t proto) {
+    uint32_t h = rte_hash_crc_4byte(low, (uint32_t{proto} << 8) | static_cast<uint32_t>(IpFamily::ipv4));
+    h = rte_hash_crc_4byte(high, h);
+    return rte_hash_crc_4byte(uint32_t{low_port} << 16 | high_port, h);
+}
+
 // Orders the two endpoints before hashing, so hash(t) == hash(t.reversed()) for every tuple: the RX lcore needs no
 // state to send a reply to the worker that saw the request. CRC32C (SSE4.2) is a few cycles per 4-byte word.
 inline uint32_t symmetric_flow_hash(const FiveTuple& t) {
@@ -78,13 +86,12 @@ inline uint32_t symmetric_flow_hash(const FiveTuple& t) {
     // waits for them to retire (a third of this function's samples on a forwarding lcore).
     const auto seed = [&t](IpFamily family) { return (uint32_t{t.proto} << 8) | static_cast<uint32_t>(family); };
     const bool swap = !source_is_low(t);
-    const uint32_t ports = swap ? (uint32_t{t.dst_port} << 16 | t.src_port) : (uint32_t{t.src_port} << 16 | t.dst_port);
     if (t.family == IpFamily::ipv4) {
         const uint32_t a = t.src.words[0], b = t.dst.words[0];
-        uint32_t h = rte_hash_crc_4byte(swap ? b : a, seed(IpFamily::ipv4));
-        h = rte_hash_crc_4byte(swap ? a : b, h);
-        return rte_hash_crc_4byte(ports, h);
+        return swap ? ordered_ipv4_flow_hash(b, a, t.dst_port, t.src_port, t.proto)
+                    : ordered_ipv4_flow_hash(a, b, t.src_port, t.dst_port, t.proto);
     }
+    const uint32_t ports = swap ? (uint32_t{t.dst_port} << 16 | t.src_port) : (uint32_t{t.src_port} << 16 | t.dst_port);
     const IpAddress& lo = swap ? t.dst : t.src;
     const IpAddress& hi = swap ? t.src : t.dst;
     uint32_t h = rte_hash_crc_8byte(lo.quads[0], seed(IpFamily::ipv6));

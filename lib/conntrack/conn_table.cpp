@@ -87,7 +87,8 @@ FiveTuple tuple_of(const Ipv4Key& key) {
 // re-hashes the stored key to check it. They must agree with the hashes callers pass to the *_with_hash calls, i.e.
 // be symmetric_flow_hash; rte_hash_crc over the key bytes would put those lookups in the wrong buckets.
 uint32_t ipv4_key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
-    return symmetric_flow_hash(tuple_of(*static_cast<const Ipv4Key*>(key)));
+    const auto& k = *static_cast<const Ipv4Key*>(key);
+    return ordered_ipv4_flow_hash(k.low, k.high, k.low_port, k.high_port, k.proto);
 }
 uint32_t ipv6_key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
     return symmetric_flow_hash(*static_cast<const FiveTuple*>(key));
@@ -486,8 +487,7 @@ void ConnTable::remove_key(int32_t index) {
     const int found = rte_hash_get_key_with_position(table, position, &key);
     assert(found == 0);
     if (SLUICE_LIKELY(found == 0)) {
-        const uint32_t hash = ipv6 ? symmetric_flow_hash(*static_cast<const FiveTuple*>(key))
-                                   : symmetric_flow_hash(tuple_of(*static_cast<const Ipv4Key*>(key)));
+        const uint32_t hash = ipv6 ? ipv6_key_hash(key, 0, 0) : ipv4_key_hash(key, 0, 0);
         [[maybe_unused]] const int32_t deleted = rte_hash_del_key_with_hash(table, key, hash);
         assert(deleted == position);
     }
