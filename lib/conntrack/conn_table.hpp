@@ -123,6 +123,13 @@ public:
     // positions[i] = entry index, or -1. count <= kMaxBurst.
     void lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions) const;
 
+    // Brings the table's buckets for these tuples into the cache (a lookup whose answer is not kept), so that
+    // inserting them next, one after another, does not wait for each one's misses in turn. count <= kMaxBurst.
+    void warm(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count) const {
+        int32_t positions[kMaxBurst];
+        lookup_bulk(tuples, hashes, count, positions);
+    }
+
     // Adds a connection initiated by tuple in state initial (see initial_state()); returns its index, or -1 when
     // the table is full (the caller drops the packet and counts it; existing entries are never evicted for it).
     // Counts nothing and expires after initial's timeout: the caller then calls track() for the opening packet

@@ -27,6 +27,15 @@ public:
         return port;
     }
 
+    // The port the k-th next allocate() on `address` would return (0 when fewer are free), nothing taken.
+    uint16_t peek(std::size_t address, std::size_t k) const {
+        const Queue& q = queues_[address];
+        if (k >= q.count) return 0;
+        std::size_t at = q.head + k;
+        if (at >= q.ports.size()) at -= q.ports.size();
+        return q.ports[at];
+    }
+
     // Gives back a port allocate() returned.
     void release(std::size_t address, uint16_t port) {
         Queue& q = queues_[address];

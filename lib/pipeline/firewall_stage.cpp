@@ -73,6 +73,26 @@ void log_decision(LcoreContext& ctx, const FirewallTables& fw, const FiveTuple& 
 }
 
 // The MSS sluice announces in its SYN+ACK: what the smallest MTU of the ports it sends on leaves for TCP.
+// The pool address (its index in lb.pool) a NAT connection of this flow hash takes its source from.
+inline uint8_t nat_pool_address(const LbTables& lb, IpFamily family, uint32_t hash) {
+    const std::vector<uint8_t>& pool = family == IpFamily::ipv4 ? lb.pool_v4 : lb.pool_v6;
+    return pool[hash % pool.size()];
+}
+
+// The backend -> pool address side of a NAT connection from `client` to `target` (pool address, port in host
+// order): the tuple its replies come with, the connection's second key.
+inline FiveTuple nat_reply_tuple(const LbTables& lb, const LbBackend& target, uint8_t address, uint16_t port,
+                                 const FiveTuple& client) {
+    FiveTuple reply;
+    reply.src = target.address;
+    reply.dst = lb.pool[address];
+    reply.src_port = target.port_be ? target.port_be : client.dst_port;
+    reply.dst_port = rte_cpu_to_be_16(port);
+    reply.proto = client.proto;
+    reply.family = client.family;
+    return reply;
+}
+
 uint16_t proxy_mss(const LcoreContext& ctx, const Snapshot& snapshot, IpFamily family) {
     uint16_t mtu = UINT16_MAX;
     for (uint16_t k = 0; k < ctx.tx_port_count; ++k) mtu = std::min(mtu, snapshot.port_mtu[ctx.tx_ports[k]]);
@@ -469,8 +489,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             if (service) {
                 const LbBackend& target = lb.backends[backend];
                 if (service->mode == LbMode::nat) {
-                    const std::vector<uint8_t>& pool = tuples[i].family == IpFamily::ipv4 ? lb.pool_v4 : lb.pool_v6;
-                    const uint8_t address = pool[hashes[i] % pool.size()];
+                    const uint8_t address = nat_pool_address(lb, tuples[i].family, hashes[i]);
                     const uint16_t port = ctx.nat_ports->allocate(address);
                     if (SLUICE_UNLIKELY(port == 0)) {
                         forget(position);
@@ -481,13 +500,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                     entry.nat_port = port;
                     entry.nat_address = address;
                     entry.backend = backend + 1;  // from here on, removal releases the port and counts it closed
-                    FiveTuple reply_tuple;
-                    reply_tuple.src = target.address;
-                    reply_tuple.dst = lb.pool[address];
-                    reply_tuple.src_port = target.port_be ? target.port_be : tuples[i].dst_port;
-                    reply_tuple.dst_port = rte_cpu_to_be_16(port);
-                    reply_tuple.proto = tuples[i].proto;
-                    reply_tuple.family = tuples[i].family;
+                    const FiveTuple reply_tuple = nat_reply_tuple(lb, target, address, port, tuples[i]);
                     counter_add(ctx.backend_traffic[backend].new_connections);
                     const int32_t alias = table.insert_alias(reply_tuple, symmetric_flow_hash(reply_tuple), position);
                     if (SLUICE_UNLIKELY(alias < 0)) {
@@ -527,11 +540,50 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         else open_connection(i, stable_rule);
     };
 
+    // The NAT connections this burst opens each insert a second key (backend -> pool address:port), whose buckets
+    // nothing has read yet: with one insert after the other, each waited for its own misses. Their keys are known
+    // before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn),
+    // so one bulk lookup over them starts all those misses at once. A guess that turns out wrong (a packet
+    // dropped on the way) only warms lines for nothing.
+    const auto warm_nat_keys = [&](const uint16_t* which, const uint32_t* matched, const std::vector<uint32_t>& rule_ids,
+                                   uint16_t n) {
+        union Replies {
+            Replies() {}
+            FiveTuple tuple[kBurst];  // raw storage: each is written whole before use
+        } replies;
+        const FiveTuple* reply_ptrs[kBurst];
+        uint32_t reply_hashes[kBurst];
+        uint16_t taken[kMaxNatPoolAddresses] = {};
+        uint16_t guessed = 0;
+        for (uint16_t k = 0; k < n; ++k) {
+            const uint16_t i = which[k];
+            if (route[i].backend == kNoService || proxy[i] == SynProxyStep::answer_syn || echo_to_us[i]) continue;
+            const LbService& service = lb.services[route[i].backend];
+            if (service.mode != LbMode::nat) continue;
+            if (matched) {  // nullptr: no firewall, every connection to a VIP is allowed
+                const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
+                if ((rule == UINT32_MAX ? fw.default_action : fw.actions[rule]) != RuleAction::allow) continue;
+            }
+            const uint16_t local = service.maglev[maglev_slot(hashes[i], service.table_size)];
+            if (local == kMaglevNoBackend) continue;
+            const uint8_t address = nat_pool_address(lb, tuples[i].family, hashes[i]);
+            const uint16_t port = ctx.nat_ports->peek(address, taken[address]++);
+            if (port == 0) continue;
+            FiveTuple& reply = replies.tuple[guessed];
+            reply = nat_reply_tuple(lb, lb.backends[service.backend_ids[local]], address, port, tuples[i]);
+            reply_ptrs[guessed] = &reply;
+            reply_hashes[guessed] = symmetric_flow_hash(reply);
+            ++guessed;
+        }
+        if (guessed > 1) table.warm(reply_ptrs, reply_hashes, guessed);
+    };
+
     // One rte_acl call per family over the whole burst's new connections.
     const std::size_t hit_base = static_cast<std::size_t>(ctx.qsbr_thread_id) * (fw.hits ? fw.hits->rule_count + 1 : 0);
     const auto decide = [&](const AclClassifier* acl, const std::vector<uint32_t>& rule_ids, const uint16_t* which, uint16_t n) {
         if (n == 0) return;
         if (!fw.enabled) {  // services without a firewall: every new connection to a VIP is allowed
+            warm_nat_keys(which, nullptr, rule_ids, n);
             for (uint16_t k = 0; k < n; ++k) allow(which[k], UINT32_MAX);
             return;
         }
@@ -544,6 +596,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             matched[k] = AclClassifier::kNoMatch;
         }
         if (acl) acl->classify(batch, in_ports, matched, n);
+        if (lb.enabled()) warm_nat_keys(which, matched, rule_ids, n);
         for (uint16_t k = 0; k < n; ++k) {
             const uint16_t i = which[k];
             const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];

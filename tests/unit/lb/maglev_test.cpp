@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <vector>
 #include <string>
 
 #include "lb/maglev.hpp"
@@ -124,4 +125,17 @@ TEST_CASE("nat ports: a worker hands out only the ports it owns, oldest freed fi
     pool.release(0, 4003);
     CHECK(pool.allocate(0) == 4000);
     CHECK(pool.allocate(0) == 4003);
+}
+
+TEST_CASE("nat ports: peek names the ports the next allocations hand out, and takes none", "[maglev][nat]") {
+    NatPortPool pool(2000, 2009, 0, 1, 1);
+    CHECK(pool.allocate(0) == 2000);
+    for (int k = 0; k < 8; ++k) pool.release(0, pool.allocate(0));  // the ring's head wraps around past its end
+    std::vector<uint16_t> peeked;
+    for (std::size_t k = 0; k < pool.free_ports(0); ++k) peeked.push_back(pool.peek(0, k));
+    CHECK(pool.peek(0, pool.free_ports(0)) == 0);  // fewer free than asked for
+    CHECK(pool.free_ports(0) == 9);
+    for (uint16_t expected : peeked) CHECK(pool.allocate(0) == expected);
+    CHECK(peeked == std::vector<uint16_t>{2009, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008});  // 2000 is still out
+    CHECK(pool.peek(0, 0) == 0);
 }
