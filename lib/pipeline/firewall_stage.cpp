@@ -110,7 +110,12 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     const FirewallTables& fw = *snapshot.firewall;
     const LbTables& lb = *snapshot.lb;
     ConnTable& table = *ctx.conn_table;
-    FiveTuple tuples[kBurst];
+    // Raw storage: tuple_from_meta writes each tuple whole, so zeroing 1.3 KB per burst first is wasted.
+    union Tuples {
+        Tuples() {}
+        FiveTuple of[kBurst];
+    } tuple_storage;
+    FiveTuple* const tuples = tuple_storage.of;
     const FiveTuple* tuple_ptrs[kBurst] = {};  // {}: GCC cannot see that count >= 1 fills them
     uint32_t hashes[kBurst] = {};
     uint8_t tcp_flags[kBurst];
