@@ -358,7 +358,7 @@ int32_t ConnTable::add_key(const FiveTuple& tuple, uint32_t hash, bool& low_is_s
 
 void ConnTable::count_added(int32_t index) {
     ++size_;
-    ipv6_size_ += static_cast<uint32_t>(index) >= ipv4_slots_;
+    if (static_cast<uint32_t>(index) >= ipv4_slots_) add_ipv6_size(1);
 }
 
 bool ConnTable::key_at(int32_t index, FiveTuple& key) const {
@@ -492,7 +492,7 @@ void ConnTable::remove_key(int32_t index) {
         assert(deleted == position);
     }
     if (e.flags & kConnFlagAlias) --aliases_;
-    ipv6_size_ -= ipv6;
+    if (ipv6) add_ipv6_size(-1);
     e.flags = 0;
     --size_;
 }

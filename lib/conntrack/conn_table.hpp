@@ -4,6 +4,7 @@
 // construction/destruction (control thread, before launch / after stop).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -223,6 +224,9 @@ public:
     uint32_t slot_count() const { return slots_; }
     uint32_t capacity() const { return capacity_; }
     uint32_t ipv6_capacity() const { return ipv6_capacity_; }
+    // IPv6 entries in use (connections and their aliases). Any thread may read it (metrics): the owning worker
+    // writes it with relaxed atomic stores, like the per-lcore counters.
+    uint32_t ipv6_size() const { return std::atomic_ref<const uint32_t>(ipv6_size_).load(std::memory_order_relaxed); }
     const ConnTimeouts& timeouts() const { return timeouts_; }
 
 private:
@@ -230,6 +234,9 @@ private:
     // when the table (or its family's share) is full. Counts nothing: count_added() does, for a new entry.
     int32_t add_key(const FiveTuple& tuple, uint32_t hash, bool& low_is_source);
     void count_added(int32_t index);
+    void add_ipv6_size(int32_t delta) {
+        std::atomic_ref<uint32_t>(ipv6_size_).store(ipv6_size_ + static_cast<uint32_t>(delta), std::memory_order_relaxed);
+    }
     void remove_key(int32_t index);
 
     rte_hash* ipv4_ = nullptr;  // 16-byte keys (Ipv4Key in the .cpp); positions 0 .. ipv4_slots_ - 1
@@ -242,7 +249,7 @@ private:
     uint32_t ipv4_slots_ = 0;  // every position the IPv4 table can return is below it
     uint32_t slots_ = 0;       // entries_ length: ipv4_slots_ plus the IPv6 table's positions
     uint32_t size_ = 0;
-    uint32_t ipv6_size_ = 0;  // IPv6 entries among size_
+    uint32_t ipv6_size_ = 0;  // IPv6 entries among size_ (written through add_ipv6_size: metrics read it)
     uint32_t aliases_ = 0;  // NAT aliases among size_ (none: lookup_bulk skips prefetching their peers)
     uint32_t expire_cursor_ = 0;
     uint64_t tsc_hz_ = 0;

@@ -75,10 +75,17 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
     uint64_t in_use = 0;
     for (const auto& [socket, pool] : g_view->pools) in_use += mbufs_in_use(pool);
     rte_tel_data_add_dict_u64(d, "mbufs_in_use", in_use);
-    uint64_t capacity = 0;
-    g_view->dataplane->for_each_lcore([&](const LcoreContext& ctx) { capacity += ctx.conn_table ? ctx.conn_table->capacity() : 0; });
+    uint64_t capacity = 0, ipv6_entries = 0, ipv6_capacity = 0;
+    g_view->dataplane->for_each_lcore([&](const LcoreContext& ctx) {
+        if (!ctx.conn_table) return;
+        capacity += ctx.conn_table->capacity();
+        ipv6_entries += ctx.conn_table->ipv6_size();
+        ipv6_capacity += ctx.conn_table->ipv6_capacity();
+    });
     rte_tel_data_add_dict_u64(d, "conn_entries", totals.conn_inserts - totals.conn_expired);
     rte_tel_data_add_dict_u64(d, "conn_capacity", capacity);
+    rte_tel_data_add_dict_u64(d, "conn_ipv6_entries", ipv6_entries);
+    rte_tel_data_add_dict_u64(d, "conn_ipv6_capacity", ipv6_capacity);
     rte_tel_data_add_dict_u64(d, "conn_inserts", totals.conn_inserts);
     rte_tel_data_add_dict_u64(d, "conn_expired", totals.conn_expired);
     rte_tel_data_add_dict_u64(d, "rejects_sent", totals.rejects_sent);

@@ -102,6 +102,12 @@ public:
 
         MetricFamily& entries = family("sluice_conntrack_entries", "Connections a worker tracks", MetricType::Gauge);
         MetricFamily& capacity = family("sluice_conntrack_capacity", "Connections a worker can track", MetricType::Gauge);
+        MetricFamily& ipv6_entries = family("sluice_conntrack_ipv6_entries",
+                                            "Entries of a worker's connection table that are IPv6 (a NAT connection has two)",
+                                            MetricType::Gauge);
+        MetricFamily& ipv6_capacity = family("sluice_conntrack_ipv6_capacity",
+                                             "Entries a worker's connection table holds for IPv6 at most (firewall.ipv6_table_size)",
+                                             MetricType::Gauge);
         MetricFamily& inserts = family("sluice_conntrack_inserts_total", "Connections a worker started tracking", MetricType::Counter);
         MetricFamily& expired = family("sluice_conntrack_expired_total", "Connections a worker stopped tracking (timed out, or removed early: a backend removed with drop, a NAT connection that found no port, a client that gave up a SYN-proxy handshake)", MetricType::Counter);
         MetricFamily& rejects = family("sluice_rejects_sent_total", "TCP RSTs and ICMP unreachables sent for reject rules", MetricType::Counter);
@@ -145,6 +151,8 @@ public:
             if (!ctx.conn_table) return;
             sample(entries, {{"worker", w}}, static_cast<double>(opened - gone));
             sample(capacity, {{"worker", w}}, ctx.conn_table->capacity());
+            sample(ipv6_entries, {{"worker", w}}, ctx.conn_table->ipv6_size());
+            sample(ipv6_capacity, {{"worker", w}}, ctx.conn_table->ipv6_capacity());
             sample(inserts, {{"worker", w}}, static_cast<double>(opened));
             sample(expired, {{"worker", w}}, static_cast<double>(gone));
             sample(full, {{"worker", w}},

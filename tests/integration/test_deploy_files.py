@@ -103,7 +103,8 @@ def test_alerts_cover_what_an_operator_must_know():
                    "sluice_port_rx_nombuf_total", "sluice_config_last_reload_success == 0",
                    "rate(sluice_lcore_polls_total[1m]) == 0", "sluice_lcore_busy_seconds_total",
                    "sluice_ring_packets / sluice_ring_capacity", "sluice_mempool_mbufs_in_use / sluice_mempool_mbufs",
-                   "sluice_port_link_up == 0", "sluice_conntrack_entries / sluice_conntrack_capacity"):
+                   "sluice_port_link_up == 0", "sluice_conntrack_entries / sluice_conntrack_capacity",
+                   "sluice_conntrack_ipv6_entries / sluice_conntrack_ipv6_capacity"):
         assert needle in joined, f"no alert uses {needle}"
     assert exprs["SluiceBackendDown"] == "sluice_backend_up == 0"
 
@@ -230,6 +231,9 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
     tests.append(scenario("SluiceConntrackTableNearlyFull", f'sluice_conntrack_entries{{{gw}, worker="0"}}', "950000x100", "6m",
                           {"job": "sluice", "instance": "gw", "worker": "0"},
                           [{"series": f'sluice_conntrack_capacity{{{gw}, worker="0"}}', "values": "1000000x100"}]))
+    tests.append(scenario("SluiceConntrackIpv6ShareNearlyFull", f'sluice_conntrack_ipv6_entries{{{gw}, worker="0"}}',
+                          "120000x100", "6m", {"job": "sluice", "instance": "gw", "worker": "0"},
+                          [{"series": f'sluice_conntrack_ipv6_capacity{{{gw}, worker="0"}}', "values": "125000x100"}]))
     tests.append(scenario("SluiceRingFilling", f'sluice_ring_packets{{{gw}, worker="0"}}', "3500x40", "2m",
                           {"job": "sluice", "instance": "gw", "worker": "0"},
                           [{"series": f'sluice_ring_capacity{{{gw}, worker="0"}}', "values": "4095x40"}]))
@@ -258,6 +262,10 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
         {"series": f'sluice_ring_capacity{{{gw}, worker="0"}}', "values": "4095x80"},
         {"series": f'sluice_mempool_mbufs_in_use{{{gw}, socket="0"}}', "values": "2100x80"},
         {"series": f'sluice_mempool_mbufs{{{gw}, socket="0"}}', "values": "16383x80"},
+        {"series": f'sluice_conntrack_entries{{{gw}, worker="0"}}', "values": "400000x80"},
+        {"series": f'sluice_conntrack_capacity{{{gw}, worker="0"}}', "values": "1000000x80"},
+        {"series": f'sluice_conntrack_ipv6_entries{{{gw}, worker="0"}}', "values": "100000x80"},
+        {"series": f'sluice_conntrack_ipv6_capacity{{{gw}, worker="0"}}', "values": "125000x80"},
         {"series": f'sluice_backend_up{{{gw}, service="web", backend="10.1.0.11:8080"}}', "values": "1x80"},
     ], "alert_rule_test": [{"eval_time": "6m", "alertname": r["alert"], "exp_alerts": []} for r in alert_rules()]})
 

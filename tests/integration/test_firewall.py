@@ -313,6 +313,8 @@ def test_full_ipv6_share_drops_new_ipv6_connections_while_ipv4_ones_still_open(t
         stats = run(sluice, [("lan0", opens6[:1050], 0.2), ("lan0", opens6[1050:], 0.2), ("lan0", opens4, 0.2),
                              ("wan0", replies6, 0)])
     assert stats["drop/ct_table_full"] == 2100 - 2048  # the IPv6 share is full; the table (4096) is not
+    assert (stats["conn_ipv6_entries"], stats["conn_ipv6_capacity"]) == (2048, 2048)
+    assert (stats["conn_entries"], stats["conn_capacity"]) == (2048 + len(opens4), 4096)
     out_wan = rdpcap(str(tmp_path / "wan_out.pcap"))
     assert sum(1 for p in out_wan if IP in p) == len(opens4)
     assert sum(1 for p in out_wan if IPv6 in p) == 2048
