@@ -146,6 +146,12 @@ const char* conn_state_name(ConnState state) {
 
 void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) {
     assert(&key != &tuple);  // the stores below would overwrite fields still to be read
+    if (tuple.family == IpFamily::ipv4) {  // the IPv4 table's key, spelled as a FiveTuple
+        Ipv4Key compact;
+        canonical_ipv4_key(tuple, compact, low_is_source);
+        key = tuple_of(compact);
+        return;
+    }
     low_is_source = source_is_low(tuple);
     const FiveTuple& t = tuple;
     const IpAddress& low = low_is_source ? t.src : t.dst;
@@ -155,18 +161,10 @@ void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) 
     // Five 8-byte stores rather than one per field: rte_hash reads the key in words (on insert, at once).
     auto* out = reinterpret_cast<uint8_t*>(&key);
     const auto store = [out](std::size_t word, uint64_t value) { std::memcpy(out + 8 * word, &value, 8); };
-    if (t.family == IpFamily::ipv4) {
-        // symmetric_flow_hash reads only the first word of an IPv4 address: so does the key.
-        store(0, IpAddress::from_v4(low.words[0]).quads[0]);
-        store(1, 0);
-        store(2, IpAddress::from_v4(high.words[0]).quads[0]);
-        store(3, 0);
-    } else {
-        store(0, low.quads[0]);
-        store(1, low.quads[1]);
-        store(2, high.quads[0]);
-        store(3, high.quads[1]);
-    }
+    store(0, low.quads[0]);
+    store(1, low.quads[1]);
+    store(2, high.quads[0]);
+    store(3, high.quads[1]);
     // The last word: the ports in key order, protocol, family and the zero reserved field, as FiveTuple lays them out.
     struct Tail {
         uint16_t src_port, dst_port;
@@ -186,6 +184,10 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
     if (capacity == 0 || capacity > RTE_HASH_ENTRIES_MAX)
         throw std::runtime_error("conntrack table '" + name + "': capacity " + std::to_string(capacity) +
                                  " is not within 1.." + std::to_string(RTE_HASH_ENTRIES_MAX));
+    // Entry indexes are int32_t: both tables' positions together must stay below INT32_MAX.
+    if (uint64_t{capacity} + ipv6_capacity_ + 2 > uint64_t{INT32_MAX})
+        throw std::runtime_error("conntrack table '" + name + "': capacity " + std::to_string(capacity) +
+                                 " plus IPv6 capacity " + std::to_string(ipv6_capacity_) + " is too large");
     if (ipv6_capacity_ > capacity)
         throw std::runtime_error("conntrack table '" + name + "': IPv6 capacity " + std::to_string(ipv6_capacity_) +
                                  " is above the capacity " + std::to_string(capacity));

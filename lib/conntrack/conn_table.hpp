@@ -99,7 +99,7 @@ public:
     // IPv6 ones (0: default_ipv6_capacity(capacity)). tsc_hz: rte_get_tsc_hz(). Throws std::runtime_error when rte_hash cannot
     // be created (name must be unique per process and at most kMaxNameLength characters: rte_hash names its rings
     // "HT_<name>_v6" and "HT_EXT_<name>_v6" and truncates them silently to 28 characters, so two long names that
-    // share a prefix would collide).
+    // share a prefix would collide; the IPv6 table is named "<name>_v6", so no other table may be).
     // Two rte_hash tables, one per family, so that an IPv4 key takes 16 bytes: its rte_hash slot (with the data
     // pointer) is 32 bytes and never straddles two cache lines. A 40-byte key's slot is 48 bytes and half of them
     // do; rte_hash prefetches only the first line before it compares the key (at 1M connections the established
@@ -132,15 +132,16 @@ public:
     }
 
     // Adds a connection initiated by tuple in state initial (see initial_state()); returns its index, or -1 when
-    // the table is full (the caller drops the packet and counts it; existing entries are never evicted for it).
+    // the table (or, for IPv6, its share) is full (the caller drops the packet and counts it; existing entries are
+    // never evicted for it).
     // Counts nothing and expires after initial's timeout: the caller then calls track() for the opening packet
     // like for any other (it leaves the initial state as it is). A tuple already in the table gets its existing
     // index back, untouched. hash must be symmetric_flow_hash(tuple).
     int32_t insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index, uint64_t now_tsc);
 
     // Adds a second key for connection `primary` (a NAT connection's backend-side tuple), found by lookup_bulk like
-    // any key; resolve() maps it to the connection. Returns the alias index, or -1 when the table is full or the
-    // tuple is taken (the caller then removes the connection). Removing either removes both.
+    // any key; resolve() maps it to the connection. Returns the alias index, or -1 when the table (or its IPv6
+    // share) is full or the tuple is taken (the caller then removes the connection). Removing either removes both.
     int32_t insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t primary);
 
     // The connection a looked-up index belongs to; via_alias tells that the packet came by the NAT-side key (so

@@ -72,7 +72,6 @@ void log_decision(LcoreContext& ctx, const FirewallTables& fw, const FiveTuple& 
     ctx.log_tokens -= 1.0;
 }
 
-// The MSS sluice announces in its SYN+ACK: what the smallest MTU of the ports it sends on leaves for TCP.
 // The pool address (its index in lb.pool) a NAT connection of this flow hash takes its source from.
 inline uint8_t nat_pool_address(const LbTables& lb, IpFamily family, uint32_t hash) {
     const std::vector<uint8_t>& pool = family == IpFamily::ipv4 ? lb.pool_v4 : lb.pool_v6;
@@ -93,6 +92,7 @@ inline FiveTuple nat_reply_tuple(const LbTables& lb, const LbBackend& target, ui
     return reply;
 }
 
+// The MSS sluice announces in its SYN+ACK: what the smallest MTU of the ports it sends on leaves for TCP.
 uint16_t proxy_mss(const LcoreContext& ctx, const Snapshot& snapshot, IpFamily family) {
     uint16_t mtu = UINT16_MAX;
     for (uint16_t k = 0; k < ctx.tx_port_count; ++k) mtu = std::min(mtu, snapshot.port_mtu[ctx.tx_ports[k]]);
@@ -548,8 +548,9 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     // The NAT connections this burst opens each insert a second key (backend -> pool address:port), whose buckets
     // nothing has read yet: with one insert after the other, each waited for its own misses. Their keys are known
     // before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn),
-    // so one bulk lookup over them starts all those misses at once. A guess that turns out wrong (a packet
-    // dropped on the way) only warms lines for nothing.
+    // so one bulk lookup over them starts all those misses at once. A guess that turns out wrong only warms lines
+    // for nothing: a packet that takes no port after all (a second packet of a new flow in the same burst, one
+    // over a rate limit or the new-connection cap, a full table) shifts the guesses after it on its pool address.
     const auto warm_nat_keys = [&](const uint16_t* which, const uint32_t* matched, const std::vector<uint32_t>& rule_ids,
                                    uint16_t n) {
         union Replies {

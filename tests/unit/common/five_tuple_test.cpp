@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <array>
@@ -66,4 +67,36 @@ TEST_CASE("symmetric hash: protocol and family are part of the flow", "[five_tup
     FiveTuple u = t;
     u.proto = t.proto == IPPROTO_TCP ? IPPROTO_UDP : IPPROTO_TCP;
     CHECK(symmetric_flow_hash(t) != symmetric_flow_hash(u));
+}
+
+TEST_CASE("symmetric hash: its values are pinned (RX lcores, workers and the XDP steering program must agree)", "[five_tuple]") {
+    // Values of the implementation every part of sluice has used so far; a change here moves every flow to
+    // another worker and breaks the XDP program's steering (lib/xdp/steer.bpf.c computes the same).
+    FiveTuple a;
+    a.family = IpFamily::ipv4;
+    a.proto = IPPROTO_TCP;
+    a.src.words[0] = htonl(0x0a000001);  // 10.0.0.1:40000 -> 192.168.1.5:443
+    a.dst.words[0] = htonl(0xc0a80105);
+    a.src_port = htons(40000);
+    a.dst_port = htons(443);
+    FiveTuple b;
+    b.family = IpFamily::ipv4;
+    b.proto = IPPROTO_UDP;
+    b.src.words[0] = htonl(0xc6336407);  // 198.51.100.7:53 -> 10.0.0.1:5353: the source is the higher endpoint
+    b.dst.words[0] = htonl(0x0a000001);
+    b.src_port = htons(53);
+    b.dst_port = htons(5353);
+    FiveTuple c;
+    c.family = IpFamily::ipv6;
+    c.proto = IPPROTO_TCP;
+    REQUIRE(inet_pton(AF_INET6, "2001:db8::1", c.src.bytes) == 1);
+    REQUIRE(inet_pton(AF_INET6, "2001:db8:ffff::2", c.dst.bytes) == 1);
+    c.src_port = htons(1234);
+    c.dst_port = htons(80);
+    CHECK(symmetric_flow_hash(a) == 0x7c0dd436u);
+    CHECK(symmetric_flow_hash(b) == 0x423fbd23u);
+    CHECK(symmetric_flow_hash(c) == 0x50758645u);
+    // The IPv4 hash from values in canonical order (the connection table's 16-byte keys) is the same function.
+    CHECK(ordered_ipv4_flow_hash(a.src.words[0], a.dst.words[0], a.src_port, a.dst_port, a.proto) == 0x7c0dd436u);
+    CHECK(ordered_ipv4_flow_hash(b.dst.words[0], b.src.words[0], b.dst_port, b.src_port, b.proto) == 0x423fbd23u);
 }

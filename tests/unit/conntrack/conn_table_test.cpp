@@ -296,7 +296,15 @@ TEST_CASE("ConnTable: rejects bad construction parameters", "[conntrack]") {
     const uint32_t log_level = rte_log_get_global_level();
     rte_log_set_global_level(RTE_LOG_EMERG);  // rte_ring/rte_hash log the expected failure as an error
     CHECK_THROWS_AS(ConnTable(name, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
+    // The IPv6 table cannot be made (its name is taken): the IPv4 one made before it is freed again, so the name
+    // can be used once the other table is gone.
+    const std::string base = unique_table_name();
+    {
+        ConnTable taken(base + "_v6", 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+        CHECK_THROWS_AS(ConnTable(base, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
+    }
     rte_log_set_global_level(log_level);
+    CHECK_NOTHROW(ConnTable(base, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz));
 }
 
 TEST_CASE("ConnTable: entries expire after their state's timeout, a budget at a time", "[conntrack]") {
@@ -347,6 +355,39 @@ TEST_CASE("ConnTable: entries expire after their state's timeout, a budget at a 
     CHECK(table.size() == 50);
     for (int i = 0; i < 300; ++i) table.expire(3500, 7);
     CHECK(table.size() == 0);
+}
+
+TEST_CASE("ConnTable: expiry and removal reach IPv6 entries too", "[conntrack]") {
+    ConnTimeouts timeouts;
+    timeouts.udp_unreplied = 1;  // 1000 fake cycles
+    ConnTable table(unique_table_name(), 512, SOCKET_ID_ANY, timeouts, kFakeTscHz, 256);
+    std::mt19937_64 rng(8);
+    std::vector<FiveTuple> flows;
+    for (int i = 0; i < 400; ++i) {
+        flows.push_back(random_tuple(rng, i % 2 ? IpFamily::ipv6 : IpFamily::ipv4, IPPROTO_UDP));
+        REQUIRE(table.insert(flows.back(), symmetric_flow_hash(flows.back()), ConnState::udp_unreplied, 0, 0) >= 0);
+    }
+    REQUIRE(table.ipv6_size() == 200);
+    for (int i = 0; i < 200; ++i) table.expire(1000, 8);  // 32 slots a call: several passes over 768 slots
+    CHECK(table.size() == 0);
+    CHECK(table.ipv6_size() == 0);
+    for (int32_t p : lookup_all(table, flows)) CHECK(p == -1);
+    // Every slot is free again: the IPv6 share takes 256 new ones.
+    for (int i = 0; i < 256; ++i) {
+        const FiveTuple t = random_tuple(rng, IpFamily::ipv6, IPPROTO_UDP);
+        REQUIRE(table.insert(t, symmetric_flow_hash(t), ConnState::udp_unreplied, 0, 0) >= 0);
+    }
+    CHECK(table.ipv6_size() == 256);
+}
+
+TEST_CASE("ConnTable: the IPv6 share's default is an eighth of the capacity, at least 1024 (or the capacity)", "[conntrack]") {
+    CHECK(ConnTable::default_ipv6_capacity(1'000'000) == 125'000);
+    CHECK(ConnTable::default_ipv6_capacity(16'384) == 2048);
+    CHECK(ConnTable::default_ipv6_capacity(4096) == 1024);
+    CHECK(ConnTable::default_ipv6_capacity(1024) == 1024);
+    CHECK(ConnTable::default_ipv6_capacity(100) == 100);
+    ConnTable table(unique_table_name(), 100'000, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+    CHECK(table.ipv6_capacity() == 12'500);
 }
 
 TEST_CASE("ConnTable: one expire call looks at no more than 4 x budget slots", "[conntrack]") {
