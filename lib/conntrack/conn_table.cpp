@@ -39,15 +39,23 @@ constexpr uint8_t kIpProtoUdp = 17;
 constexpr uint8_t kIpProtoIcmp = 1;
 constexpr uint8_t kIpProtoIcmpv6 = 58;
 
-// The IPv4 table's key: canonical_key's fields without the 24 zero bytes of the two IPv4 addresses.
-struct Ipv4Key {
-    uint32_t low, high;  // the endpoints' addresses in key order, network byte order
+// The last 8 bytes of both families' keys: the ports in key order, protocol, family and a zero reserved field, as
+// FiveTuple lays them out. Written with one store (store_as_one_word): rte_hash reads keys in words at once.
+struct KeyTail {
     uint16_t low_port, high_port;
     uint8_t proto;
     IpFamily family;
     uint16_t reserved;
 };
-static_assert(sizeof(Ipv4Key) == 16);
+static_assert(sizeof(KeyTail) == 8 && offsetof(FiveTuple, src_port) == 32 && offsetof(FiveTuple, dst_port) == 34 &&
+              offsetof(FiveTuple, proto) == 36 && offsetof(FiveTuple, family) == 37 && offsetof(FiveTuple, reserved) == 38);
+
+// The IPv4 table's key: canonical_key's fields without the 24 zero bytes of the two IPv4 addresses.
+struct Ipv4Key {
+    uint32_t low, high;  // the endpoints' addresses in key order, network byte order
+    KeyTail tail;
+};
+static_assert(sizeof(Ipv4Key) == 16 && offsetof(Ipv4Key, tail) == 8);
 
 // The same as canonical_key for an IPv4 tuple, with two 8-byte stores (rte_hash reads the key in words at once).
 void canonical_ipv4_key(const FiveTuple& t, Ipv4Key& key, bool& low_is_source) {
@@ -55,19 +63,13 @@ void canonical_ipv4_key(const FiveTuple& t, Ipv4Key& key, bool& low_is_source) {
     struct Addresses {
         uint32_t low, high;
     };
-    struct Rest {
-        uint16_t low_port, high_port;
-        uint8_t proto;
-        IpFamily family;
-        uint16_t reserved;
-    };
     auto* out = reinterpret_cast<uint8_t*>(&key);
     if (low_is_source) {
         store_as_one_word(out, Addresses{t.src.words[0], t.dst.words[0]});
-        store_as_one_word(out + 8, Rest{t.src_port, t.dst_port, t.proto, IpFamily::ipv4, 0});
+        store_as_one_word(out + 8, KeyTail{t.src_port, t.dst_port, t.proto, IpFamily::ipv4, 0});
     } else {
         store_as_one_word(out, Addresses{t.dst.words[0], t.src.words[0]});
-        store_as_one_word(out + 8, Rest{t.dst_port, t.src_port, t.proto, IpFamily::ipv4, 0});
+        store_as_one_word(out + 8, KeyTail{t.dst_port, t.src_port, t.proto, IpFamily::ipv4, 0});
     }
 }
 
@@ -76,9 +78,9 @@ FiveTuple tuple_of(const Ipv4Key& key) {
     FiveTuple t;
     t.src = IpAddress::from_v4(key.low);
     t.dst = IpAddress::from_v4(key.high);
-    t.src_port = key.low_port;
-    t.dst_port = key.high_port;
-    t.proto = key.proto;
+    t.src_port = key.tail.low_port;
+    t.dst_port = key.tail.high_port;
+    t.proto = key.tail.proto;
     t.family = IpFamily::ipv4;
     return t;
 }
@@ -88,7 +90,7 @@ FiveTuple tuple_of(const Ipv4Key& key) {
 // be symmetric_flow_hash; rte_hash_crc over the key bytes would put those lookups in the wrong buckets.
 uint32_t ipv4_key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
     const auto& k = *static_cast<const Ipv4Key*>(key);
-    return ordered_ipv4_flow_hash(k.low, k.high, k.low_port, k.high_port, k.proto);
+    return ordered_ipv4_flow_hash(k.low, k.high, k.tail.low_port, k.tail.high_port, k.tail.proto);
 }
 uint32_t ipv6_key_hash(const void* key, uint32_t /*key_len*/, uint32_t /*init_val*/) {
     return symmetric_flow_hash(*static_cast<const FiveTuple*>(key));
@@ -165,16 +167,7 @@ void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) 
     store(1, low.quads[1]);
     store(2, high.quads[0]);
     store(3, high.quads[1]);
-    // The last word: the ports in key order, protocol, family and the zero reserved field, as FiveTuple lays them out.
-    struct Tail {
-        uint16_t src_port, dst_port;
-        uint8_t proto;
-        IpFamily family;
-        uint16_t reserved;
-    };
-    static_assert(sizeof(Tail) == 8 && offsetof(FiveTuple, src_port) == 32 && offsetof(FiveTuple, dst_port) == 34 &&
-                  offsetof(FiveTuple, proto) == 36 && offsetof(FiveTuple, family) == 37 && offsetof(FiveTuple, reserved) == 38);
-    store_as_one_word(out + 32, Tail{low_port, high_port, t.proto, t.family, 0});
+    store_as_one_word(out + 32, KeyTail{low_port, high_port, t.proto, t.family, 0});
 }
 
 ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts,
