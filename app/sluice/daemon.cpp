@@ -133,6 +133,10 @@ void log_tables(const Snapshot& snapshot) {
                  fw.actions.size(), fw.acl_v4 ? fw.acl_v4->expanded_rule_count() : 0,
                  fw.acl_v6 ? fw.acl_v6->expanded_rule_count() : 0,
                  fw.default_action == RuleAction::allow ? "allow" : "deny", fw.blocklist_prefixes);
+    for (const AclClassifier* acl : {fw.acl_v4.get(), fw.acl_v6.get()})
+        if (acl && acl->classify_method() != 0)
+            spdlog::info("firewall: {} rte_acl classify method {}", acl->family() == IpFamily::ipv4 ? "IPv4" : "IPv6",
+                         acl->method_report());
 }
 
 void log_totals(const CounterTotals& totals, const std::vector<std::unique_ptr<Port>>& ports) {

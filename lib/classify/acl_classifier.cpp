@@ -5,14 +5,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include <rte_acl.h>
 #include <rte_byteorder.h>
+#include <rte_cycles.h>
 #include <rte_errno.h>
 
 #include "common/compiler.hpp"
@@ -20,9 +24,6 @@
 namespace sluice {
 
 namespace {
-
-// Up to this many expanded rules, classify with SSE rather than rte_acl's widest method (see the constructor).
-constexpr std::size_t kSseMaxRules = 4096;
 
 
 // Expanding lists is a cross product; a rule such as 1000 sources x 1000 destinations would exhaust memory long
@@ -325,6 +326,107 @@ void classify_burst(const rte_acl_ctx* ctx, const FiveTuple* const* tuples, cons
     for (uint32_t i = 0; i < count; ++i) rule_index[i] = results[i] == 0 ? AclClassifier::kNoMatch : results[i] - 1;
 }
 
+// The methods AclClassifier times (scalar never wins where any of these runs; rte_acl_set_ctx_classify refuses
+// those the CPU or the EAL's SIMD limit rule out).
+constexpr struct {
+    enum rte_acl_classify_alg alg;  // `enum`: a function of the same name hides the type in C++
+    const char* name;
+} kMethods[] = {{RTE_ACL_CLASSIFY_SSE, "sse"},
+                {RTE_ACL_CLASSIFY_AVX2, "avx2"},
+                {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16"},
+                {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32"}};
+
+// A value inside an address field of rule r (a MASK field: value and prefix length), host order.
+uint32_t inside(const rte_acl_field& f, std::mt19937_64& rng) {
+    const uint32_t bits = f.mask_range.u32;
+    const uint32_t host = bits >= 32 ? 0 : ~uint32_t{0} >> bits;
+    return f.value.u32 | (static_cast<uint32_t>(rng()) & host);
+}
+
+// Keys to time the methods on, made as a ClassBench trace is (and tests/bench's): nine in ten inside a rule picked
+// at random, the rest anywhere; TCP or UDP where the rule takes any protocol. The mix matters: with a quarter of the
+// keys matching nothing, avx512x16 fell from first to last at 10 rules. The same rules give the same sample.
+template <IpFamily F>
+std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& rules, std::size_t n) {
+    constexpr uint32_t words = Layout<F>::kAddrWords;
+    std::mt19937_64 rng(rules.size());
+    std::vector<typename Layout<F>::Key> keys(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        FiveTuple t;
+        t.family = F;
+        uint16_t in_port = 0;
+        if (i % 10 == 9) {
+            t.proto = static_cast<uint8_t>(rng() % 2 ? IPPROTO_TCP : IPPROTO_UDP);
+            for (uint32_t w = 0; w < words; ++w) {
+                t.src.words[w] = static_cast<uint32_t>(rng());
+                t.dst.words[w] = static_cast<uint32_t>(rng());
+            }
+            t.src_port = static_cast<uint16_t>(rng());
+            t.dst_port = static_cast<uint16_t>(rng());
+        } else {
+            const rte_acl_field* f = rules[rng() % rules.size()].field;
+            t.proto = f[kFieldProto].mask_range.u8 ? f[kFieldProto].value.u8
+                                                          : static_cast<uint8_t>(rng() % 2 ? IPPROTO_TCP : IPPROTO_UDP);
+            if (f[kFieldInPort].mask_range.u32) in_port = static_cast<uint16_t>(f[kFieldInPort].value.u32);
+            for (uint32_t w = 0; w < words; ++w) {
+                t.src.words[w] = rte_cpu_to_be_32(inside(f[kFieldSrc + w], rng));
+                t.dst.words[w] = rte_cpu_to_be_32(inside(f[field_dst<F>() + w], rng));
+            }
+            const auto in_range = [&rng](const rte_acl_field& range) {
+                return rte_cpu_to_be_16(static_cast<uint16_t>(
+                    range.value.u16 + rng() % (uint32_t{range.mask_range.u16} - range.value.u16 + 1)));
+            };
+            t.src_port = in_range(f[field_src_port<F>()]);
+            t.dst_port = in_range(f[field_src_port<F>() + 1]);
+        }
+        fill_key<F>(keys[i], t, in_port);
+    }
+    return keys;
+}
+
+// Times every method this CPU offers on a sample of keys, in bursts of 32 as the workers classify, and leaves the
+// context on the fastest; returns it (0 when none of them can be set: rte_acl_create's pick stays), and writes the
+// figures to report. rte_acl_create picks the widest method, but which is fastest depends on the CPU and the rule
+// set (tests/bench/firewall.sh, cycles per packet: on the Intel VM sse beat avx512x16 at 10 and 1k rules and lost at
+// 10k; on an AMD VM avx512x16 won at every size; sse and avx2 changed places between runs of another). The Linux
+// kernel picks its raid6 and xor routines the same way at boot. Best of five rounds, each method once per round, so
+// a preempted round does not decide it; about 2-4 ms at 10k rules.
+template <IpFamily F>
+int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, std::string& report) {
+    constexpr std::size_t kSample = 2048, kRounds = 5;
+    constexpr uint32_t kBurst = 32;
+    const auto keys = sample_keys<F>(rules, kSample);
+    std::vector<const uint8_t*> data(kSample);
+    for (std::size_t i = 0; i < kSample; ++i) data[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
+    uint32_t results[kBurst];
+    uint64_t best[std::size(kMethods)];
+    std::fill(std::begin(best), std::end(best), UINT64_MAX);
+    for (std::size_t round = 0; round < kRounds; ++round) {
+        for (std::size_t m = 0; m < std::size(kMethods); ++m) {
+            if (rte_acl_set_ctx_classify(ctx, kMethods[m].alg) != 0) continue;
+            const uint64_t start = rte_rdtsc();
+            for (std::size_t at = 0; at < kSample; at += kBurst) rte_acl_classify(ctx, &data[at], results, kBurst, 1);
+            best[m] = std::min(best[m], rte_rdtsc() - start);
+        }
+    }
+    std::size_t fastest = std::size(kMethods);
+    for (std::size_t m = 0; m < std::size(kMethods); ++m) {
+        if (best[m] == UINT64_MAX) continue;
+        if (fastest == std::size(kMethods) || best[m] < best[fastest]) fastest = m;
+        char figure[48];
+        std::snprintf(figure, sizeof figure, "%s%s %.0f", report.empty() ? "" : ", ", kMethods[m].name,
+                      static_cast<double>(best[m]) / kSample);
+        report += figure;
+    }
+    if (fastest == std::size(kMethods)) {
+        report = "rte_acl's own pick (no method could be set)";
+        return 0;
+    }
+    rte_acl_set_ctx_classify(ctx, kMethods[fastest].alg);
+    report = std::string(kMethods[fastest].name) + " (TSC cycles per key: " + report + ")";
+    return kMethods[fastest].alg;
+}
+
 }  // namespace
 
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name)
@@ -333,20 +435,22 @@ AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, in
         const auto acl_rules = expand<IpFamily::ipv4>(rules);
         expanded_ = acl_rules.size();
         // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
-        if (!acl_rules.empty()) ctx_ = build_context<IpFamily::ipv4>(acl_rules, socket_id, name);
+        if (!acl_rules.empty()) {
+            std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<IpFamily::ipv4>(acl_rules, socket_id, name));
+            method_ = pick_fastest_method<IpFamily::ipv4>(built.get(), acl_rules, method_report_);
+            ctx_ = built.release();
+        }
     } else if (family == IpFamily::ipv6) {
         const auto acl_rules = expand<IpFamily::ipv6>(rules);
         expanded_ = acl_rules.size();
-        if (!acl_rules.empty()) ctx_ = build_context<IpFamily::ipv6>(acl_rules, socket_id, name);
+        if (!acl_rules.empty()) {
+            std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<IpFamily::ipv6>(acl_rules, socket_id, name));
+            method_ = pick_fastest_method<IpFamily::ipv6>(built.get(), acl_rules, method_report_);
+            ctx_ = built.release();
+        }
     } else {
         throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
     }
-    // rte_acl_create picks the widest method the CPU has (AVX512X16 on an AVX-512 CPU). With bursts of 32, SSE was
-    // faster up to 1k rules on the Intel VM and AVX512X16 only at 10k (tests/bench/firewall.sh: raw ~94-115 vs
-    // 150-185 cycles/packet at 10 and 1k rules), so small rule sets use SSE where the CPU has it (else rte_acl's
-    // choice stays). The differential test checks every method.
-    if (ctx_ && expanded_ <= kSseMaxRules && rte_acl_set_ctx_classify(ctx_, RTE_ACL_CLASSIFY_SSE) == 0)
-        method_ = RTE_ACL_CLASSIFY_SSE;
 }
 
 AclClassifier::~AclClassifier() { rte_acl_free(ctx_); }

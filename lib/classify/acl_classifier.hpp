@@ -33,9 +33,12 @@ public:
     IpFamily family() const { return family_; }
     std::size_t rule_count() const { return rule_count_; }          // rules given
     std::size_t expanded_rule_count() const { return expanded_; }   // rte_acl rules after expanding lists
-    // The rte_acl_classify_alg that classify() runs: RTE_ACL_CLASSIFY_SSE for small rule sets, or 0
-    // (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays.
+    // The rte_acl_classify_alg that classify() runs: the fastest of the methods this CPU offers, timed on this
+    // context when it was built; 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays (no rules, or no
+    // method could be set).
     int classify_method() const { return method_; }
+    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47, ...)".
+    const std::string& method_report() const { return method_report_; }
 
 private:
     IpFamily family_;
@@ -43,6 +46,7 @@ private:
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
     int method_ = 0;
+    std::string method_report_;
 };
 
 }  // namespace sluice

@@ -1234,6 +1234,8 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
                 "AclClassifier vs linear first-match on %zu tuples: %zu differ; vs raw rte_acl: %zu differ\n",
                 label.c_str(), specs.size(), acl->expanded_rule_count(), build_s, n, 100.0 * matched / n, sample,
                 linear_mismatch, raw_mismatch);
+    std::printf("classify %s: AclClassifier's method, timed when it was built: %s\n", label.c_str(),
+                acl->method_report().c_str());
     if (linear_mismatch) std::printf("WARNING: AclClassifier disagrees with first-match semantics\n");
     const bool raw_valid = raw_mismatch == 0;
     if (!raw_valid)
