@@ -68,11 +68,10 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
     const uint32_t l4_avail = avail - header_length;
     if (tuple.proto == IPPROTO_TCP || tuple.proto == IPPROTO_UDP || tuple.proto == IPPROTO_SCTP) {
         if (l4_avail < 8) return false;
-        tuple.src_port = load_raw16(l4);
-        tuple.dst_port = load_raw16(l4 + 2);
+        set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2));
     } else if (tuple.proto == IPPROTO_ICMP || tuple.proto == IPPROTO_ICMPV6) {
         if (l4_avail < 8) return false;
-        if (is_icmp_echo(tuple.proto, l4[0])) tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+        if (is_icmp_echo(tuple.proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
     }
     return true;
 }
@@ -128,24 +127,21 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
         if (avail < sizeof(rte_tcp_hdr)) return DropReason::l4_truncated;
         const uint32_t data_offset = (h[12] >> 4) * 4u;
         if (data_offset < sizeof(rte_tcp_hdr) || data_offset > avail) return DropReason::tcp_bad_offset;
-        tuple.src_port = load_raw16(h);
-        tuple.dst_port = load_raw16(h + 2);
+        set_ports(tuple, load_raw16(h), load_raw16(h + 2));
         return DropReason::none;
     }
     case IPPROTO_UDP: {
         if (avail < sizeof(rte_udp_hdr)) return DropReason::l4_truncated;
         const uint32_t udp_length = load_be16(h + 4);
         if (udp_length < sizeof(rte_udp_hdr) || udp_length > avail) return DropReason::udp_bad_length;
-        tuple.src_port = load_raw16(h);
-        tuple.dst_port = load_raw16(h + 2);
+        set_ports(tuple, load_raw16(h), load_raw16(h + 2));
         return DropReason::none;
     }
     case IPPROTO_SCTP: {
         // RFC 9260 3.1: a 12-byte common header whose first two fields are the ports (rules match on them).
         constexpr uint32_t kSctpCommonHeader = 12;
         if (avail < kSctpCommonHeader) return DropReason::l4_truncated;
-        tuple.src_port = load_raw16(h);
-        tuple.dst_port = load_raw16(h + 2);
+        set_ports(tuple, load_raw16(h), load_raw16(h + 2));
         return DropReason::none;
     }
     case IPPROTO_ICMP:
@@ -153,7 +149,7 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
         if (avail < sizeof(rte_icmp_hdr)) return DropReason::l4_truncated;
         const uint8_t type = h[0];
         if (is_icmp_echo(proto, type)) {  // the identifier in both slots keeps request and reply on one flow
-            tuple.src_port = tuple.dst_port = load_raw16(h + 4);
+            set_ports(tuple, load_raw16(h + 4), load_raw16(h + 4));
         } else if (is_icmp_error(proto, type)) {
             if (!read_quoted_tuple(h + 8, avail - 8, tuple.family, tuple)) return DropReason::icmp_bad_quote;
             meta.flags |= kMetaIcmpError;
@@ -302,8 +298,7 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         // A fragment's ports are its datagram's, which the RX lcore learnt from the first fragment
         // (pipeline/fragments.hpp). A first fragment with its whole L4 header has them itself.
         if (meta.flags & kMetaFragmentPorts) {
-            tuple.src_port = meta.fragment_src_port;
-            tuple.dst_port = meta.fragment_dst_port;
+            set_ports(tuple, meta.fragment_src_port, meta.fragment_dst_port);
             if (l4 && meta.l4_proto == IPPROTO_TCP) tcp_flags = l4[13];
         }
         return;  // as parse_frame left it: ports 0 until the RX lcore gave the datagram's
@@ -315,12 +310,11 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         [[fallthrough]];
     case IPPROTO_UDP:
     case IPPROTO_SCTP:
-        tuple.src_port = load_raw16(l4);
-        tuple.dst_port = load_raw16(l4 + 2);
+        set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2));
         break;
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6:
-        if (is_icmp_echo(meta.l4_proto, l4[0])) tuple.src_port = tuple.dst_port = load_raw16(l4 + 4);
+        if (is_icmp_echo(meta.l4_proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
         break;
     default:
         break;
