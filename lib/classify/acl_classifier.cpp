@@ -326,15 +326,17 @@ void classify_burst(const rte_acl_ctx* ctx, const FiveTuple* const* tuples, cons
     for (uint32_t i = 0; i < count; ++i) rule_index[i] = results[i] == 0 ? AclClassifier::kNoMatch : results[i] - 1;
 }
 
-// The methods AclClassifier times (scalar never wins where any of these runs; rte_acl_set_ctx_classify refuses
-// those the CPU or the EAL's SIMD limit rule out).
+// rte_acl's classify methods by the names dpdk-test-acl's --alg gives them (firewall.acl_method and the log use
+// them). Those AclClassifier times: all but scalar, which never wins where any other runs.
 constexpr struct {
     enum rte_acl_classify_alg alg;  // `enum`: a function of the same name hides the type in C++
     const char* name;
-} kMethods[] = {{RTE_ACL_CLASSIFY_SSE, "sse"},
-                {RTE_ACL_CLASSIFY_AVX2, "avx2"},
-                {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16"},
-                {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32"}};
+    bool timed;
+} kMethods[] = {{RTE_ACL_CLASSIFY_SCALAR, "scalar", false},
+                {RTE_ACL_CLASSIFY_SSE, "sse", true},
+                {RTE_ACL_CLASSIFY_AVX2, "avx2", true},
+                {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16", true},
+                {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32", true}};
 
 // A value inside an address field of rule r (a MASK field: value and prefix length), host order.
 uint32_t inside(const rte_acl_field& f, std::mt19937_64& rng) {
@@ -403,7 +405,7 @@ int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, 
     std::fill(std::begin(best), std::end(best), UINT64_MAX);
     for (std::size_t round = 0; round < kRounds; ++round) {
         for (std::size_t m = 0; m < std::size(kMethods); ++m) {
-            if (rte_acl_set_ctx_classify(ctx, kMethods[m].alg) != 0) continue;
+            if (!kMethods[m].timed || rte_acl_set_ctx_classify(ctx, kMethods[m].alg) != 0) continue;
             const uint64_t start = rte_rdtsc();
             for (std::size_t at = 0; at < kSample; at += kBurst) rte_acl_classify(ctx, &data[at], results, kBurst, 1);
             best[m] = std::min(best[m], rte_rdtsc() - start);
@@ -427,27 +429,56 @@ int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, 
     return kMethods[fastest].alg;
 }
 
+// Builds the context of non-empty acl_rules and sets its method: `method`, or the fastest (RTE_ACL_CLASSIFY_DEFAULT).
+template <IpFamily F>
+rte_acl_ctx* build_classifier(const std::vector<AclRule<F>>& acl_rules, int socket_id, const std::string& name,
+                              int method, int& chosen, std::string& report) {
+    std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<F>(acl_rules, socket_id, name));
+    if (method == RTE_ACL_CLASSIFY_DEFAULT) {
+        chosen = pick_fastest_method<F>(built.get(), acl_rules, report);
+    } else {
+        if (rte_acl_set_ctx_classify(built.get(), static_cast<enum rte_acl_classify_alg>(method)) != 0)
+            throw std::runtime_error(std::string("rte_acl classify method ") + AclClassifier::method_name(method) +
+                                     " (firewall.acl_method) does not run here: this CPU lacks it, or the EAL's "
+                                     "SIMD width limit is below it (the EAL option --force-max-simd-bitwidth=512 "
+                                     "lets avx512x32 run)");
+        chosen = method;
+        report = std::string(AclClassifier::method_name(method)) + " (set by firewall.acl_method)";
+    }
+    return built.release();
+}
+
 }  // namespace
 
-AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name)
+int AclClassifier::method_by_name(std::string_view name) {
+    if (name == "auto") return RTE_ACL_CLASSIFY_DEFAULT;
+    for (const auto& m : kMethods)
+        if (name == m.name) return m.alg;
+    return -1;
+}
+
+const char* AclClassifier::method_name(int method) {
+    for (const auto& m : kMethods)
+        if (method == m.alg) return m.name;
+    return method == RTE_ACL_CLASSIFY_DEFAULT ? "auto" : "unknown";
+}
+
+AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
+                             int method)
     : family_(family), rule_count_(rules.size()) {
+    if (method != RTE_ACL_CLASSIFY_DEFAULT && method_by_name(method_name(method)) != method)
+        throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
+    // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
     if (family == IpFamily::ipv4) {
         const auto acl_rules = expand<IpFamily::ipv4>(rules);
         expanded_ = acl_rules.size();
-        // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
-        if (!acl_rules.empty()) {
-            std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<IpFamily::ipv4>(acl_rules, socket_id, name));
-            method_ = pick_fastest_method<IpFamily::ipv4>(built.get(), acl_rules, method_report_);
-            ctx_ = built.release();
-        }
+        if (!acl_rules.empty())
+            ctx_ = build_classifier<IpFamily::ipv4>(acl_rules, socket_id, name, method, method_, method_report_);
     } else if (family == IpFamily::ipv6) {
         const auto acl_rules = expand<IpFamily::ipv6>(rules);
         expanded_ = acl_rules.size();
-        if (!acl_rules.empty()) {
-            std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<IpFamily::ipv6>(acl_rules, socket_id, name));
-            method_ = pick_fastest_method<IpFamily::ipv6>(built.get(), acl_rules, method_report_);
-            ctx_ = built.release();
-        }
+        if (!acl_rules.empty())
+            ctx_ = build_classifier<IpFamily::ipv6>(acl_rules, socket_id, name, method, method_, method_report_);
     } else {
         throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
     }

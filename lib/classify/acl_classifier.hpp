@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "classify/rule.hpp"
@@ -19,9 +20,13 @@ public:
     static constexpr uint32_t kNoMatch = UINT32_MAX;
     static constexpr uint32_t kMaxBurst = 64;  // classify() takes at most this many tuples per call
 
-    // rules must all be of `family`. name must be unique among live contexts (rte_acl names them).
-    // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure).
-    AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name);
+    // rules must all be of `family`. name must be unique among live contexts (rte_acl names them). method: an
+    // rte_acl_classify_alg to classify with, or RTE_ACL_CLASSIFY_DEFAULT (0) to time every method this CPU offers
+    // on a sample of keys made from the rules and keep the fastest (about 1 ms at 10k rules).
+    // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure, a method that
+    // does not run here).
+    AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
+                  int method = 0);
     ~AclClassifier();
     AclClassifier(const AclClassifier&) = delete;
     AclClassifier& operator=(const AclClassifier&) = delete;
@@ -33,12 +38,18 @@ public:
     IpFamily family() const { return family_; }
     std::size_t rule_count() const { return rule_count_; }          // rules given
     std::size_t expanded_rule_count() const { return expanded_; }   // rte_acl rules after expanding lists
-    // The rte_acl_classify_alg that classify() runs: the fastest of the methods this CPU offers, timed on this
-    // context when it was built; 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays (no rules, or no
-    // method could be set).
+    // The rte_acl_classify_alg that classify() runs: the one given, or the fastest of the methods this CPU offers,
+    // timed on this context when it was built; 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays
+    // (no rules, or no method could be set).
     int classify_method() const { return method_; }
-    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47, ...)".
+    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47, ...)",
+    // or "sse (set by firewall.acl_method)".
     const std::string& method_report() const { return method_report_; }
+
+    // rte_acl's methods by dpdk-test-acl's --alg names ("scalar", "sse", "avx2", "avx512x16", "avx512x32"), and
+    // "auto" for RTE_ACL_CLASSIFY_DEFAULT: the method, or -1 for another name. method_name is the reverse.
+    static int method_by_name(std::string_view name);
+    static const char* method_name(int method);
 
 private:
     IpFamily family_;

@@ -14,6 +14,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "classify/acl_classifier.hpp"
 #include "dpdk/mempool.hpp"
 #include "lb/maglev.hpp"
 #include "lb/nat_ports.hpp"
@@ -532,7 +533,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
 
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets",
-                                  "rules", "log_default", "log_rate"}))
+                                  "rules", "log_default", "log_rate", "acl_method"}))
         return;
     FirewallConfig& fw = config.firewall;
     fw.enabled = true;
@@ -550,6 +551,12 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
         if (d.integer(v, "ipv6_table_size", fw.ipv6_table_size, 1024, 1 << 24) && fw.ipv6_table_size > fw.table_size)
             d.error(v, "ipv6_table_size " + std::to_string(fw.ipv6_table_size) + " is above table_size " +
                            std::to_string(fw.table_size) + " (it is the share of table_size IPv6 connections may take)");
+    });
+    d.field(node, "acl_method", "firewall", false, [&](const YAML::Node& v) {
+        const std::string text = v.IsScalar() ? v.Scalar() : "";
+        const int method = AclClassifier::method_by_name(text);
+        if (method < 0) d.error(v, "firewall acl_method '" + text + "' is not auto, scalar, sse, avx2, avx512x16 or avx512x32");
+        else fw.acl_method = method;
     });
     d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {
         struct Entry { const char* key; uint32_t ConnTimeouts::*field; };

@@ -124,6 +124,7 @@ struct FirewallConfig {
     uint32_t log_rate = 10;     // decision log lines per second and worker at most (a flood cannot flood the log)
     uint32_t table_size = 1000000;  // tracked connections per worker (not a power of two: see conn_table.hpp)
     uint32_t ipv6_table_size = 0;   // of them at most this many IPv6 ones; 0: ConnTable::default_ipv6_capacity
+    int acl_method = 0;  // the rte_acl_classify_alg to classify with; 0 ("auto"): AclClassifier times them all
     ConnTimeouts timeouts;
     std::vector<PrefixSetConfig> prefix_sets;
     std::vector<FirewallRuleConfig> rules;

@@ -206,3 +206,36 @@ def test_sluicectl_answers_from_the_running_sluice(tmp_path):
         sluice.kill()
     gone = subprocess.run([sluicectl, "--prefix", sluice.prefix, "stats"], capture_output=True, text=True, timeout=30)
     assert gone.returncode != 0 and "cannot reach sluice" in gone.stderr
+
+
+def test_acl_method_reloads_live_and_one_this_machine_cannot_run_is_refused(tmp_path):
+    """firewall.acl_method: a pinned method is the one the log names; a method the EAL's SIMD limit rules out
+    (avx512x32 needs --force-max-simd-bitwidth=512) refuses the reload and the running rules stay; auto times them."""
+    config = looping_config(tmp_path, forward_p0=True)
+    config["firewall"] = {"default": "deny", "acl_method": "scalar",
+                          "rules": [{"name": "dns", "protocol": "udp", "destination_ports": 53, "action": "allow"}]}
+    sluice, eal = start_looping(tmp_path, config)
+    try:
+        wait_until(lambda: "IPv4 rte_acl classify method scalar (set by firewall.acl_method)" in sluice.log(),
+                   what="the pinned method in the log")
+        tx = sluice.stats()["port/p1/tx_packets"]
+        wait_until(lambda: sluice.stats()["port/p1/tx_packets"] > tx + 1000, what="the allowed flows to pass")
+
+        config["firewall"]["acl_method"] = "avx512x32"
+        write_atomically(sluice.config_path, config, eal)
+        outcome = sluice.telemetry.query("/sluice/reload")
+        assert outcome["last_reload_ok"] == 0, outcome
+        assert any("avx512x32" in e and "does not run here" in e for e in outcome["last_errors"]), outcome
+        tx = sluice.stats()["port/p1/tx_packets"]
+        wait_until(lambda: sluice.stats()["port/p1/tx_packets"] > tx + 1000, what="forwarding to go on")
+
+        config["firewall"]["acl_method"] = "auto"
+        write_atomically(sluice.config_path, config, eal)
+        outcome = sluice.telemetry.query("/sluice/reload")
+        assert outcome["last_reload_ok"] == 1, outcome
+        assert re.search(r"IPv4 rte_acl classify method \S+ \(TSC cycles per key: sse \d+", sluice.log()), sluice.log()
+        stats = sluice.stats()
+        assert stats["drop/rule_deny"] == 0 and stats["port/p1/tx_packets"] > tx
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()

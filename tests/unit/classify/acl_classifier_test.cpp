@@ -206,6 +206,22 @@ TEST_CASE("acl: the classify method is the fastest one timed, and the one the co
     }
 }
 
+TEST_CASE("acl: a method given is the one the context runs; one that does not exist is refused", "[classify]") {
+    Rule web = make_rule("web", IpFamily::ipv4, IPPROTO_TCP);
+    web.destination_ports = {{80, 80}};
+    const AclClassifier scalar(IpFamily::ipv4, {web}, SOCKET_ID_ANY, "t4_method_scalar", RTE_ACL_CLASSIFY_SCALAR);
+    CHECK(scalar.classify_method() == RTE_ACL_CLASSIFY_SCALAR);
+    CHECK(scalar.method_report() == "scalar (set by firewall.acl_method)");
+    CHECK(classify_one(scalar, tuple4(IPPROTO_TCP, "192.0.2.1", "203.0.113.10", 9, 80), 0) == 0);
+    CHECK(classify_one(scalar, tuple4(IPPROTO_TCP, "192.0.2.1", "203.0.113.10", 9, 81), 0) == kNone);
+    CHECK_THROWS_WITH(AclClassifier(IpFamily::ipv4, {web}, SOCKET_ID_ANY, "t4_method_bogus", 99),
+                      Catch::Contains("unknown classify method 99"));
+    CHECK(AclClassifier::method_by_name("avx512x16") == RTE_ACL_CLASSIFY_AVX512X16);
+    CHECK(AclClassifier::method_by_name("auto") == RTE_ACL_CLASSIFY_DEFAULT);
+    CHECK(AclClassifier::method_by_name("neon") == -1);
+    CHECK(std::string(AclClassifier::method_name(RTE_ACL_CLASSIFY_SSE)) == "sse");
+}
+
 TEST_CASE("acl: fragments carry ports 0 and match only rules whose ranges include 0", "[classify]") {
     Rule web = make_rule("web", IpFamily::ipv4, IPPROTO_UDP);
     web.destination_ports = {{80, 80}};

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <string>
 
+#include <rte_acl.h>
+
 #include "control/config.hpp"
 
 using namespace sluice;
@@ -194,6 +196,27 @@ TEST_CASE("config: the new-connection cap defaults off, its burst to one second'
     const ConfigResult bigger = load_config_text(ring, "ring.yaml");
     REQUIRE(bigger.config);
     CHECK(restart_required_changes(*plain.config, *bigger.config) == std::vector<std::string>{"dataplane settings changed"});
+}
+
+TEST_CASE("config: acl_method names an rte_acl method, defaults to auto, and reloads live", "[config]") {
+    const ConfigResult plain = load_config_text(std::string(kValid) + "firewall:\n  default: deny\n", "plain.yaml");
+    INFO(errors_of(plain));
+    REQUIRE(plain.config);
+    CHECK(plain.config->firewall.acl_method == RTE_ACL_CLASSIFY_DEFAULT);
+    for (const auto& [name, method] : {std::pair{"auto", RTE_ACL_CLASSIFY_DEFAULT}, std::pair{"scalar", RTE_ACL_CLASSIFY_SCALAR},
+                                       std::pair{"sse", RTE_ACL_CLASSIFY_SSE}, std::pair{"avx2", RTE_ACL_CLASSIFY_AVX2},
+                                       std::pair{"avx512x16", RTE_ACL_CLASSIFY_AVX512X16},
+                                       std::pair{"avx512x32", RTE_ACL_CLASSIFY_AVX512X32}}) {
+        const ConfigResult set = load_config_text(std::string(kValid) + "firewall:\n  acl_method: " + name + "\n", "set.yaml");
+        INFO(name << ": " << errors_of(set));
+        REQUIRE(set.config);
+        CHECK(set.config->firewall.acl_method == method);
+        CHECK(restart_required_changes(*plain.config, *set.config).empty());
+    }
+    const ConfigResult bad = load_config_text(std::string(kValid) + "firewall:\n  acl_method: [sse]\n", "bad.yaml");
+    REQUIRE_FALSE(bad.config);
+    INFO(errors_of(bad));
+    CHECK(errors_of(bad).find("bad.yaml:28:15: firewall acl_method '' is not auto, scalar, sse") != std::string::npos);
 }
 
 TEST_CASE("config: ipv6_table_size is a share of table_size, defaults to ConnTable's, and needs a restart", "[config]") {
