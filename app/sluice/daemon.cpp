@@ -134,7 +134,7 @@ void log_tables(const Snapshot& snapshot) {
                  fw.acl_v6 ? fw.acl_v6->expanded_rule_count() : 0,
                  fw.default_action == RuleAction::allow ? "allow" : "deny", fw.blocklist_prefixes);
     for (const AclClassifier* acl : {fw.acl_v4.get(), fw.acl_v6.get()})
-        if (acl && acl->classify_method() != 0)
+        if (acl && acl->expanded_rule_count() != 0)
             spdlog::info("firewall: {} rte_acl classify method {}", acl->family() == IpFamily::ipv4 ? "IPv4" : "IPv6",
                          acl->method_report());
 }

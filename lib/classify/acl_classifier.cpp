@@ -338,7 +338,7 @@ constexpr struct {
                 {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16", true},
                 {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32", true}};
 
-// A value inside an address field of rule r (a MASK field: value and prefix length), host order.
+// A value inside an address field of a rule (a MASK field: value and prefix length), host order.
 uint32_t inside(const rte_acl_field& f, std::mt19937_64& rng) {
     const uint32_t bits = f.mask_range.u32;
     const uint32_t host = bits >= 32 ? 0 : ~uint32_t{0} >> bits;
@@ -386,13 +386,16 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
     return keys;
 }
 
-// Times every method this CPU offers on a sample of keys, in bursts of 32 as the workers classify, and leaves the
-// context on the fastest; returns it (0 when none of them can be set: rte_acl_create's pick stays), and writes the
-// figures to report. rte_acl_create picks the widest method, but which is fastest depends on the CPU and the rule
-// set (tests/bench/firewall.sh, cycles per packet: on the Intel VM sse beat avx512x16 at 10 and 1k rules and lost at
+// Times every method this CPU offers on a sample of keys, in calls of 32 keys, and leaves the context on the
+// fastest; returns it (0 when none of them can be set: rte_acl_create's pick stays), and writes the figures to
+// report. rte_acl_create picks the widest method, but which is fastest depends on the CPU and the rule set
+// (tests/bench/firewall.sh, cycles per packet: on the Intel VM sse beat avx512x16 at 10 and 1k rules and lost at
 // 10k; on an AMD VM avx512x16 won at every size; sse and avx2 changed places between runs of another). The Linux
-// kernel picks its raid6 and xor routines the same way at boot. Best of five rounds, each method once per round, so
-// a preempted round does not decide it; about 2-4 ms at 10k rules.
+// kernel picks its raid6 and xor routines the same way at boot. Calls of 32 are what a worker makes when every
+// packet of its burst opens a connection (a flood, a busy front end): where classification costs the most. With a
+// few new connections per burst, its calls are short and rte_acl's wide methods fall back to narrower code, but then
+// classification is a small share of the burst whichever method runs. Best of five rounds, each method once per
+// round, so a preempted round does not decide it; about 1 ms at 10k rules.
 template <IpFamily F>
 int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, std::string& report) {
     constexpr std::size_t kSample = 2048, kRounds = 5;
@@ -400,14 +403,14 @@ int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, 
     const auto keys = sample_keys<F>(rules, kSample);
     std::vector<const uint8_t*> data(kSample);
     for (std::size_t i = 0; i < kSample; ++i) data[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
-    uint32_t results[kBurst];
+    std::vector<uint32_t> results(kSample);
     uint64_t best[std::size(kMethods)];
     std::fill(std::begin(best), std::end(best), UINT64_MAX);
     for (std::size_t round = 0; round < kRounds; ++round) {
         for (std::size_t m = 0; m < std::size(kMethods); ++m) {
             if (!kMethods[m].timed || rte_acl_set_ctx_classify(ctx, kMethods[m].alg) != 0) continue;
             const uint64_t start = rte_rdtsc();
-            for (std::size_t at = 0; at < kSample; at += kBurst) rte_acl_classify(ctx, &data[at], results, kBurst, 1);
+            for (std::size_t at = 0; at < kSample; at += kBurst) rte_acl_classify(ctx, &data[at], &results[at], kBurst, 1);
             best[m] = std::min(best[m], rte_rdtsc() - start);
         }
     }
@@ -420,12 +423,15 @@ int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, 
                       static_cast<double>(best[m]) / kSample);
         report += figure;
     }
-    if (fastest == std::size(kMethods)) {
+    if (fastest == std::size(kMethods) || rte_acl_set_ctx_classify(ctx, kMethods[fastest].alg) != 0) {
         report = "rte_acl's own pick (no method could be set)";
         return 0;
     }
-    rte_acl_set_ctx_classify(ctx, kMethods[fastest].alg);
-    report = std::string(kMethods[fastest].name) + " (TSC cycles per key: " + report + ")";
+    // The share of the sample that matched a rule (the last pass's results): the mix decides the winner, so the
+    // report shows it.
+    const auto matched = std::count_if(results.begin(), results.end(), [](uint32_t r) { return r != 0; });
+    report = std::string(kMethods[fastest].name) + " (TSC cycles per key: " + report + "; " +
+             std::to_string(matched * 100 / static_cast<std::ptrdiff_t>(kSample)) + "% of the keys matched a rule)";
     return kMethods[fastest].alg;
 }
 
@@ -438,17 +444,23 @@ rte_acl_ctx* build_classifier(const std::vector<AclRule<F>>& acl_rules, int sock
         chosen = pick_fastest_method<F>(built.get(), acl_rules, report);
     } else {
         if (rte_acl_set_ctx_classify(built.get(), static_cast<enum rte_acl_classify_alg>(method)) != 0)
-            throw std::runtime_error(std::string("rte_acl classify method ") + AclClassifier::method_name(method) +
-                                     " (firewall.acl_method) does not run here: this CPU lacks it, or the EAL's "
-                                     "SIMD width limit is below it (the EAL option --force-max-simd-bitwidth=512 "
-                                     "lets avx512x32 run)");
+            throw AclMethodUnavailable(std::string("rte_acl classify method ") + AclClassifier::method_name(method) +
+                                     " does not run here: this CPU or this DPDK build lacks it, or the EAL's SIMD "
+                                     "width limit is below it (the EAL option --force-max-simd-bitwidth=512 lets "
+                                     "avx512x32 run)");
         chosen = method;
-        report = std::string(AclClassifier::method_name(method)) + " (set by firewall.acl_method)";
+        report = std::string(AclClassifier::method_name(method)) + " (pinned)";
     }
     return built.release();
 }
 
 }  // namespace
+
+std::string AclClassifier::method_names() {
+    std::string names = "auto";
+    for (const auto& m : kMethods) names += std::string(", ") + m.name;
+    return names;
+}
 
 int AclClassifier::method_by_name(std::string_view name) {
     if (name == "auto") return RTE_ACL_CLASSIFY_DEFAULT;
@@ -466,7 +478,8 @@ const char* AclClassifier::method_name(int method) {
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
                              int method)
     : family_(family), rule_count_(rules.size()) {
-    if (method != RTE_ACL_CLASSIFY_DEFAULT && method_by_name(method_name(method)) != method)
+    if (method != RTE_ACL_CLASSIFY_DEFAULT &&
+        std::none_of(std::begin(kMethods), std::end(kMethods), [method](const auto& m) { return m.alg == method; }))
         throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
     // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
     if (family == IpFamily::ipv4) {

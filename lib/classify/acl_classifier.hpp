@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,12 @@ struct rte_acl_ctx;
 
 namespace sluice {
 
+// A pinned classify method this CPU, DPDK build or EAL cannot run (AclClassifier's constructor).
+class AclMethodUnavailable : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class AclClassifier {
 public:
     static constexpr uint32_t kNoMatch = UINT32_MAX;
@@ -23,8 +30,8 @@ public:
     // rules must all be of `family`. name must be unique among live contexts (rte_acl names them). method: an
     // rte_acl_classify_alg to classify with, or RTE_ACL_CLASSIFY_DEFAULT (0) to time every method this CPU offers
     // on a sample of keys made from the rules and keep the fastest (about 1 ms at 10k rules).
-    // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure, a method that
-    // does not run here).
+    // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure), and
+    // AclMethodUnavailable for a method that does not run here.
     AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
                   int method = 0);
     ~AclClassifier();
@@ -42,14 +49,16 @@ public:
     // timed on this context when it was built; 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays
     // (no rules, or no method could be set).
     int classify_method() const { return method_; }
-    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47, ...)",
-    // or "sse (set by firewall.acl_method)".
+    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47,
+    // avx512x16 43; 90% of the keys matched a rule)", or "sse (pinned)" when the constructor was given it.
     const std::string& method_report() const { return method_report_; }
 
     // rte_acl's methods by dpdk-test-acl's --alg names ("scalar", "sse", "avx2", "avx512x16", "avx512x32"), and
-    // "auto" for RTE_ACL_CLASSIFY_DEFAULT: the method, or -1 for another name. method_name is the reverse.
+    // "auto" for RTE_ACL_CLASSIFY_DEFAULT: the method, or -1 for another name. method_name is the reverse
+    // ("unknown" for a value that is none of them); method_names lists them all, "auto" first, for messages.
     static int method_by_name(std::string_view name);
     static const char* method_name(int method);
+    static std::string method_names();
 
 private:
     IpFamily family_;

@@ -555,7 +555,7 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     d.field(node, "acl_method", "firewall", false, [&](const YAML::Node& v) {
         const std::string text = v.IsScalar() ? v.Scalar() : "";
         const int method = AclClassifier::method_by_name(text);
-        if (method < 0) d.error(v, "firewall acl_method '" + text + "' is not auto, scalar, sse, avx2, avx512x16 or avx512x32");
+        if (method < 0) d.error(v, "firewall acl_method '" + text + "' is none of " + AclClassifier::method_names());
         else fw.acl_method = method;
     });
     d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {

@@ -320,10 +320,14 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
             fw.v6_rule_ids.push_back(id);
         }
     }
-    if (!v4.empty())
-        fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation), fc.acl_method);
-    if (!v6.empty())
-        fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation), fc.acl_method);
+    try {
+        if (!v4.empty())
+            fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation), fc.acl_method);
+        if (!v6.empty())
+            fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation), fc.acl_method);
+    } catch (const AclMethodUnavailable& e) {
+        throw std::runtime_error(std::string("firewall acl_method: ") + e.what());  // the key that pinned it
+    }
     build_blocklists(fc, fw, socket, generation, live.blocklist);
     build_rate_limits(fc, fw, lcore_count, worker_count);
     fw.hits = std::make_unique<RuleHits>();

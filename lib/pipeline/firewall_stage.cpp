@@ -85,8 +85,7 @@ inline FiveTuple nat_reply_tuple(const LbTables& lb, const LbBackend& target, ui
     FiveTuple reply;
     reply.src = target.address;
     reply.dst = lb.pool[address];
-    reply.src_port = target.port_be ? target.port_be : client.dst_port;
-    reply.dst_port = rte_cpu_to_be_16(port);
+    set_ports(reply, target.port_be ? target.port_be : client.dst_port, rte_cpu_to_be_16(port));
     reply.proto = client.proto;
     reply.family = client.family;
     return reply;

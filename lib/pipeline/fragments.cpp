@@ -66,8 +66,7 @@ DropReason FragmentTracker::annotate(rte_mbuf* m, uint64_t now_tsc) {
         if (!info.more) rte_hash_del_key(table_, &key);  // the last fragment: a middle one arriving later is lost
     }
     meta.flags |= kMetaFragmentPorts;
-    tuple.src_port = meta.fragment_src_port;
-    tuple.dst_port = meta.fragment_dst_port;
+    set_ports(tuple, meta.fragment_src_port, meta.fragment_dst_port);
     meta.flow_hash = symmetric_flow_hash(tuple);
     return DropReason::none;
 }

@@ -1122,17 +1122,11 @@ struct Ipv4AclKey {
 };
 static_assert(sizeof(Ipv4AclKey) == 20);
 
-struct AlgName {
-    enum rte_acl_classify_alg alg;  // `enum`: a function of the same name hides the type in C++
-    const char* name;
-};
 // rte_acl's own order of preference (acl_get_best_alg in lib/acl/rte_acl.c): the first one the CPU and the EAL's
-// max SIMD bitwidth allow is what rte_acl_create picks, which sluice runs unless AclClassifier chose another.
-constexpr AlgName kAlgs[] = {
-    {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32"}, {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16"},
-    {RTE_ACL_CLASSIFY_AVX2, "avx2"},           {RTE_ACL_CLASSIFY_SSE, "sse"},
-    {RTE_ACL_CLASSIFY_SCALAR, "scalar"},
-};
+// max SIMD bitwidth allow is what rte_acl_create picks (AclClassifier keeps it only when it could set none).
+// Their names are AclClassifier::method_name's.
+constexpr enum rte_acl_classify_alg kAlgs[] = {RTE_ACL_CLASSIFY_AVX512X32, RTE_ACL_CLASSIFY_AVX512X16,
+                                               RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_SCALAR};
 
 void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<RuleSpec>& specs,
                   const std::vector<TraceTuple>& trace, const std::string& label,
@@ -1244,30 +1238,31 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
 
     // sluice's figure is the method AclClassifier runs: the one it set, else rte_acl_create's pick, which is the
     // first in kAlgs that the context accepts (trying them changes the context: restored below).
-    const AlgName* sluice_alg = nullptr;
-    for (const AlgName& a : kAlgs) {
-        const bool runs = acl->classify_method() != 0 ? static_cast<int>(a.alg) == acl->classify_method()
-                                                      : rte_acl_set_ctx_classify(ctx, a.alg) == 0;
+    const enum rte_acl_classify_alg* sluice_alg = nullptr;
+    for (const enum rte_acl_classify_alg& a : kAlgs) {
+        const bool runs = acl->classify_method() != 0 ? static_cast<int>(a) == acl->classify_method()
+                                                      : rte_acl_set_ctx_classify(ctx, a) == 0;
         if (runs) {
             sluice_alg = &a;
             break;
         }
     }
-    for (const AlgName& a : kAlgs) {
-        if (rte_acl_set_ctx_classify(ctx, a.alg) != 0) continue;
+    for (const enum rte_acl_classify_alg& a : kAlgs) {
+        if (rte_acl_set_ctx_classify(ctx, a) != 0) continue;
+        const std::string alg_name = AclClassifier::method_name(a);
         auto r = interleaved(o.reps, {pass_raw, pass_wrapped});
         const bool runs_in_sluice = sluice_alg == &a;
-        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (runs_in_sluice ? "" : std::string("-") + a.name),
-                      .measurement = "classify " + label + ", " + a.name + (runs_in_sluice ? " (sluice's)" : ""),
+        table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (runs_in_sluice ? "" : "-" + alg_name),
+                      .measurement = "classify " + label + ", " + alg_name + (runs_in_sluice ? " (sluice's)" : ""),
                       .unit = "cycles/pkt",
                       .reference = "raw rte_acl_classify, same context",
                       .ref = stat_of(r[0]),
                       .sluice = stat_of(r[1]),
                       .has_ref = raw_valid});
-        if (runs_in_sluice) meta.emplace_back("acl_sluice_alg", a.name);
+        if (runs_in_sluice) meta.emplace_back("acl_sluice_alg", alg_name);
     }
     // Leave the context as AclClassifier set it.
-    if (sluice_alg) rte_acl_set_ctx_classify(ctx, sluice_alg->alg);
+    if (sluice_alg) rte_acl_set_ctx_classify(ctx, *sluice_alg);
 }
 
 // Rules and trace read from files (--rules/--trace), before the EAL starts so that a bad file fails fast.
