@@ -355,10 +355,12 @@ private:
                 const auto started = std::chrono::steady_clock::now();
                 StableRuleIds ids = stable_rule_ids_;  // committed only if the reload goes through
                 BackendRegistry backends = backends_;
+                const FirewallTables& running = *dataplane_->snapshot().firewall;
                 snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
                                           dataplane_->worker_count(),
-                                          LiveState{&ids, &backends, backend_health(), neighbour_lookup(),
-                                                    dataplane_->snapshot().firewall->blocklist});
+                                          LiveState{&ids, &backends, backend_health(), neighbour_lookup(), running.blocklist,
+                                                    running.acl_v4 ? running.acl_v4->classify_method() : 0,
+                                                    running.acl_v6 ? running.acl_v6->classify_method() : 0});
                 pending_backends_ = std::move(backends);
                 if (ids.size() > kMaxCountedRules)
                     spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",

@@ -19,6 +19,7 @@
 #include <rte_cycles.h>
 #include <rte_errno.h>
 
+#include "classify/acl_method.hpp"
 #include "common/compiler.hpp"
 
 namespace sluice {
@@ -326,18 +327,6 @@ void classify_burst(const rte_acl_ctx* ctx, const FiveTuple* const* tuples, cons
     for (uint32_t i = 0; i < count; ++i) rule_index[i] = results[i] == 0 ? AclClassifier::kNoMatch : results[i] - 1;
 }
 
-// rte_acl's classify methods by the names dpdk-test-acl's --alg gives them (firewall.acl_method and the log use
-// them). Those AclClassifier times: all but scalar, which never wins where any other runs.
-constexpr struct {
-    enum rte_acl_classify_alg alg;  // `enum`: a function of the same name hides the type in C++
-    const char* name;
-    bool timed;
-} kMethods[] = {{RTE_ACL_CLASSIFY_SCALAR, "scalar", false},
-                {RTE_ACL_CLASSIFY_SSE, "sse", true},
-                {RTE_ACL_CLASSIFY_AVX2, "avx2", true},
-                {RTE_ACL_CLASSIFY_AVX512X16, "avx512x16", true},
-                {RTE_ACL_CLASSIFY_AVX512X32, "avx512x32", true}};
-
 // A value inside an address field of a rule (a MASK field: value and prefix length), host order.
 uint32_t inside(const rte_acl_field& f, std::mt19937_64& rng) {
     const uint32_t bits = f.mask_range.u32;
@@ -395,103 +384,101 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
 // packet of its burst opens a connection (a flood, a busy front end): where classification costs the most. With a
 // few new connections per burst, its calls are short and rte_acl's wide methods fall back to narrower code, but then
 // classification is a small share of the burst whichever method runs. Best of five rounds, each method once per
-// round, so a preempted round does not decide it; about 1 ms at 10k rules.
+// round, so a preempted round does not decide it; about 1 ms at 10k rules. `keep` (the method the running context
+// uses, or 0) stays unless another is more than 5 % faster: methods that time within noise of each other would
+// otherwise take turns from one reload to the next.
 template <IpFamily F>
-int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, std::string& report) {
+int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, int keep, std::string& report) {
     constexpr std::size_t kSample = 2048, kRounds = 5;
     constexpr uint32_t kBurst = 32;
     const auto keys = sample_keys<F>(rules, kSample);
     std::vector<const uint8_t*> data(kSample);
     for (std::size_t i = 0; i < kSample; ++i) data[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
     std::vector<uint32_t> results(kSample);
-    uint64_t best[std::size(kMethods)];
+    uint64_t best[std::size(kAclMethods)];
     std::fill(std::begin(best), std::end(best), UINT64_MAX);
     for (std::size_t round = 0; round < kRounds; ++round) {
-        for (std::size_t m = 0; m < std::size(kMethods); ++m) {
-            if (!kMethods[m].timed || rte_acl_set_ctx_classify(ctx, kMethods[m].alg) != 0) continue;
+        for (std::size_t m = 0; m < std::size(kAclMethods); ++m) {
+            if (!kAclMethods[m].timed || rte_acl_set_ctx_classify(ctx, kAclMethods[m].alg) != 0) continue;
             const uint64_t start = rte_rdtsc();
             for (std::size_t at = 0; at < kSample; at += kBurst) rte_acl_classify(ctx, &data[at], &results[at], kBurst, 1);
             best[m] = std::min(best[m], rte_rdtsc() - start);
         }
     }
-    std::size_t fastest = std::size(kMethods);
-    for (std::size_t m = 0; m < std::size(kMethods); ++m) {
+    std::vector<std::pair<int, uint64_t>> timings;
+    for (std::size_t m = 0; m < std::size(kAclMethods); ++m) {
         if (best[m] == UINT64_MAX) continue;
-        if (fastest == std::size(kMethods) || best[m] < best[fastest]) fastest = m;
+        timings.emplace_back(kAclMethods[m].alg, best[m]);
         char figure[48];
-        std::snprintf(figure, sizeof figure, "%s%s %.0f", report.empty() ? "" : ", ", kMethods[m].name,
+        std::snprintf(figure, sizeof figure, "%s%s %.0f", report.empty() ? "" : ", ", kAclMethods[m].name,
                       static_cast<double>(best[m]) / kSample);
         report += figure;
     }
-    if (fastest == std::size(kMethods) || rte_acl_set_ctx_classify(ctx, kMethods[fastest].alg) != 0) {
+    const int chosen = choose_classify_method(timings, keep);
+    if (chosen == 0 || rte_acl_set_ctx_classify(ctx, static_cast<enum rte_acl_classify_alg>(chosen)) != 0) {
         report = "rte_acl's own pick (no method could be set)";
         return 0;
     }
+    const bool kept = chosen == keep && chosen != choose_classify_method(timings, 0);
     // The share of the sample that matched a rule (the last pass's results): the mix decides the winner, so the
     // report shows it.
     const auto matched = std::count_if(results.begin(), results.end(), [](uint32_t r) { return r != 0; });
-    report = std::string(kMethods[fastest].name) + " (TSC cycles per key: " + report + "; " +
+    report = std::string(acl_method_name(chosen)) + (kept ? " (kept: within 5% of the fastest; " : " (") +
+             "TSC cycles per key: " + report + "; " +
              std::to_string(matched * 100 / static_cast<std::ptrdiff_t>(kSample)) + "% of the keys matched a rule)";
-    return kMethods[fastest].alg;
+    return chosen;
 }
 
-// Builds the context of non-empty acl_rules and sets its method: `method`, or the fastest (RTE_ACL_CLASSIFY_DEFAULT).
+// Builds the context of non-empty acl_rules and sets its method: `method`, or the fastest (RTE_ACL_CLASSIFY_DEFAULT;
+// `keep` as pick_fastest_method takes it).
 template <IpFamily F>
 rte_acl_ctx* build_classifier(const std::vector<AclRule<F>>& acl_rules, int socket_id, const std::string& name,
-                              int method, int& chosen, std::string& report) {
+                              int method, int keep, int& chosen, std::string& report) {
     std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<F>(acl_rules, socket_id, name));
     if (method == RTE_ACL_CLASSIFY_DEFAULT) {
-        chosen = pick_fastest_method<F>(built.get(), acl_rules, report);
+        chosen = pick_fastest_method<F>(built.get(), acl_rules, keep, report);
     } else {
         if (rte_acl_set_ctx_classify(built.get(), static_cast<enum rte_acl_classify_alg>(method)) != 0)
-            throw AclMethodUnavailable(std::string("rte_acl classify method ") + AclClassifier::method_name(method) +
+            throw AclMethodUnavailable(std::string("rte_acl classify method ") + acl_method_name(method) +
                                      " does not run here: this CPU or this DPDK build lacks it, or the EAL's SIMD "
                                      "width limit is below it (the EAL option --force-max-simd-bitwidth=512 lets "
                                      "avx512x32 run)");
         chosen = method;
-        report = std::string(AclClassifier::method_name(method)) + " (pinned)";
+        report = std::string(acl_method_name(method)) + " (pinned)";
     }
     return built.release();
 }
 
 }  // namespace
 
-std::string AclClassifier::method_names() {
-    std::string names = "auto";
-    for (const auto& m : kMethods) names += std::string(", ") + m.name;
-    return names;
-}
-
-int AclClassifier::method_by_name(std::string_view name) {
-    if (name == "auto") return RTE_ACL_CLASSIFY_DEFAULT;
-    for (const auto& m : kMethods)
-        if (name == m.name) return m.alg;
-    return -1;
-}
-
-const char* AclClassifier::method_name(int method) {
-    for (const auto& m : kMethods)
-        if (method == m.alg) return m.name;
-    return method == RTE_ACL_CLASSIFY_DEFAULT ? "auto" : "unknown";
+int choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep) {
+    const std::pair<int, uint64_t>* fastest = nullptr;
+    const std::pair<int, uint64_t>* kept = nullptr;
+    for (const auto& t : timings) {
+        if (!fastest || t.second < fastest->second) fastest = &t;
+        if (t.first == keep) kept = &t;
+    }
+    if (!fastest) return 0;
+    return kept && kept->second * 100 <= fastest->second * 105 ? kept->first : fastest->first;
 }
 
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
-                             int method)
+                             int method, int keep)
     : family_(family), rule_count_(rules.size()) {
     if (method != RTE_ACL_CLASSIFY_DEFAULT &&
-        std::none_of(std::begin(kMethods), std::end(kMethods), [method](const auto& m) { return m.alg == method; }))
+        std::none_of(std::begin(kAclMethods), std::end(kAclMethods), [method](const auto& m) { return m.alg == method; }))
         throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
     // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
     if (family == IpFamily::ipv4) {
         const auto acl_rules = expand<IpFamily::ipv4>(rules);
         expanded_ = acl_rules.size();
         if (!acl_rules.empty())
-            ctx_ = build_classifier<IpFamily::ipv4>(acl_rules, socket_id, name, method, method_, method_report_);
+            ctx_ = build_classifier<IpFamily::ipv4>(acl_rules, socket_id, name, method, keep, method_, method_report_);
     } else if (family == IpFamily::ipv6) {
         const auto acl_rules = expand<IpFamily::ipv6>(rules);
         expanded_ = acl_rules.size();
         if (!acl_rules.empty())
-            ctx_ = build_classifier<IpFamily::ipv6>(acl_rules, socket_id, name, method, method_, method_report_);
+            ctx_ = build_classifier<IpFamily::ipv6>(acl_rules, socket_id, name, method, keep, method_, method_report_);
     } else {
         throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
     }

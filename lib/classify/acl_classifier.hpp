@@ -4,9 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
-#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "classify/rule.hpp"
@@ -22,6 +23,10 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// Which of the timed classify methods to run: timings holds (rte_acl_classify_alg, cycles) pairs; the fastest,
+// unless `keep` is among them and at most 5 % slower. 0 when timings is empty. Pure.
+int choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep);
+
 class AclClassifier {
 public:
     static constexpr uint32_t kNoMatch = UINT32_MAX;
@@ -29,11 +34,13 @@ public:
 
     // rules must all be of `family`. name must be unique among live contexts (rte_acl names them). method: an
     // rte_acl_classify_alg to classify with, or RTE_ACL_CLASSIFY_DEFAULT (0) to time every method this CPU offers
-    // on a sample of keys made from the rules and keep the fastest (about 1 ms at 10k rules).
+    // on a sample of keys made from the rules and use the fastest (about 1 ms at 10k rules); then `keep` (the
+    // method of the context this one replaces, or 0) stays unless another is more than 5 % faster, so that a
+    // reload does not switch between methods that time within noise of each other.
     // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure), and
     // AclMethodUnavailable for a method that does not run here.
     AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
-                  int method = 0);
+                  int method = 0, int keep = 0);
     ~AclClassifier();
     AclClassifier(const AclClassifier&) = delete;
     AclClassifier& operator=(const AclClassifier&) = delete;
@@ -50,15 +57,10 @@ public:
     // (no rules, or no method could be set).
     int classify_method() const { return method_; }
     // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47,
-    // avx512x16 43; 90% of the keys matched a rule)", or "sse (pinned)" when the constructor was given it.
+    // avx512x16 43; 90% of the keys matched a rule)", "avx2 (kept: within 5% of the fastest; TSC cycles per key:
+    // ...)", or "sse (pinned)" when the constructor was given it.
     const std::string& method_report() const { return method_report_; }
 
-    // rte_acl's methods by dpdk-test-acl's --alg names ("scalar", "sse", "avx2", "avx512x16", "avx512x32"), and
-    // "auto" for RTE_ACL_CLASSIFY_DEFAULT: the method, or -1 for another name. method_name is the reverse
-    // ("unknown" for a value that is none of them); method_names lists them all, "auto" first, for messages.
-    static int method_by_name(std::string_view name);
-    static const char* method_name(int method);
-    static std::string method_names();
 
 private:
     IpFamily family_;

@@ -14,7 +14,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "classify/acl_classifier.hpp"
+#include "classify/acl_method.hpp"
 #include "dpdk/mempool.hpp"
 #include "lb/maglev.hpp"
 #include "lb/nat_ports.hpp"
@@ -554,8 +554,8 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     });
     d.field(node, "acl_method", "firewall", false, [&](const YAML::Node& v) {
         const std::string text = v.IsScalar() ? v.Scalar() : "";
-        const int method = AclClassifier::method_by_name(text);
-        if (method < 0) d.error(v, "firewall acl_method '" + text + "' is none of " + AclClassifier::method_names());
+        const int method = acl_method_by_name(text);
+        if (method < 0) d.error(v, "firewall acl_method '" + text + "' is none of " + acl_method_names());
         else fw.acl_method = method;
     });
     d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {

@@ -322,9 +322,11 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     }
     try {
         if (!v4.empty())
-            fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation), fc.acl_method);
+            fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation),
+                                                        fc.acl_method, live.acl_method_v4);
         if (!v6.empty())
-            fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation), fc.acl_method);
+            fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation),
+                                                        fc.acl_method, live.acl_method_v6);
     } catch (const AclMethodUnavailable& e) {
         throw std::runtime_error(std::string("firewall acl_method: ") + e.what());  // the key that pinned it
     }

@@ -50,6 +50,8 @@ struct LiveState {
     BackendHealth healthy;
     NeighbourLookup neighbours;
     std::shared_ptr<const Blocklist> blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
+    // The running snapshot's rte_acl classify methods (IPv4, IPv6; 0: none): kept unless another is clearly faster.
+    int acl_method_v4 = 0, acl_method_v6 = 0;
 };
 
 // Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws

@@ -98,6 +98,7 @@
 #include <rte_udp.h>
 
 #include "classify/acl_classifier.hpp"
+#include "classify/acl_method.hpp"
 #include "conntrack/conn_table.hpp"
 #include "control/config.hpp"
 #include "control/snapshot_builder.hpp"
@@ -1124,7 +1125,7 @@ static_assert(sizeof(Ipv4AclKey) == 20);
 
 // rte_acl's own order of preference (acl_get_best_alg in lib/acl/rte_acl.c): the first one the CPU and the EAL's
 // max SIMD bitwidth allow is what rte_acl_create picks (AclClassifier keeps it only when it could set none).
-// Their names are AclClassifier::method_name's.
+// Their names are acl_method_name's.
 constexpr enum rte_acl_classify_alg kAlgs[] = {RTE_ACL_CLASSIFY_AVX512X32, RTE_ACL_CLASSIFY_AVX512X16,
                                                RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_SCALAR};
 
@@ -1249,7 +1250,7 @@ void classify_one(Dpdk& d, const Options& o, Table& table, const std::vector<Rul
     }
     for (const enum rte_acl_classify_alg& a : kAlgs) {
         if (rte_acl_set_ctx_classify(ctx, a) != 0) continue;
-        const std::string alg_name = AclClassifier::method_name(a);
+        const std::string alg_name = acl_method_name(a);
         auto r = interleaved(o.reps, {pass_raw, pass_wrapped});
         const bool runs_in_sluice = sluice_alg == &a;
         table.add(Row{.id = "classify-" + std::to_string(specs.size()) + (runs_in_sluice ? "" : "-" + alg_name),

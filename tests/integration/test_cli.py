@@ -70,6 +70,15 @@ def test_main_lcore_cannot_poll(tmp_path):
     assert "lcore 0 is the main lcore" in sluice.log()
 
 
+def test_acl_method_this_machine_cannot_run_stops_the_start_naming_why(tmp_path):
+    # avx512x32 needs the EAL option --force-max-simd-bitwidth=512, which the harness does not give.
+    config = null_config(firewall={"acl_method": "avx512x32",
+                                   "rules": [{"name": "web", "protocol": "tcp", "destination_ports": 80, "action": "allow"}]})
+    sluice = Sluice(tmp_path, config)
+    assert run_to_exit(sluice) == 1
+    assert "firewall acl_method: rte_acl classify method avx512x32 does not run here" in sluice.log()
+
+
 def test_unknown_device_is_named(tmp_path):
     config = null_config()
     config["ports"][1]["device"] = "net_nosuchdriver0"

@@ -14,6 +14,7 @@
 #include <rte_memory.h>
 
 #include "classify/acl_classifier.hpp"
+#include "classify/acl_method.hpp"
 #include "classify_test_util.hpp"
 
 using namespace sluice;
@@ -215,7 +216,7 @@ TEST_CASE("acl: the classify method is the fastest one timed, and the one the co
     for (const auto& [c, name] : {std::pair{&few, "t4_method_few"}, std::pair{&many, "t4_method_many"}, std::pair{&six, "t6_method"}}) {
         INFO(name << ": " << c->method_report());
         CHECK(context_method(name) == c->classify_method());
-        const std::string chosen = AclClassifier::method_name(c->classify_method());
+        const std::string chosen = acl_method_name(c->classify_method());
         REQUIRE(chosen != "scalar");  // x86-64 builds of DPDK always have sse, and scalar is not timed
         const std::string prefix = chosen + " (TSC cycles per key: ";
         REQUIRE(c->method_report().starts_with(prefix));
@@ -236,6 +237,30 @@ TEST_CASE("acl: the classify method is the fastest one timed, and the one the co
     }
 }
 
+TEST_CASE("acl: the running method stays unless another is more than 5 % faster", "[classify]") {
+    using T = std::pair<int, uint64_t>;
+    const T close[] = {{RTE_ACL_CLASSIFY_SSE, 100}, {RTE_ACL_CLASSIFY_AVX2, 103}, {RTE_ACL_CLASSIFY_AVX512X16, 99}};
+    CHECK(choose_classify_method(close, 0) == RTE_ACL_CLASSIFY_AVX512X16);
+    CHECK(choose_classify_method(close, RTE_ACL_CLASSIFY_AVX2) == RTE_ACL_CLASSIFY_AVX2);      // 103 <= 99 x 1.05
+    CHECK(choose_classify_method(close, RTE_ACL_CLASSIFY_SCALAR) == RTE_ACL_CLASSIFY_AVX512X16);  // not timed
+    const T apart[] = {{RTE_ACL_CLASSIFY_SSE, 110}, {RTE_ACL_CLASSIFY_AVX512X16, 100}};
+    CHECK(choose_classify_method(apart, RTE_ACL_CLASSIFY_SSE) == RTE_ACL_CLASSIFY_AVX512X16);   // 110 > 105
+    const T edge[] = {{RTE_ACL_CLASSIFY_SSE, 105}, {RTE_ACL_CLASSIFY_AVX512X16, 100}};
+    CHECK(choose_classify_method(edge, RTE_ACL_CLASSIFY_SSE) == RTE_ACL_CLASSIFY_SSE);
+    CHECK(choose_classify_method({}, RTE_ACL_CLASSIFY_SSE) == 0);
+
+    // Through the constructor: keeping the method the fastest already is changes nothing, and the report says
+    // "kept" only when it kept a slower one.
+    Rule web = make_rule("web", IpFamily::ipv4, IPPROTO_TCP);
+    web.destination_ports = {{80, 80}};
+    const AclClassifier first(IpFamily::ipv4, {web}, SOCKET_ID_ANY, "t4_keep_first");
+    const AclClassifier second(IpFamily::ipv4, {web}, SOCKET_ID_ANY, "t4_keep_second", 0, first.classify_method());
+    INFO(first.method_report() << " / " << second.method_report());
+    CHECK(context_method("t4_keep_second") == second.classify_method());
+    if (second.classify_method() != first.classify_method())  // only when `first`'s is more than 5 % slower now
+        CHECK(second.method_report().find("kept") == std::string::npos);
+}
+
 TEST_CASE("acl: a method given is the one the context runs; one that does not exist is refused", "[classify]") {
     Rule web = make_rule("web", IpFamily::ipv4, IPPROTO_TCP);
     web.destination_ports = {{80, 80}};
@@ -247,10 +272,10 @@ TEST_CASE("acl: a method given is the one the context runs; one that does not ex
     CHECK(classify_one(scalar, tuple4(IPPROTO_TCP, "192.0.2.1", "203.0.113.10", 9, 81), 0) == kNone);
     CHECK_THROWS_WITH(AclClassifier(IpFamily::ipv4, {web}, SOCKET_ID_ANY, "t4_method_bogus", 99),
                       Catch::Contains("unknown classify method 99"));
-    CHECK(AclClassifier::method_by_name("avx512x16") == RTE_ACL_CLASSIFY_AVX512X16);
-    CHECK(AclClassifier::method_by_name("auto") == RTE_ACL_CLASSIFY_DEFAULT);
-    CHECK(AclClassifier::method_by_name("neon") == -1);
-    CHECK(std::string(AclClassifier::method_name(RTE_ACL_CLASSIFY_SSE)) == "sse");
+    CHECK(acl_method_by_name("avx512x16") == RTE_ACL_CLASSIFY_AVX512X16);
+    CHECK(acl_method_by_name("auto") == RTE_ACL_CLASSIFY_DEFAULT);
+    CHECK(acl_method_by_name("neon") == -1);
+    CHECK(std::string(acl_method_name(RTE_ACL_CLASSIFY_SSE)) == "sse");
 }
 
 TEST_CASE("acl: fragments carry ports 0 and match only rules whose ranges include 0", "[classify]") {

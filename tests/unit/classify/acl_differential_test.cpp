@@ -17,6 +17,7 @@
 #include <rte_vect.h>
 
 #include "classify/acl_classifier.hpp"
+#include "classify/acl_method.hpp"
 #include "classify_test_util.hpp"
 
 using namespace sluice;
@@ -374,12 +375,12 @@ TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear 
             for (enum rte_acl_classify_alg alg : {RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_AVX2,
                                              RTE_ACL_CLASSIFY_AVX512X16, RTE_ACL_CLASSIFY_AVX512X32}) {
                 if (rte_acl_set_ctx_classify(ctx, alg) != 0) {
-                    WARN(fam << ": classify method " << AclClassifier::method_name(alg) << " not available here");
+                    WARN(fam << ": classify method " << acl_method_name(alg) << " not available here");
                     continue;
                 }
                 const Comparison by_alg =
                     compare(f.rules, classifier_verdicts(c, f.packets, kSeed + alg), f.rules, f.want, f.packets);
-                INFO(fam << " with " << AclClassifier::method_name(alg) << ": " << by_alg.first);
+                INFO(fam << " with " << acl_method_name(alg) << ": " << by_alg.first);
                 CHECK(by_alg.mismatches == 0);
             }
             rte_vect_set_max_simd_bitwidth(old_bitwidth);
@@ -494,7 +495,7 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
                 std::nth_element(per_burst.begin(), per_burst.begin() + per_burst.size() / 2, per_burst.end());
                 // The first pass runs AclClassifier's own method (the later ones change the context's).
                 const int ran = alg == RTE_ACL_CLASSIFY_DEFAULT ? c.classify_method() : alg;
-                report << " " << (alg == RTE_ACL_CLASSIFY_DEFAULT ? "AclClassifier's " : "") << AclClassifier::method_name(ran)
+                report << " " << (alg == RTE_ACL_CLASSIFY_DEFAULT ? "AclClassifier's " : "") << acl_method_name(ran)
                        << " " << per_burst[per_burst.size() / 2] / kBench << ", "
                        << total / (per_burst.size() * kBench) << ";";
             }
