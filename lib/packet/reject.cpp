@@ -159,9 +159,12 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
 
 // Whether sluice may answer this packet with an ICMP error or an echo reply (RFC 1812 4.3.2.7, RFC 4443 2.4 e,
 // RFC 1122 3.2.2.6): not an ICMP error, a later fragment, a packet to a multicast or broadcast address, or one from
-// an address that is no unicast address (the answer would go to many, or nowhere).
+// an address that is no unicast address (the answer would go to many, or nowhere). Nor a first fragment that cuts
+// its own L4 header (RFC 1858: the RX lcore drops those): an error quoting it would carry no whole ports, and
+// sluice's own parser refuses such a quote (icmp_bad_quote).
 bool may_answer(const uint8_t* l3, const PacketMeta& meta) {
-    if ((meta.flags & kMetaIcmpError) || ((meta.flags & kMetaFragment) && meta.l4_offset == 0)) return false;
+    if ((meta.flags & (kMetaIcmpError | kMetaFragmentTiny)) || ((meta.flags & kMetaFragment) && meta.l4_offset == 0))
+        return false;
     if (meta.family == IpFamily::ipv4) {
         const uint8_t src_first = l3[12], dst_first = l3[16];
         return dst_first < 224 && src_first != 0 && src_first < 224;

@@ -357,7 +357,8 @@ void check_replies(const uint8_t* f, const Parsed& p) {
     const rte_ether_addr own{{0x02, 0, 0, 0, 0, 0xaa}};
     const bool error = m.flags & kMetaIcmpError;
     const bool later_fragment = (m.flags & kMetaFragment) && m.l4_offset == 0;
-    const bool answerable = !error && !later_fragment && !multicast_destination(f, m) && unicast_source(f, m);
+    const bool tiny = m.flags & kMetaFragmentTiny;  // cuts its own L4 header: no error quotes it
+    const bool answerable = !error && !later_fragment && !tiny && !multicast_destination(f, m) && unicast_source(f, m);
     const uint32_t error_head = 14 + (v4(m) ? 20u : 40u) + 8;  // what an ICMP error puts in front of the quote
     const bool room = headroom + m.l3_offset >= error_head;
     Parsed q;
