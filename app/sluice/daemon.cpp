@@ -355,12 +355,8 @@ private:
                 const auto started = std::chrono::steady_clock::now();
                 StableRuleIds ids = stable_rule_ids_;  // committed only if the reload goes through
                 BackendRegistry backends = backends_;
-                const FirewallTables& running = *dataplane_->snapshot().firewall;
                 snapshot = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
-                                          dataplane_->worker_count(),
-                                          LiveState{&ids, &backends, backend_health(), neighbour_lookup(), running.blocklist,
-                                                    running.acl_v4 ? running.acl_v4->classify_method() : 0,
-                                                    running.acl_v6 ? running.acl_v6->classify_method() : 0});
+                                          dataplane_->worker_count(), live_from_running(&ids, &backends));
                 pending_backends_ = std::move(backends);
                 if (ids.size() > kMaxCountedRules)
                     spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
@@ -466,6 +462,15 @@ private:
 
     NeighbourLookup neighbour_lookup() {
         return [this](IpFamily family, const IpAddress& address) { return neighbours_.lookup(family, address); };
+    }
+
+    // What a build of a new config takes from the running one: the rule ids and backends to commit after it, and
+    // what the running snapshot lets it keep (the early-drop tables, the rte_acl classify methods).
+    LiveState live_from_running(StableRuleIds* ids, BackendRegistry* backends) {
+        const FirewallTables& running = *dataplane_->snapshot().firewall;
+        return LiveState{ids, backends, backend_health(), neighbour_lookup(), running.blocklist,
+                         running.acl_v4 ? running.acl_v4->classify_method() : 0,
+                         running.acl_v6 ? running.acl_v6->classify_method() : 0};
     }
 
     // The backend of a stable id, for logs: "web/10.1.0.11:8080".
@@ -607,8 +612,7 @@ private:
             StableRuleIds ids = stable_rule_ids_;
             BackendRegistry backends = backends_;
             next = build_snapshot(*candidate.config, port_identities_, config_.lcores.size(), ports_.front()->socket(),
-                                  dataplane_->worker_count(), LiveState{&ids, &backends, backend_health(), neighbour_lookup(),
-                                                                        dataplane_->snapshot().firewall->blocklist});
+                                  dataplane_->worker_count(), live_from_running(&ids, &backends));
         } catch (const std::exception& e) {
             lines.push_back(std::string("error: ") + e.what());
             return lines;

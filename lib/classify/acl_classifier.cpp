@@ -376,8 +376,8 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
 }
 
 // Times every method this CPU offers on a sample of keys, in calls of 32 keys, and leaves the context on the
-// fastest; returns it (0 when none of them can be set: rte_acl_create's pick stays), and writes the figures to
-// report. rte_acl_create picks the widest method, but which is fastest depends on the CPU and the rule set
+// one choose_classify_method takes (the fastest, or `keep` within 5 % of it); returns it (0 when none of them can
+// be set: rte_acl_create's pick stays), and writes the figures to report. rte_acl_create picks the widest method, but which is fastest depends on the CPU and the rule set
 // (tests/bench/firewall.sh, cycles per packet: on the Intel VM sse beat avx512x16 at 10 and 1k rules and lost at
 // 10k; on an AMD VM avx512x16 won at every size; sse and avx2 changed places between runs of another). The Linux
 // kernel picks its raid6 and xor routines the same way at boot. Calls of 32 are what a worker makes when every
@@ -388,7 +388,7 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
 // uses, or 0) stays unless another is more than 5 % faster: methods that time within noise of each other would
 // otherwise take turns from one reload to the next.
 template <IpFamily F>
-int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, int keep, std::string& report) {
+int time_and_choose_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, int keep, std::string& report) {
     constexpr std::size_t kSample = 2048, kRounds = 5;
     constexpr uint32_t kBurst = 32;
     const auto keys = sample_keys<F>(rules, kSample);
@@ -414,12 +414,11 @@ int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, 
                       static_cast<double>(best[m]) / kSample);
         report += figure;
     }
-    const int chosen = choose_classify_method(timings, keep);
+    const auto [chosen, kept] = choose_classify_method(timings, keep);
     if (chosen == 0 || rte_acl_set_ctx_classify(ctx, static_cast<enum rte_acl_classify_alg>(chosen)) != 0) {
         report = "rte_acl's own pick (no method could be set)";
         return 0;
     }
-    const bool kept = chosen == keep && chosen != choose_classify_method(timings, 0);
     // The share of the sample that matched a rule (the last pass's results): the mix decides the winner, so the
     // report shows it.
     const auto matched = std::count_if(results.begin(), results.end(), [](uint32_t r) { return r != 0; });
@@ -430,13 +429,13 @@ int pick_fastest_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rules, 
 }
 
 // Builds the context of non-empty acl_rules and sets its method: `method`, or the fastest (RTE_ACL_CLASSIFY_DEFAULT;
-// `keep` as pick_fastest_method takes it).
+// `keep` as time_and_choose_method takes it).
 template <IpFamily F>
 rte_acl_ctx* build_classifier(const std::vector<AclRule<F>>& acl_rules, int socket_id, const std::string& name,
                               int method, int keep, int& chosen, std::string& report) {
     std::unique_ptr<rte_acl_ctx, CtxDeleter> built(build_context<F>(acl_rules, socket_id, name));
     if (method == RTE_ACL_CLASSIFY_DEFAULT) {
-        chosen = pick_fastest_method<F>(built.get(), acl_rules, keep, report);
+        chosen = time_and_choose_method<F>(built.get(), acl_rules, keep, report);
     } else {
         if (rte_acl_set_ctx_classify(built.get(), static_cast<enum rte_acl_classify_alg>(method)) != 0)
             throw AclMethodUnavailable(std::string("rte_acl classify method ") + acl_method_name(method) +
@@ -451,15 +450,17 @@ rte_acl_ctx* build_classifier(const std::vector<AclRule<F>>& acl_rules, int sock
 
 }  // namespace
 
-int choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep) {
+ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep) {
     const std::pair<int, uint64_t>* fastest = nullptr;
     const std::pair<int, uint64_t>* kept = nullptr;
     for (const auto& t : timings) {
         if (!fastest || t.second < fastest->second) fastest = &t;
         if (t.first == keep) kept = &t;
     }
-    if (!fastest) return 0;
-    return kept && kept->second * 100 <= fastest->second * 105 ? kept->first : fastest->first;
+    if (!fastest) return {};
+    if (kept && kept->second - fastest->second <= fastest->second / 20)  // at most 5 % slower
+        return {kept->first, kept->second > fastest->second};
+    return {fastest->first, false};
 }
 
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,

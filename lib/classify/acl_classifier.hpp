@@ -24,8 +24,13 @@ public:
 };
 
 // Which of the timed classify methods to run: timings holds (rte_acl_classify_alg, cycles) pairs; the fastest,
-// unless `keep` is among them and at most 5 % slower. 0 when timings is empty. Pure.
-int choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep);
+// unless `keep` is among them and at most 5 % slower (then kept is true when it is slower). Method 0 when timings
+// is empty. Pure.
+struct ClassifyChoice {
+    int method = 0;
+    bool kept = false;  // a method slower than the fastest, kept because it runs now
+};
+ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep);
 
 class AclClassifier {
 public:
@@ -52,15 +57,14 @@ public:
     IpFamily family() const { return family_; }
     std::size_t rule_count() const { return rule_count_; }          // rules given
     std::size_t expanded_rule_count() const { return expanded_; }   // rte_acl rules after expanding lists
-    // The rte_acl_classify_alg that classify() runs: the one given, or the fastest of the methods this CPU offers,
-    // timed on this context when it was built; 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays
-    // (no rules, or no method could be set).
+    // The rte_acl_classify_alg that classify() runs: the one given, or the one choose_classify_method took from
+    // the methods this CPU offers, timed on this context when it was built (the fastest, or `keep` within 5 % of
+    // it); 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays (no rules, or no method could be set).
     int classify_method() const { return method_; }
-    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 47,
-    // avx512x16 43; 90% of the keys matched a rule)", "avx2 (kept: within 5% of the fastest; TSC cycles per key:
+    // The method and what each one measured, for the log: "avx512x16 (TSC cycles per key: sse 52, avx2 48,
+    // avx512x16 44; 90% of the keys matched a rule)", "avx2 (kept: within 5% of the fastest; TSC cycles per key:
     // ...)", or "sse (pinned)" when the constructor was given it.
     const std::string& method_report() const { return method_report_; }
-
 
 private:
     IpFamily family_;

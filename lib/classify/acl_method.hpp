@@ -2,7 +2,6 @@
 // benchmarks spell them so. Header-only (the config decoder uses it without the classifier). Pure.
 #pragma once
 
-#include <iterator>
 #include <string>
 #include <string_view>
 

@@ -372,8 +372,8 @@ TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear 
             REQUIRE(ctx != nullptr);
             const uint16_t old_bitwidth = rte_vect_get_max_simd_bitwidth();
             rte_vect_set_max_simd_bitwidth(RTE_VECT_SIMD_512);
-            for (enum rte_acl_classify_alg alg : {RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_AVX2,
-                                             RTE_ACL_CLASSIFY_AVX512X16, RTE_ACL_CLASSIFY_AVX512X32}) {
+            for (const AclMethod& method : kAclMethods) {
+                const enum rte_acl_classify_alg alg = method.alg;
                 if (rte_acl_set_ctx_classify(ctx, alg) != 0) {
                     WARN(fam << ": classify method " << acl_method_name(alg) << " not available here");
                     continue;
