@@ -39,7 +39,7 @@ void trim_to_datagram(rte_mbuf* m, uint32_t datagram_end) {
 
 }  // namespace
 
-void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts) {
+void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows) {
     constexpr uint16_t kPrefetchAhead = 4;
     for (uint16_t i = 0; i < count && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
     for (uint16_t i = 0; i < count; ++i) {
@@ -47,6 +47,7 @@ void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts) {
         rte_mbuf* m = pkts[i];
         const ParseOptions options{
             .ipv4_checksum_verified = (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+            .hash_flow = hash_flows,
         };
         FiveTuple tuple;
         const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);

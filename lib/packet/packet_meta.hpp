@@ -21,6 +21,7 @@ inline PacketMeta* packet_meta(rte_mbuf* m) { return RTE_MBUF_DYNFIELD(m, g_pack
 // each frame to its IP datagram (padding and appended bytes go; parse_frame's datagram_end).
 // Frames are single-segment (scatter RX is never enabled), so headers are read from the first segment; a chained
 // frame (net_pcap's above the data room) keeps only that segment, since a datagram it accepts fits there.
-void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts);
+// hash_flows: fill each meta.flow_hash (ParseOptions::hash_flow; the RX lcore passes LcoreContext::hash_flows).
+void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows);
 
 }  // namespace sluice

@@ -386,7 +386,7 @@ DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions optio
         return DropReason::not_ip;
     if (verdict != DropReason::none) return verdict;
 
-    meta.flow_hash = symmetric_flow_hash(tuple);
+    if (options.hash_flow) meta.flow_hash = symmetric_flow_hash(tuple);
     return DropReason::none;
 }
 

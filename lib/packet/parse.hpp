@@ -47,6 +47,7 @@ void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t
 
 struct ParseOptions {
     bool ipv4_checksum_verified = false;  // the NIC already checked it (RTE_MBUF_F_RX_IP_CKSUM_GOOD)
+    bool hash_flow = true;                // fill meta.flow_hash; false leaves it 0 (LcoreContext::hash_flows)
 };
 
 // Returns DropReason::none and fills meta and tuple, or the reason the frame must be dropped. datagram_end gets the

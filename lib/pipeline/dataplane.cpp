@@ -91,6 +91,7 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         ctx->rx = plan.rx;
         ctx->worker = plan.worker;
         ctx->worker_count = static_cast<uint16_t>(rings_.size());
+        ctx->hash_flows = rings_.size() > 1 || spec.conntrack;
         ctx->idle_sleep_us = spec.idle_sleep_us;
         ctx->shared = shared_;
         ctx->qsbr_thread_id = static_cast<unsigned>(contexts_.size() - 1);

@@ -875,7 +875,7 @@ double timed_pass(Dpdk& d, const std::vector<PacketSpec>& stream, const Stage& s
             fail("mbuf pool exhausted (" + std::to_string(mbufs_in_use(d.pool)) + " in use): a stage leaks mbufs");
         for (uint16_t i = 0; i < n; ++i) write_frame(pkts[i], stream[off + i], d.port, po.checksum_good);
         if (po.parse_first) {
-            parse_burst(pkts, n, verdicts);
+            parse_burst(pkts, n, verdicts, d.ctx->hash_flows);  // as the RX lcore in front of that worker
             for (uint16_t i = 0; i < n; ++i) malformed += verdicts[i] != DropReason::none;
         }
         const uint64_t t0 = rte_rdtsc_precise();
@@ -1084,7 +1084,11 @@ void section_parse(Dpdk& d, const Options& o, Table& table) {
     }
     DropReason verdicts[kBurst];
     const Stage parse = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
-        parse_burst(pkts, n, verdicts);
+        parse_burst(pkts, n, verdicts, true);  // with the flow hash, as an RX lcore in front of several workers
+        return n;
+    };
+    const Stage parse_unhashed = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
+        parse_burst(pkts, n, verdicts, false);  // an RX lcore with one worker and no connection table (hash_flows)
         return n;
     };
     uint32_t ptypes = 0;  // kept live so the reference loop is not optimised away
@@ -1096,7 +1100,8 @@ void section_parse(Dpdk& d, const Options& o, Table& table) {
     for (const bool good : {false, true}) {
         const PassOptions po{.parse_first = false, .checksum_good = good};
         auto r = interleaved(o.reps, {[&] { return timed_pass(d, stream, ptype, po); },
-                                         [&] { return timed_pass(d, stream, parse, po); }});
+                                         [&] { return timed_pass(d, stream, parse, po); },
+                                         [&] { return timed_pass(d, stream, parse_unhashed, po); }});
         table.add(Row{.id = good ? "parse-csum-good" : "parse",
                       .measurement = good ? "parse_burst, IPv4 checksum flagged good by the NIC"
                                           : "parse_burst, IPv4 checksum verified in software",
@@ -1104,6 +1109,13 @@ void section_parse(Dpdk& d, const Options& o, Table& table) {
                       .reference = "rte_net_get_ptype (DPDK's parser)",
                       .ref = stat_of(r[0]),
                       .sluice = stat_of(r[1])});
+        table.add(Row{.id = good ? "parse-csum-good-unhashed" : "parse-unhashed",
+                      .measurement = good ? "parse_burst, checksum good, no flow hash (one worker)"
+                                          : "parse_burst, checksum in software, no flow hash (one worker)",
+                      .unit = "cycles/pkt",
+                      .reference = "rte_net_get_ptype (DPDK's parser)",
+                      .ref = stat_of(r[0]),
+                      .sluice = stat_of(r[2])});
     }
     if (ptypes == 0) std::printf("(rte_net_get_ptype returned no type)\n");
     check_pool(d, "parse");
@@ -1952,7 +1964,7 @@ int run_worker(void* arg) {
         }
         for (uint16_t i = 0; i < n; ++i) write_frame(pkts[i], stream[next + i], run.d->port, false);
         next += n;
-        parse_burst(pkts, n, verdicts);
+        parse_burst(pkts, n, verdicts, ctx.hash_flows);
         for (uint16_t i = 0; i < n; ++i) run.malformed += verdicts[i] != DropReason::none;
         const uint64_t t0 = rte_rdtsc();
         worker_path(ctx, snapshot)(pkts, n);  // takes every mbuf

@@ -116,9 +116,9 @@ struct Pool {
         return head;
     }
 
-    DropReason parse(rte_mbuf* m) {
+    DropReason parse(rte_mbuf* m, bool hash_flows = true) {
         DropReason verdict;
-        parse_burst(&m, 1, &verdict);
+        parse_burst(&m, 1, &verdict, hash_flows);
         return verdict;
     }
 };
@@ -157,6 +157,24 @@ TEST_CASE("parse_burst: a frame longer than its IP datagram is trimmed to it", "
     CHECK(rte_pktmbuf_pkt_len(m) == 60);
     rte_pktmbuf_free(m);
     CHECK(rte_mempool_in_use_count(p.pool) == 0);
+}
+
+TEST_CASE("parse_burst: the flow hash is filled in only when the RX lcore asks for it", "[packet_meta]") {
+    Pool p;
+    FiveTuple flow;
+    flow.family = IpFamily::ipv4;
+    flow.proto = IPPROTO_UDP;
+    inet_pton(AF_INET, "10.0.0.1", flow.src.bytes);
+    inet_pton(AF_INET, "10.0.0.2", flow.dst.bytes);
+    set_ports(flow, htons(5000), htons(53));
+    rte_mbuf* m = p.mbuf(ipv4_udp(5));
+    REQUIRE(p.parse(m, true) == DropReason::none);
+    CHECK(packet_meta(m)->flow_hash == symmetric_flow_hash(flow));
+    CHECK(packet_meta(m)->flow_hash != 0);
+    REQUIRE(p.parse(m, false) == DropReason::none);  // one worker and no connection table: nothing reads it
+    CHECK(packet_meta(m)->flow_hash == 0);
+    CHECK(packet_meta(m)->l4_offset == 34);  // the rest of the meta is as before
+    rte_pktmbuf_free(m);
 }
 
 TEST_CASE("parse_burst: a chained frame keeps its first segment, cut to the datagram, and frees the rest",
