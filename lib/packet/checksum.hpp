@@ -22,17 +22,34 @@ constexpr uint16_t checksum_update16(uint16_t checksum, uint16_t old_word, uint1
     return static_cast<uint16_t>(~checksum_fold(sum));
 }
 
-// RFC 1624 over several words at once: old_data and new_data are the len bytes (even) before and after a rewrite,
-// e.g. an address. Used for the pseudo-header part of TCP/UDP checksums when NAT changes addresses and ports.
-inline uint16_t checksum_update_bytes(uint16_t checksum, const void* old_data, const void* new_data, std::size_t len) {
+// RFC 1624 eqn. 3 split in two, for a rewrite that several checksums cover (NAT's addresses: the IPv4 header's
+// and the TCP/UDP pseudo-header's): checksum_delta is the ~m + m' part of rewriting len bytes (a multiple of 4: an
+// address, two ports) from old_data to new_data, summed by 32-bit words, unfolded; deltas add. checksum_apply_delta
+// gives HC' = ~(~HC + delta). Folding a sum of 32-bit words gives the sum of their 16-bit halves, in any byte order.
+inline uint64_t checksum_delta(const void* old_data, const void* new_data, std::size_t len) {
     const auto* o = static_cast<const uint8_t*>(old_data);
     const auto* n = static_cast<const uint8_t*>(new_data);
-    uint32_t sum = static_cast<uint16_t>(~checksum);
-    for (std::size_t i = 0; i + 1 < len; i += 2) {
-        sum += static_cast<uint16_t>(~static_cast<uint16_t>(o[i] | (o[i + 1] << 8)));
-        sum += static_cast<uint16_t>(n[i] | (n[i + 1] << 8));
+    uint64_t sum = 0;
+    for (std::size_t i = 0; i < len; i += 4) {
+        uint32_t old_word, new_word;
+        std::memcpy(&old_word, o + i, 4);
+        std::memcpy(&new_word, n + i, 4);
+        sum += uint32_t{~old_word};
+        sum += new_word;
     }
-    return static_cast<uint16_t>(~checksum_fold(sum));
+    return sum;
+}
+inline uint16_t checksum_apply_delta(uint16_t checksum, uint64_t delta) {
+    uint64_t sum = delta + static_cast<uint16_t>(~checksum);
+    sum = (sum & 0xffffffff) + (sum >> 32);  // one's complement: the carries go around
+    sum = (sum & 0xffffffff) + (sum >> 32);
+    return static_cast<uint16_t>(~checksum_fold(static_cast<uint32_t>(sum)));
+}
+
+// RFC 1624 over several words at once: old_data and new_data are the len bytes (a multiple of 4) before and after
+// a rewrite, e.g. an address.
+inline uint16_t checksum_update_bytes(uint16_t checksum, const void* old_data, const void* new_data, std::size_t len) {
+    return checksum_apply_delta(checksum, checksum_delta(old_data, new_data, len));
 }
 
 // RFC 1071 checksum of a buffer, returned in the buffer's byte order (store it as is).

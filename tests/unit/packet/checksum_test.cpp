@@ -71,3 +71,34 @@ TEST_CASE("checksum: the IPv4 header sum by 32-bit words equals the 16-bit one",
     auto h = random_ipv4_header(rng);
     CHECK(checksum_ipv4_header(h.data(), h.size()) == 0);
 }
+
+TEST_CASE("checksum: updates of 4- and 16-byte fields by deltas equal a full recomputation", "[checksum]") {
+    std::mt19937 rng(4);
+    uint8_t buffer[40];
+    for (int i = 0; i < 20000; ++i) {
+        for (auto& b : buffer) b = static_cast<uint8_t>(rng());
+        if (i % 5 == 0) std::memset(buffer, 0xff, sizeof buffer);  // every carry at once
+        if (i % 5 == 1) std::memset(buffer, 0, sizeof buffer);
+        buffer[0] = buffer[1] = 0;  // the checksum's own place
+        const uint16_t before = checksum_compute(buffer, sizeof buffer);
+        std::memcpy(buffer, &before, 2);
+        const std::size_t len = i % 2 ? 16 : 4;
+        const std::size_t at = 4 + 4 * (static_cast<std::size_t>(i) % 5);
+        uint8_t old_data[16], new_data[16];
+        std::memcpy(old_data, buffer + at, len);
+        for (std::size_t k = 0; k < len; ++k) new_data[k] = static_cast<uint8_t>(i % 7 == 0 ? 0xff : rng());
+        // Two fields at once through one delta, as NAT's addresses: the second is the first field's neighbour.
+        uint8_t old_next[4], new_next[4] = {0, 0, 0, static_cast<uint8_t>(i)};
+        std::memcpy(old_next, buffer + at + len, 4);
+        const uint64_t delta = checksum_delta(old_data, new_data, len) + checksum_delta(old_next, new_next, 4);
+        std::memcpy(buffer + at, new_data, len);
+        std::memcpy(buffer + at + len, new_next, 4);
+        const uint16_t updated = checksum_apply_delta(before, delta);
+        std::memcpy(buffer, &updated, 2);
+        INFO("iteration " << i << ", length " << len);
+        REQUIRE(checksum_compute(buffer, sizeof buffer) == 0);
+        // The one-field form is the same arithmetic.
+        CHECK(checksum_update_bytes(before, old_data, new_data, len) ==
+              checksum_apply_delta(before, checksum_delta(old_data, new_data, len)));
+    }
+}
