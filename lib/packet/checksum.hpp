@@ -2,6 +2,7 @@
 // Pure; fast-path safe.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +28,7 @@ constexpr uint16_t checksum_update16(uint16_t checksum, uint16_t old_word, uint1
 // address, two ports) from old_data to new_data, summed by 32-bit words, unfolded; deltas add. checksum_apply_delta
 // gives HC' = ~(~HC + delta). Folding a sum of 32-bit words gives the sum of their 16-bit halves, in any byte order.
 inline uint64_t checksum_delta(const void* old_data, const void* new_data, std::size_t len) {
+    assert(len % 4 == 0);  // the loop reads whole words
     const auto* o = static_cast<const uint8_t*>(old_data);
     const auto* n = static_cast<const uint8_t*>(new_data);
     uint64_t sum = 0;

@@ -25,48 +25,46 @@ uint16_t* l4_checksum(uint8_t* l4, uint8_t proto, IpFamily family) {
     return udp;
 }
 
-// Writes an IP header's source and destination (ip: its first byte), updating an IPv4 header's checksum.
-void rewrite_addresses(uint8_t* ip, bool v4, const IpAddress& src, const IpAddress& dst) {
-    const std::size_t address_len = v4 ? 4 : 16;
-    uint8_t* src_field = ip + (v4 ? 12 : 8);
-    uint8_t* dst_field = src_field + address_len;
-    if (v4) {
+// Writes an IP header's source and destination (ip: its first byte), updating an IPv4 header's checksum; returns
+// the addresses' checksum delta, which a TCP/UDP checksum (its pseudo-header holds them) takes too. One template
+// per family, so that the address length is a constant and the sums and copies unroll (with it a runtime value,
+// nat_rewrite took about 120 instructions a packet, 280 before the sums went by 32-bit words; callgrind,
+// sluice_bench --only lb).
+template <IpFamily F>
+uint64_t rewrite_addresses(uint8_t* ip, const IpAddress& src, const IpAddress& dst) {
+    constexpr bool kV4 = F == IpFamily::ipv4;
+    constexpr std::size_t kAddressLen = kV4 ? 4 : 16;
+    uint8_t* src_field = ip + (kV4 ? 12 : 8);
+    uint8_t* dst_field = src_field + kAddressLen;
+    const uint64_t delta =
+        checksum_delta(src_field, src.bytes, kAddressLen) + checksum_delta(dst_field, dst.bytes, kAddressLen);
+    if constexpr (kV4) {
         auto* header = reinterpret_cast<rte_ipv4_hdr*>(ip);
-        header->hdr_checksum = checksum_apply_delta(
-            header->hdr_checksum, checksum_delta(src_field, src.bytes, 4) + checksum_delta(dst_field, dst.bytes, 4));
+        header->hdr_checksum = checksum_apply_delta(header->hdr_checksum, delta);
     }
-    std::memcpy(src_field, src.bytes, address_len);
-    std::memcpy(dst_field, dst.bytes, address_len);
+    std::memcpy(src_field, src.bytes, kAddressLen);
+    std::memcpy(dst_field, dst.bytes, kAddressLen);
+    return delta;
+}
+void rewrite_addresses(uint8_t* ip, bool v4, const IpAddress& src, const IpAddress& dst) {
+    if (v4) rewrite_addresses<IpFamily::ipv4>(ip, src, dst);
+    else rewrite_addresses<IpFamily::ipv6>(ip, src, dst);
 }
 
-// nat_rewrite of a packet with an L4 header, for one family: the address length a constant, so that the sums and
-// copies unroll (with it a runtime value, nat_rewrite took about 120 instructions a packet, 280 before the sums
-// went by 32-bit words; callgrind, sluice_bench --only lb).
+// nat_rewrite of a packet with an L4 header, for one family.
 template <IpFamily F>
 void nat_rewrite_l4(uint8_t* l3, uint8_t* l4, uint8_t proto, const IpAddress& src, uint16_t src_port,
                     const IpAddress& dst, uint16_t dst_port) {
-    constexpr bool kV4 = F == IpFamily::ipv4;
-    constexpr std::size_t kAddressLen = kV4 ? 4 : 16;
-    uint8_t* src_field = l3 + (kV4 ? 12 : 8);
-    uint8_t* dst_field = src_field + kAddressLen;
     uint16_t* checksum = l4_checksum(l4, proto, F);
-    // The addresses' change is summed once, for the IPv4 header's checksum and for the L4 one (its pseudo-header
-    // holds both addresses), which changes with the ports too.
-    const uint64_t addresses =
-        checksum_delta(src_field, src.bytes, kAddressLen) + checksum_delta(dst_field, dst.bytes, kAddressLen);
     const uint16_t ports_new[2] = {src_port, dst_port};
+    const uint64_t ports = checksum_delta(l4, ports_new, 4);
+    const uint64_t addresses = rewrite_addresses<F>(l3, src, dst);
     if (checksum) {
-        uint16_t l4_sum = checksum_apply_delta(*checksum, addresses + checksum_delta(l4, ports_new, 4));
+        uint16_t l4_sum = checksum_apply_delta(*checksum, addresses + ports);
         // UDP sends a computed 0 as 0xffff (RFC 768); a TCP checksum of 0 and one of 0xffff are the same value.
         if (proto == kIpProtoUdp && l4_sum == 0) l4_sum = 0xffff;
         *checksum = l4_sum;
     }
-    if constexpr (kV4) {
-        auto* header = reinterpret_cast<rte_ipv4_hdr*>(l3);
-        header->hdr_checksum = checksum_apply_delta(header->hdr_checksum, addresses);
-    }
-    std::memcpy(src_field, src.bytes, kAddressLen);
-    std::memcpy(dst_field, dst.bytes, kAddressLen);
     std::memcpy(l4, ports_new, 4);
 }
 

@@ -1102,20 +1102,18 @@ void section_parse(Dpdk& d, const Options& o, Table& table) {
         auto r = interleaved(o.reps, {[&] { return timed_pass(d, stream, ptype, po); },
                                          [&] { return timed_pass(d, stream, parse, po); },
                                          [&] { return timed_pass(d, stream, parse_unhashed, po); }});
-        table.add(Row{.id = good ? "parse-csum-good" : "parse",
-                      .measurement = good ? "parse_burst, IPv4 checksum flagged good by the NIC"
-                                          : "parse_burst, IPv4 checksum verified in software",
-                      .unit = "cycles/pkt",
-                      .reference = "rte_net_get_ptype (DPDK's parser)",
-                      .ref = stat_of(r[0]),
-                      .sluice = stat_of(r[1])});
-        table.add(Row{.id = good ? "parse-csum-good-unhashed" : "parse-unhashed",
-                      .measurement = good ? "parse_burst, checksum good, no flow hash (one worker)"
-                                          : "parse_burst, checksum in software, no flow hash (one worker)",
-                      .unit = "cycles/pkt",
-                      .reference = "rte_net_get_ptype (DPDK's parser)",
-                      .ref = stat_of(r[0]),
-                      .sluice = stat_of(r[2])});
+        const auto add = [&](std::string id, std::string measurement, const std::vector<double>& sluice) {
+            table.add(Row{.id = std::move(id), .measurement = std::move(measurement), .unit = "cycles/pkt",
+                          .reference = "rte_net_get_ptype (DPDK's parser)", .ref = stat_of(r[0]),
+                          .sluice = stat_of(sluice)});
+        };
+        add(good ? "parse-csum-good" : "parse",
+            good ? "parse_burst, IPv4 checksum flagged good by the NIC" : "parse_burst, IPv4 checksum verified in software",
+            r[1]);
+        add(good ? "parse-csum-good-unhashed" : "parse-unhashed",
+            good ? "parse_burst, checksum good, no flow hash (one worker)"
+                 : "parse_burst, checksum in software, no flow hash (one worker)",
+            r[2]);
     }
     if (ptypes == 0) std::printf("(rte_net_get_ptype returned no type)\n");
     check_pool(d, "parse");
