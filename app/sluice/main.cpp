@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/heap.hpp"
 #include "common/log.hpp"
 #include "control/bird_announcer.hpp"
 #include "control/config.hpp"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
         }
     }
     if (config_path.empty()) return usage(argv[0], sluice::kExitBadConfig);
+    sluice::retain_freed_heap();  // before the config's first load, and before any thread starts
 
     const sluice::ConfigResult loaded = sluice::load_config_file(config_path);
     for (const sluice::ConfigError& e : loaded.errors) std::fprintf(stderr, "%s\n", e.to_string().c_str());

@@ -25,6 +25,8 @@
 //     --lcore N            the CPU to run on (default 0; firewall.sh picks the idlest)
 //     --eal-add ARG        one more argument for the default EAL arguments (repeatable), e.g.
 //                          --eal-add=--force-max-simd-bitwidth=512 to let rte_acl use AVX-512 with 32 lanes
+//     --trimmed-heap       leave glibc's heap as it comes (freed memory returned to the kernel), to compare with
+//                          the daemon's retain_freed_heap() (common/heap.hpp), which the benchmark applies otherwise
 //
 // Without EAL arguments the EAL gets `-l <lcore> --no-pci --in-memory --file-prefix=bench-<pid> --no-telemetry`, on
 // hugepages when at least 300 free 2 MiB pages are reserved, else `--no-huge -m 1024` (no --in-memory then:
@@ -99,6 +101,7 @@
 
 #include "classify/acl_classifier.hpp"
 #include "classify/acl_method.hpp"
+#include "common/heap.hpp"
 #include "conntrack/conn_table.hpp"
 #include "control/config.hpp"
 #include "control/snapshot_builder.hpp"
@@ -152,6 +155,7 @@ struct Options {
     std::vector<std::string> eal;      // after --, verbatim
     std::vector<std::string> eal_add;  // --eal-add, appended to the defaults
     unsigned lcore = 0;
+    bool trimmed_heap = false;  // --trimmed-heap
 };
 
 std::vector<std::string> split(const std::string& s, char delimiter) {
@@ -181,10 +185,14 @@ Options parse_options(int argc, char** argv) {
         if (a == "-h" || a == "--help") {
             std::printf("usage: %s [--only LIST] [--rules FILE --trace FILE] [--write-acl-files DIR] [--reps N]\n"
                         "       [--packets N] [--conns LIST] [--new-conns N] [--lb-conns N] [--seed N]\n"
-                        "       [--results FILE] [--lcore N] [--eal-add ARG]... [-- EAL args]\n"
+                        "       [--results FILE] [--lcore N] [--eal-add ARG]... [--trimmed-heap] [-- EAL args]\n"
                         "(the comment at the top of tests/bench/sluice_bench.cpp explains each)\n",
                         argv[0]);
             std::exit(0);
+        }
+        if (a == "--trimmed-heap") {
+            o.trimmed_heap = true;
+            continue;
         }
         if (a.rfind("--eal-add=", 0) == 0) {
             o.eal_add.push_back(a.substr(std::strlen("--eal-add=")));
@@ -2604,6 +2612,7 @@ void section_scaling(Dpdk& d, const Options& o, Table& table) {
 
 int run(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
+    if (!o.trimmed_heap) retain_freed_heap();  // as the daemon does: the reload and its reference run on that heap
     if (!o.write_dir.empty()) {
         for (const std::size_t count : {std::size_t{10}, std::size_t{1000}, std::size_t{10000}}) {
             const auto rules = generate_rules(count, o.seed);
