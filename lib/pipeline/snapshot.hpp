@@ -94,7 +94,7 @@ struct RateLimiterState {
 struct Blocklist {
     rte_fib* v4 = nullptr;
     rte_lpm6* v6 = nullptr;
-    std::vector<Prefix> v4_prefixes;
+    std::vector<Prefix> v4_prefixes;  // what the tables hold, in address order (build_blocklists)
     std::vector<Prefix> v6_prefixes;
     Blocklist() = default;
     Blocklist(const Blocklist&) = delete;

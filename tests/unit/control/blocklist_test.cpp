@@ -1,0 +1,147 @@
+// The early-drop tables (build_blocklists, through build_snapshot) against a linear match, for nested prefixes
+// given in any order, and their reuse by a reload that lists the same set in another order.
+#include <algorithm>
+#include <random>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <rte_byteorder.h>
+#include <rte_fib.h>
+#include <rte_lpm6.h>
+
+#include "control/snapshot_builder.hpp"
+
+using namespace sluice;
+
+namespace {
+
+struct V4Prefix {
+    uint32_t address;  // host byte order, host bits zero
+    uint8_t length;
+};
+
+uint32_t mask_of(uint8_t length) { return length == 0 ? 0 : ~uint32_t{0} << (32 - length); }
+
+std::string dotted(uint32_t a) {
+    return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 0xff) + "." + std::to_string((a >> 8) & 0xff) +
+           "." + std::to_string(a & 0xff);
+}
+
+// Prefixes of /8../32 in a few /8s, so that many cover others (a /12 over /20s over /32s).
+std::vector<V4Prefix> nested_prefixes(std::mt19937& rng, std::size_t count) {
+    std::vector<V4Prefix> out;
+    for (std::size_t i = 0; i < count; ++i) {
+        const auto length = static_cast<uint8_t>(std::uniform_int_distribution<int>(8, 32)(rng));
+        const uint32_t address = (uint32_t{10u + static_cast<uint32_t>(rng() % 3)} << 24) | (rng() & 0x00ffffffu);
+        out.push_back({address & mask_of(length), length});
+    }
+    return out;
+}
+
+std::string config_with(const std::vector<std::string>& prefixes) {
+    std::ostringstream y;
+    y << "ports:\n  - {name: lan, device: net_null0}\n  - {name: wan, device: net_null1}\n"
+      << "lcores:\n  - {id: 1, roles: [rx, worker]}\n"
+      << "forward:\n  - {from: lan, to: wan, next_hop_mac: \"02:00:00:00:00:02\"}\n"
+      << "firewall:\n  default: allow\n  prefix_sets:\n    - name: bad\n      early_drop: true\n      prefixes: [";
+    for (std::size_t i = 0; i < prefixes.size(); ++i) y << (i ? ", " : "") << prefixes[i];
+    y << "]\n";
+    return y.str();
+}
+
+std::unique_ptr<Snapshot> build(const std::vector<std::string>& prefixes, const LiveState& live = {}) {
+    const ConfigResult r = load_config_text(config_with(prefixes), "t.yaml");
+    REQUIRE(r.config);
+    return build_snapshot(*r.config, {PortIdentity{"lan", 0, {}}, PortIdentity{"wan", 1, {}}}, 1, 0, 1, live);
+}
+
+}  // namespace
+
+TEST_CASE("early-drop set: nested IPv4 prefixes in any order match as a linear search does", "[blocklist]") {
+    std::mt19937 rng(7);
+    const std::vector<V4Prefix> prefixes = nested_prefixes(rng, 3000);
+    std::vector<std::string> text;
+    for (const V4Prefix& p : prefixes) text.push_back(dotted(p.address) + "/" + std::to_string(p.length));
+    const auto snapshot = build(text);
+    rte_fib* fib = snapshot->firewall->blocklist_v4;
+    REQUIRE(fib != nullptr);
+
+    // Random addresses in the same /8s, each prefix's first and last address, and the ones just outside it.
+    std::vector<uint32_t> probes;
+    for (int i = 0; i < 20000; ++i) probes.push_back((uint32_t{10u + static_cast<uint32_t>(rng() % 4)} << 24) | (rng() & 0x00ffffffu));
+    for (const V4Prefix& p : prefixes) {
+        const uint32_t last = p.address | ~mask_of(p.length);
+        probes.insert(probes.end(), {p.address, last, p.address - 1, last + 1});
+    }
+    std::vector<uint64_t> hops(probes.size());
+    REQUIRE(rte_fib_lookup_bulk(fib, probes.data(), hops.data(), static_cast<unsigned>(probes.size())) == 0);
+    std::size_t listed = 0, wrong = 0;
+    for (std::size_t i = 0; i < probes.size(); ++i) {
+        const bool expected = std::any_of(prefixes.begin(), prefixes.end(), [&](const V4Prefix& p) {
+            return (probes[i] & mask_of(p.length)) == p.address;
+        });
+        listed += expected;
+        wrong += (hops[i] == 1) != expected;
+    }
+    CHECK(wrong == 0);
+    CHECK(listed > probes.size() / 10);  // the probes reach both sides of the set
+    CHECK(listed < probes.size());
+}
+
+TEST_CASE("early-drop set: nested IPv6 prefixes in any order match as a linear search does", "[blocklist]") {
+    std::mt19937 rng(11);
+    struct V6Prefix {
+        uint8_t bytes[16];
+        uint8_t length;
+    };
+    const auto covers = [](const V6Prefix& p, const uint8_t* a) {
+        for (unsigned bit = 0; bit < p.length; ++bit)
+            if (((p.bytes[bit / 8] ^ a[bit / 8]) >> (7 - bit % 8)) & 1) return false;
+        return true;
+    };
+    std::vector<V6Prefix> prefixes;
+    std::vector<std::string> text;
+    for (int i = 0; i < 1000; ++i) {
+        V6Prefix p{{0x20, 0x01, 0x0d, 0xb8}, static_cast<uint8_t>(std::uniform_int_distribution<int>(64, 128)(rng))};
+        for (int b = 4; b < 16; ++b) p.bytes[b] = static_cast<uint8_t>(rng() % 4);  // few values: many nest
+        for (unsigned bit = p.length; bit < 128; ++bit) p.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%x:%x:%x:%x:%x:%x:%x:%x", p.bytes[0] << 8 | p.bytes[1], p.bytes[2] << 8 | p.bytes[3],
+                      p.bytes[4] << 8 | p.bytes[5], p.bytes[6] << 8 | p.bytes[7], p.bytes[8] << 8 | p.bytes[9],
+                      p.bytes[10] << 8 | p.bytes[11], p.bytes[12] << 8 | p.bytes[13], p.bytes[14] << 8 | p.bytes[15]);
+        text.push_back(std::string(buf) + "/" + std::to_string(p.length));
+        prefixes.push_back(p);
+    }
+    const auto snapshot = build(text);
+    rte_lpm6* lpm = snapshot->firewall->blocklist_v6;
+    REQUIRE(lpm != nullptr);
+    std::vector<std::array<uint8_t, 16>> probes(20000);
+    for (auto& a : probes) {
+        a = {0x20, 0x01, 0x0d, 0xb8};
+        for (int b = 4; b < 16; ++b) a[b] = static_cast<uint8_t>(rng() % 4);
+    }
+    std::vector<int32_t> hops(probes.size());
+    REQUIRE(rte_lpm6_lookup_bulk_func(lpm, reinterpret_cast<uint8_t(*)[16]>(probes.data()), hops.data(),
+                                      static_cast<unsigned>(probes.size())) == 0);
+    std::size_t listed = 0, wrong = 0;
+    for (std::size_t i = 0; i < probes.size(); ++i) {
+        const bool expected = std::any_of(prefixes.begin(), prefixes.end(), [&](const V6Prefix& p) { return covers(p, probes[i].data()); });
+        listed += expected;
+        wrong += (hops[i] == 1) != expected;
+    }
+    CHECK(wrong == 0);
+    CHECK(listed > 0);
+    CHECK(listed < probes.size());
+}
+
+TEST_CASE("early-drop set: a reload that lists the same prefixes in another order keeps the tables", "[blocklist]") {
+    std::vector<std::string> text = {"198.51.100.0/24", "203.0.113.0/28", "10.0.0.0/8", "10.1.2.3/32", "2001:db8::/32"};
+    const auto first = build(text);
+    REQUIRE(first->firewall->blocklist);
+    std::reverse(text.begin(), text.end());
+    LiveState live;
+    live.blocklist = first->firewall->blocklist;
+    CHECK(build(text, live)->firewall->blocklist == first->firewall->blocklist);
+    text.pop_back();  // one prefix less: built anew
+    CHECK(build(text, live)->firewall->blocklist != first->firewall->blocklist);
+}
