@@ -64,15 +64,19 @@ inline uint16_t checksum_compute(const void* data, std::size_t len) {
 }
 
 // checksum_compute for an IPv4 header (length = IHL x 4: a multiple of 4, 20 to 60), by 32-bit words: the parser
-// checks one per packet, and the 16-bit loop above cost about 30 cycles of it.
+// checks one per packet, and the 16-bit loop above cost about 30 cycles of it. The five words every header has are
+// summed in straight line: as one loop, GCC vectorised it with a set-up and a tail longer than the sum (40 % of
+// parse_frame's samples on a forwarding lcore).
 inline uint16_t checksum_ipv4_header(const void* header, std::size_t length) {
+    assert(length >= 20 && length % 4 == 0);
     const auto* p = static_cast<const uint8_t*>(header);
-    uint64_t sum = 0;
-    for (std::size_t off = 0; off < length; off += 4) {
-        uint32_t word;
-        std::memcpy(&word, p + off, 4);
-        sum += word;
-    }
+    const auto word = [p](std::size_t off) {
+        uint32_t w;
+        std::memcpy(&w, p + off, 4);
+        return uint64_t{w};
+    };
+    uint64_t sum = word(0) + word(4) + word(8) + word(12) + word(16);
+    for (std::size_t off = 20; off < length; off += 4) sum += word(off);  // options: rare
     sum = (sum & 0xffffffff) + (sum >> 32);  // one's-complement: the carries go around
     sum = (sum & 0xffffffff) + (sum >> 32);
     return static_cast<uint16_t>(~checksum_fold(static_cast<uint32_t>(sum)));
