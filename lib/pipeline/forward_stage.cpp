@@ -19,12 +19,11 @@ bool ttl_expires(const uint8_t* l3) {
                              : reinterpret_cast<const rte_ipv6_hdr*>(l3)->hop_limits <= 1;
 }
 
-}  // namespace
-
-DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry) {
-    const PacketMeta& meta = *packet_meta(m);
+// A routed hop's rewrite of one parsed packet whose TTL or hop limit stays above 0 (forward_burst checks it before
+// any rewrite, so that an error quotes the packet as it came): decremented, a fresh Ethernet header for entry. The
+// mbuf's data may move forward (VLAN tags stripped).
+void rewrite_hop(rte_mbuf* m, const PacketMeta& meta, const ForwardEntry& entry) {
     uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
-    if (SLUICE_UNLIKELY(ttl_expires(l3))) return DropReason::ttl_expired;
     if (meta.family == IpFamily::ipv4) {
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
         // TTL shares a 16-bit word with the protocol; update the checksum for that word only. The new word is made
@@ -47,8 +46,9 @@ DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry) {
     eth->src_addr = entry.src_mac;
     eth->ether_type = ether_type;
     if (strip) rte_pktmbuf_adj(m, strip);
-    return DropReason::none;
 }
+
+}  // namespace
 
 void count_tx_drops(rte_mbuf** unsent, uint16_t count, void* sink_arg) {
     auto* sink = static_cast<TxDropSink*>(sink_arg);
@@ -88,7 +88,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         if (SLUICE_UNLIKELY(ctx.conn_table->entry(route.conn).flags & kConnFlagSynProxy) && meta.l4_offset)
             tcp_shift_seq(rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l4_offset), -ctx.conn_table->seq_shift(route.conn));
         nat_rewrite(m, meta, vip, vip_port, client, client_port);
-        return rewrite_for_forwarding(m, out);
+        rewrite_hop(m, meta, out);
+        return DropReason::none;
     }
     if (SLUICE_UNLIKELY(route.kind == RouteKind::nat_icmp_to_client)) {
         // About sluice's packet pool:port -> backend: to the client, about its own packet to the VIP.
@@ -96,7 +97,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         uint16_t client_port, vip_port;
         ctx.conn_table->origin(route.conn, client, client_port, vip, vip_port);
         if (!nat_rewrite_icmp_error(m, meta, client, client, client_port, vip, vip_port)) return DropReason::icmp_bad_quote;
-        return rewrite_for_forwarding(m, out);
+        rewrite_hop(m, meta, out);
+        return DropReason::none;
     }
     if (SLUICE_UNLIKELY(backend.awaiting_neighbour)) return DropReason::neighbour_unresolved;
     if (backend.has_mac) out.dst_mac = backend.mac;
@@ -106,7 +108,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         if (!nat_rewrite_icmp_error(m, meta, backend.address, backend.address, backend.port_be, lb.pool[entry.nat_address],
                                     rte_cpu_to_be_16(entry.nat_port)))
             return DropReason::icmp_bad_quote;
-        return rewrite_for_forwarding(m, out);
+        rewrite_hop(m, meta, out);
+        return DropReason::none;
     }
     switch (backend.mode) {
     case LbMode::nat: {
@@ -120,7 +123,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         if (meta.l4_offset) std::memcpy(&dst_port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
         nat_rewrite(m, meta, lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port), backend.address,
                     backend.port_be ? backend.port_be : dst_port);
-        return rewrite_for_forwarding(m, out);
+        rewrite_hop(m, meta, out);
+        return DropReason::none;
     }
     case LbMode::dsr:
         rewrite_l2(m, meta, out.dst_mac, out.src_mac);
@@ -206,7 +210,8 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             ForwardEntry out = entry;
             verdict = rewrite_balanced(ctx, snapshot, m, routes[i], out);
         } else {
-            verdict = rewrite_for_forwarding(m, entry);
+            rewrite_hop(m, meta, entry);
+            verdict = DropReason::none;
         }
         if (SLUICE_UNLIKELY(verdict != DropReason::none)) {
             ctx.counters.drop(verdict);

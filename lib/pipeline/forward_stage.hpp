@@ -19,10 +19,6 @@ namespace sluice {
 void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
                    const PacketRoute* routes = nullptr);
 
-// Rewrites one parsed packet for entry; returns DropReason::none or why it cannot be forwarded. The mbuf's data may
-// move forward (VLAN tags stripped). Exposed for tests.
-DropReason rewrite_for_forwarding(rte_mbuf* m, const ForwardEntry& entry);
-
 // The TX buffer's error callback: counts refused packets as tx_full and frees them.
 void count_tx_drops(rte_mbuf** unsent, uint16_t count, void* sink);
 
