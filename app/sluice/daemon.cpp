@@ -365,8 +365,12 @@ private:
                 spdlog::info("reload: tables built in {} ms",
                              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
                 log_tables(*snapshot);
-                if (const auto& kept = snapshot->firewall->blocklist; kept && kept == dataplane_->snapshot().firewall->blocklist)
+                const FirewallTables& built = *snapshot->firewall;
+                const FirewallTables& running = *dataplane_->snapshot().firewall;
+                if (built.blocklist && built.blocklist == running.blocklist)
                     spdlog::info("reload: the early-drop sets are unchanged: their tables are kept, not built again");
+                if ((built.acl_v4 || built.acl_v6) && built.acl_v4 == running.acl_v4 && built.acl_v6 == running.acl_v6)
+                    spdlog::info("reload: the rules match as before: their rte_acl contexts are kept, not built again");
             } catch (const std::exception& e) {
                 errors.push_back(config_.path + ": " + e.what());
             }
@@ -465,12 +469,10 @@ private:
     }
 
     // What a build of a new config takes from the running one: the rule ids and backends to commit after it, and
-    // what the running snapshot lets it keep (the early-drop tables, the rte_acl classify methods).
+    // what the running snapshot lets it keep (the early-drop tables, the rte_acl contexts or their classify methods).
     LiveState live_from_running(StableRuleIds* ids, BackendRegistry* backends) {
         const FirewallTables& running = *dataplane_->snapshot().firewall;
-        return LiveState{ids, backends, backend_health(), neighbour_lookup(), running.blocklist,
-                         running.acl_v4 ? running.acl_v4->classify_method() : 0,
-                         running.acl_v6 ? running.acl_v6->classify_method() : 0};
+        return LiveState{ids, backends, backend_health(), neighbour_lookup(), running.blocklist, running.acl_v4, running.acl_v6};
     }
 
     // The backend of a stable id, for logs: "web/10.1.0.11:8080".

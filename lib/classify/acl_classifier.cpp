@@ -465,7 +465,7 @@ ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> 
 
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
                              int method, int keep)
-    : family_(family), rule_count_(rules.size()) {
+    : family_(family), rule_count_(rules.size()), method_setting_(method), rules_(rules) {
     if (method != RTE_ACL_CLASSIFY_DEFAULT &&
         std::none_of(std::begin(kAclMethods), std::end(kAclMethods), [method](const auto& m) { return m.alg == method; }))
         throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
@@ -486,6 +486,15 @@ AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, in
 }
 
 AclClassifier::~AclClassifier() { rte_acl_free(ctx_); }
+
+bool AclClassifier::built_from(const std::vector<Rule>& rules, int method) const {
+    const auto same_match = [](const Rule& a, const Rule& b) {
+        return a.family == b.family && a.in_ports == b.in_ports && a.sources == b.sources &&
+               a.destinations == b.destinations && a.protocol == b.protocol && a.source_ports == b.source_ports &&
+               a.destination_ports == b.destination_ports;
+    };
+    return method == method_setting_ && std::equal(rules.begin(), rules.end(), rules_.begin(), rules_.end(), same_match);
+}
 
 void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_ports, uint32_t* rule_index,
                              uint32_t count) const {

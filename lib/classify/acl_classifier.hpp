@@ -66,12 +66,19 @@ public:
     // ...)", or "sse (pinned)" when the constructor was given it.
     const std::string& method_report() const { return method_report_; }
 
+    // Whether AclClassifier(family(), rules, ..., method) would build this same context: every rule matches what
+    // the one at its index here matches (names and actions are not rte_acl's: the firewall reads them by rule id),
+    // and method is the setting this one was given. A reload then keeps this context instead of building it again.
+    bool built_from(const std::vector<Rule>& rules, int method) const;
+
 private:
     IpFamily family_;
     rte_acl_ctx* ctx_ = nullptr;
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
     int method_ = 0;
+    int method_setting_ = 0;    // the constructor's `method`
+    std::vector<Rule> rules_;   // what it was built from, for built_from()
     std::string method_report_;
 };
 

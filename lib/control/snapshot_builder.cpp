@@ -330,13 +330,18 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
             fw.v6_rule_ids.push_back(id);
         }
     }
+    // The running context when its rules match as they did (a reload of services or prefix sets only): an
+    // rte_acl build of 10k rules takes 0.4-0.7 s of the control thread here.
+    const auto classifier = [&](IpFamily family, const std::vector<Rule>& rules, const std::shared_ptr<const AclClassifier>& running,
+                                const char* name) -> std::shared_ptr<const AclClassifier> {
+        if (rules.empty()) return nullptr;
+        if (running && running->built_from(rules, fc.acl_method)) return running;
+        return std::make_shared<AclClassifier>(family, rules, socket, name + std::to_string(generation), fc.acl_method,
+                                               running ? running->classify_method() : 0);
+    };
     try {
-        if (!v4.empty())
-            fw.acl_v4 = std::make_unique<AclClassifier>(IpFamily::ipv4, v4, socket, "sl_acl4_" + std::to_string(generation),
-                                                        fc.acl_method, live.acl_method_v4);
-        if (!v6.empty())
-            fw.acl_v6 = std::make_unique<AclClassifier>(IpFamily::ipv6, v6, socket, "sl_acl6_" + std::to_string(generation),
-                                                        fc.acl_method, live.acl_method_v6);
+        fw.acl_v4 = classifier(IpFamily::ipv4, v4, live.acl_v4, "sl_acl4_");
+        fw.acl_v6 = classifier(IpFamily::ipv6, v6, live.acl_v6, "sl_acl6_");
     } catch (const AclMethodUnavailable& e) {
         throw std::runtime_error(std::string("firewall acl_method: ") + e.what());  // the key that pinned it
     }

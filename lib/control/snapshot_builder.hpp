@@ -50,9 +50,10 @@ struct LiveState {
     BackendHealth healthy;
     NeighbourLookup neighbours;
     std::shared_ptr<const Blocklist> blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
-    // The running snapshot's rte_acl classify methods (IPv4, IPv6; 0: none): with acl_method auto, each stays unless
-    // another is more than 5 % faster (choose_classify_method).
-    int acl_method_v4 = 0, acl_method_v6 = 0;
+    // The running snapshot's rte_acl contexts (IPv4, IPv6): each is kept when its rules match as they did
+    // (AclClassifier::built_from); otherwise, with acl_method auto, its classify method stays unless another is more
+    // than 5 % faster (choose_classify_method).
+    std::shared_ptr<const AclClassifier> acl_v4, acl_v6;
 };
 
 // Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws

@@ -106,8 +106,8 @@ struct FirewallTables {
     bool enabled = false;
     bool loose_pickup = false;
     RuleAction default_action = RuleAction::allow;
-    std::unique_ptr<AclClassifier> acl_v4;
-    std::unique_ptr<AclClassifier> acl_v6;
+    std::shared_ptr<const AclClassifier> acl_v4;  // shared with the snapshot before when its rules stay the same
+    std::shared_ptr<const AclClassifier> acl_v6;
     std::vector<uint32_t> v4_rule_ids;  // index in acl_v4's rules -> rule id (its place in the config)
     std::vector<uint32_t> v6_rule_ids;
     std::vector<RuleAction> actions;    // by rule id

@@ -349,6 +349,7 @@ def test_blocklist_kept_by_a_reload_that_leaves_it_and_rebuilt_when_it_changes(t
                                            "destination_ports": 80, "action": "allow"})
     syns = lambda first: [wan(IP(src=BLOCKED, dst=INSIDE) / TCP(sport=first + i, dport=80, flags="S")) for i in range(5)]
     kept = "the early-drop sets are unchanged: their tables are kept"
+    rules_kept = "the rules match as before: their rte_acl contexts are kept"
     sent = 0
 
     def send(frames):
@@ -369,6 +370,7 @@ def test_blocklist_kept_by_a_reload_that_leaves_it_and_rebuilt_when_it_changes(t
         sluice.config_path.write_text(yaml.safe_dump(running))
         reload()
         assert sluice.log().count(kept) == 1
+        assert sluice.log().count(rules_kept) == 0  # a rule more: built anew
         assert send(syns(2000))["drop/blocklisted"] == 10  # the kept tables still drop the source
         blocklist.write_text("203.0.113.0/28\n198.51.100.0/24\n")  # the same set in another order
         reload()
@@ -376,6 +378,7 @@ def test_blocklist_kept_by_a_reload_that_leaves_it_and_rebuilt_when_it_changes(t
         blocklist.write_text("203.0.113.0/28\n")  # 198.51.100.7 is no longer listed
         reload()
         assert sluice.log().count(kept) == 2  # built anew
+        assert sluice.log().count(rules_kept) == 2  # the rules were the same in both
         stats = send(syns(3000))
         assert sluice.stop() == 0, sluice.log()
     assert stats["drop/blocklisted"] == 10

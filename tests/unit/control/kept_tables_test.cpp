@@ -1,15 +1,18 @@
-// The early-drop tables (build_blocklists, through build_snapshot) against a linear match, for nested prefixes
-// given in any order, and their reuse by a reload that lists the same set in another order.
+// The tables a reload may keep from the running snapshot (build_snapshot with its LiveState): the early-drop
+// tables against a linear match, for nested prefixes given in any order, and their reuse by a reload that lists the
+// same set in another order; the rte_acl contexts, kept while the rules match as they did.
 #include <algorithm>
 #include <random>
 #include <sstream>
 
 #include <catch2/catch.hpp>
 #include <rte_byteorder.h>
+#include <rte_acl.h>
 #include <rte_fib.h>
 #include <rte_lpm6.h>
 
 #include "control/snapshot_builder.hpp"
+#include "common/five_tuple.hpp"
 
 using namespace sluice;
 
@@ -57,7 +60,7 @@ std::unique_ptr<Snapshot> build(const std::vector<std::string>& prefixes, const 
 
 }  // namespace
 
-TEST_CASE("early-drop set: nested IPv4 prefixes in any order match as a linear search does", "[blocklist]") {
+TEST_CASE("early-drop set: nested IPv4 prefixes in any order match as a linear search does", "[kept-tables]") {
     std::mt19937 rng(7);
     const std::vector<V4Prefix> prefixes = nested_prefixes(rng, 3000);
     std::vector<std::string> text;
@@ -88,7 +91,7 @@ TEST_CASE("early-drop set: nested IPv4 prefixes in any order match as a linear s
     CHECK(listed < probes.size());
 }
 
-TEST_CASE("early-drop set: nested IPv6 prefixes in any order match as a linear search does", "[blocklist]") {
+TEST_CASE("early-drop set: nested IPv6 prefixes in any order match as a linear search does", "[kept-tables]") {
     std::mt19937 rng(11);
     struct V6Prefix {
         uint8_t bytes[16];
@@ -134,7 +137,7 @@ TEST_CASE("early-drop set: nested IPv6 prefixes in any order match as a linear s
     CHECK(listed < probes.size());
 }
 
-TEST_CASE("early-drop set: a reload that lists the same prefixes in another order keeps the tables", "[blocklist]") {
+TEST_CASE("early-drop set: a reload that lists the same prefixes in another order keeps the tables", "[kept-tables]") {
     std::vector<std::string> text = {"198.51.100.0/24", "203.0.113.0/28", "10.0.0.0/8", "10.1.2.3/32", "2001:db8::/32"};
     const auto first = build(text);
     REQUIRE(first->firewall->blocklist);
@@ -144,4 +147,92 @@ TEST_CASE("early-drop set: a reload that lists the same prefixes in another orde
     CHECK(build(text, live)->firewall->blocklist == first->firewall->blocklist);
     text.pop_back();  // one prefix less: built anew
     CHECK(build(text, live)->firewall->blocklist != first->firewall->blocklist);
+}
+
+namespace {
+
+std::string rules_config(const std::string& rules, const std::string& method = "auto") {
+    return "ports:\n  - {name: lan, device: net_null0}\n  - {name: wan, device: net_null1}\n"
+           "lcores:\n  - {id: 1, roles: [rx, worker]}\n"
+           "forward:\n  - {from: lan, to: wan, next_hop_mac: \"02:00:00:00:00:02\"}\n"
+           "firewall:\n  default: deny\n  acl_method: " + method + "\n  rules:\n" + rules;
+}
+
+const std::string kRules =
+    "    - {name: web, protocol: tcp, destination_ports: 80, action: allow}\n"
+    "    - {name: dns, protocol: udp, destination: 192.0.2.0/24, destination_ports: 53, action: allow}\n"
+    "    - {name: v6, source: 2001:db8::/32, action: deny}\n";
+
+std::unique_ptr<Snapshot> build_rules(const std::string& text, const LiveState& live = {}) {
+    const ConfigResult r = load_config_text(text, "t.yaml");
+    REQUIRE(r.config);
+    return build_snapshot(*r.config, {PortIdentity{"lan", 0, {}}, PortIdentity{"wan", 1, {}}}, 1, 0, 1, live);
+}
+
+LiveState live_of(const Snapshot& running) {
+    LiveState live;
+    live.acl_v4 = running.firewall->acl_v4;
+    live.acl_v6 = running.firewall->acl_v6;
+    return live;
+}
+
+// The rule index the IPv4 context gives a TCP or UDP packet to dst:port from lan.
+uint32_t rule_for(const Snapshot& s, uint8_t proto, uint32_t dst, uint16_t port) {
+    FiveTuple t{};
+    t.family = IpFamily::ipv4;
+    t.proto = proto;
+    t.src = IpAddress::from_v4(rte_cpu_to_be_32(0x0a000001));
+    t.dst = IpAddress::from_v4(rte_cpu_to_be_32(dst));
+    t.src_port = rte_cpu_to_be_16(40000);
+    t.dst_port = rte_cpu_to_be_16(port);
+    const FiveTuple* tuples[] = {&t};
+    const uint16_t in_ports[] = {0};
+    uint32_t index = 0;
+    s.firewall->acl_v4->classify(tuples, in_ports, &index, 1);
+    return index;
+}
+
+}  // namespace
+
+TEST_CASE("rte_acl contexts: a reload whose rules match as before keeps them; any match change builds anew", "[kept-tables]") {
+    const auto first = build_rules(rules_config(kRules));
+    REQUIRE(first->firewall->acl_v4);
+    REQUIRE(first->firewall->acl_v6);
+    CHECK(rule_for(*first, IPPROTO_TCP, 0xc6336401, 80) == 0);
+
+    SECTION("the same rules") {
+        const auto next = build_rules(rules_config(kRules), live_of(*first));
+        CHECK(next->firewall->acl_v4 == first->firewall->acl_v4);
+        CHECK(next->firewall->acl_v6 == first->firewall->acl_v6);
+    }
+    SECTION("renamed, with another action: the contexts stay, the tables by rule id follow the config") {
+        std::string renamed = kRules;
+        renamed.replace(renamed.find("name: web"), 9, "name: www");
+        renamed.replace(renamed.find("80, action: allow"), 17, "80, action: deny");
+        const auto next = build_rules(rules_config(renamed), live_of(*first));
+        CHECK(next->firewall->acl_v4 == first->firewall->acl_v4);
+        CHECK(next->firewall->rule_names[0] == "www");
+        CHECK(next->firewall->actions[0] == RuleAction::deny);
+    }
+    SECTION("a port changed: IPv4 is built anew and matches the new port; IPv6's rules are the same") {
+        std::string moved = kRules;  // dns is an IPv4 rule only (its destination is)
+        moved.replace(moved.find("destination_ports: 53"), 21, "destination_ports: 5353");
+        const auto next = build_rules(rules_config(moved), live_of(*first));
+        CHECK(next->firewall->acl_v4 != first->firewall->acl_v4);
+        CHECK(next->firewall->acl_v6 == first->firewall->acl_v6);
+        CHECK(rule_for(*first, IPPROTO_UDP, 0xc0000201, 53) == 1);
+        CHECK(rule_for(*next, IPPROTO_UDP, 0xc0000201, 5353) == 1);
+        CHECK(rule_for(*next, IPPROTO_UDP, 0xc0000201, 53) == AclClassifier::kNoMatch);
+    }
+    SECTION("a rule added") {
+        const auto next = build_rules(rules_config(kRules + "    - {name: ssh, protocol: tcp, destination_ports: 22, action: allow}\n"),
+                                      live_of(*first));
+        CHECK(next->firewall->acl_v4 != first->firewall->acl_v4);
+        CHECK(rule_for(*next, IPPROTO_TCP, 0xc6336401, 22) == 2);  // the third of the IPv4 context's rules
+    }
+    SECTION("another classify method") {
+        const auto next = build_rules(rules_config(kRules, "scalar"), live_of(*first));
+        CHECK(next->firewall->acl_v4 != first->firewall->acl_v4);
+        CHECK(next->firewall->acl_v4->classify_method() == RTE_ACL_CLASSIFY_SCALAR);
+    }
 }
