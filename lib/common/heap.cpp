@@ -13,10 +13,11 @@ constexpr int kTrimThreshold = 0x7fffffff;
 
 }  // namespace
 
-void retain_freed_heap() {
+bool retain_freed_heap() {
     // Fixing either one also turns off glibc's own adjustment of both as blocks are freed.
-    mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
-    mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+    const bool mmap_set = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1;
+    const bool trim_set = mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
+    return mmap_set && trim_set;
 }
 
 }  // namespace sluice

@@ -58,7 +58,6 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
         v4.insert(v4.end(), set.v4.begin(), set.v4.end());
         v6.insert(v6.end(), set.v6.begin(), set.v6.end());
     }
-    fw.blocklist_prefixes = v4.size() + v6.size();
     if (v4.empty() && v6.empty()) return;
     // In address order (bytes in network order), the shorter first at one address: a covering prefix goes in before
     // the ones it covers, and the tables' writes walk memory in order (100k prefixes, sluice_bench --only reload:
@@ -67,8 +66,11 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
         const int c = std::memcmp(a.address.bytes, b.address.bytes, sizeof a.address.bytes);
         return c != 0 ? c < 0 : a.length < b.length;
     };
-    std::sort(v4.begin(), v4.end(), address_order);
-    std::sort(v6.begin(), v6.end(), address_order);
+    for (std::vector<Prefix>* list : {&v4, &v6}) {
+        std::sort(list->begin(), list->end(), address_order);
+        list->erase(std::unique(list->begin(), list->end()), list->end());  // one line twice, or in two sets
+    }
+    fw.blocklist_prefixes = v4.size() + v6.size();
     if (previous && previous->v4_prefixes == v4 && previous->v6_prefixes == v6) {
         fw.blocklist = previous;
     } else {

@@ -67,7 +67,7 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
         ip->fragment_offset = 0;
         ip->packet_id = 0;
         ip->hdr_checksum = 0;
-        ip->hdr_checksum = rte_ipv4_cksum(ip);
+        ip->hdr_checksum = checksum_ipv4_header(ip, rte_ipv4_hdr_len(ip));
         tcp->cksum = rte_ipv4_udptcp_cksum(ip, tcp);
         write_ethernet(l3 - sizeof(rte_ether_hdr), peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV4));
     } else {
@@ -139,7 +139,7 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
         ip->src_addr = original->dst_addr;  // answered as the destination, unless sluice has an address of its own here
         if (source) std::memcpy(&ip->src_addr, source->bytes, 4);
         ip->hdr_checksum = 0;
-        ip->hdr_checksum = rte_ipv4_cksum(ip);
+        ip->hdr_checksum = checksum_ipv4_header(ip, rte_ipv4_hdr_len(ip));
         icmp->icmp_cksum = static_cast<uint16_t>(~rte_raw_cksum(icmp, 8 + quoted));
         write_ethernet(frame, peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV4));
     } else {
@@ -215,7 +215,7 @@ bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& 
         ip->dst_addr = src;
         ip->time_to_live = kReplyTtl;
         ip->hdr_checksum = 0;
-        ip->hdr_checksum = rte_ipv4_cksum(ip);  // options, if any, are returned as they came
+        ip->hdr_checksum = checksum_ipv4_header(ip, rte_ipv4_hdr_len(ip));  // options, if any, are returned as they came
         icmp->icmp_type = kIcmpEchoReply;
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);

@@ -174,7 +174,7 @@ bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src
         ip->next_proto_id = kIpProtoIpip;
         std::memcpy(&ip->src_addr, outer_src.bytes, 4);
         std::memcpy(&ip->dst_addr, outer_dst.bytes, 4);
-        ip->hdr_checksum = checksum_compute(ip, sizeof *ip);
+        ip->hdr_checksum = checksum_ipv4_header(ip, sizeof *ip);
     } else {
         eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV6);
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(outer);

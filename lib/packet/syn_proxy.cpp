@@ -138,7 +138,7 @@ bool write_tcp_segment(rte_mbuf* m, PacketMeta& meta, const TcpSegment& segment,
         std::memcpy(&ip->src_addr, segment.src.bytes, 4);
         std::memcpy(&ip->dst_addr, segment.dst.bytes, 4);
         ip->hdr_checksum = 0;
-        ip->hdr_checksum = rte_ipv4_cksum(ip);
+        ip->hdr_checksum = checksum_ipv4_header(ip, rte_ipv4_hdr_len(ip));
         tcp->cksum = rte_ipv4_udptcp_cksum(ip, tcp);
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);

@@ -1,5 +1,7 @@
 #include "pipeline/forward_stage.hpp"
 
+#include <cassert>
+
 #include <rte_cycles.h>
 #include <rte_ip.h>
 
@@ -19,11 +21,23 @@ bool ttl_expires(const uint8_t* l3) {
                              : reinterpret_cast<const rte_ipv6_hdr*>(l3)->hop_limits <= 1;
 }
 
+// A fresh Ethernet header right before the IP header, tags left behind (the mbuf's data moves forward over them);
+// the IP packet is untouched. All that dsr does.
+void rewrite_l2(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& dst, const rte_ether_addr& src) {
+    uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    auto* eth = reinterpret_cast<rte_ether_hdr*>(l3 - sizeof(rte_ether_hdr));
+    eth->dst_addr = dst;
+    eth->src_addr = src;
+    eth->ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
+    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
+    if (strip) rte_pktmbuf_adj(m, strip);
+}
+
 // A routed hop's rewrite of one parsed packet whose TTL or hop limit stays above 0 (forward_burst checks it before
-// any rewrite, so that an error quotes the packet as it came): decremented, a fresh Ethernet header for entry. The
-// mbuf's data may move forward (VLAN tags stripped).
+// any rewrite, so that an error quotes the packet as it came): decremented, and rewrite_l2 for entry.
 void rewrite_hop(rte_mbuf* m, const PacketMeta& meta, const ForwardEntry& entry) {
     uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
+    assert(!ttl_expires(l3));  // the decrement below would borrow into the protocol byte
     if (meta.family == IpFamily::ipv4) {
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
         // TTL shares a 16-bit word with the protocol; update the checksum for that word only. The new word is made
@@ -38,14 +52,7 @@ void rewrite_hop(rte_mbuf* m, const PacketMeta& meta, const ForwardEntry& entry)
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
         --ip->hop_limits;  // IPv6 has no header checksum
     }
-    // Write a plain Ethernet header right before the IP header: tags, if any, are left behind.
-    const uint16_t ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
-    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
-    auto* eth = reinterpret_cast<rte_ether_hdr*>(l3 - sizeof(rte_ether_hdr));
-    eth->dst_addr = entry.dst_mac;
-    eth->src_addr = entry.src_mac;
-    eth->ether_type = ether_type;
-    if (strip) rte_pktmbuf_adj(m, strip);
+    rewrite_l2(m, meta, entry.dst_mac, entry.src_mac);
 }
 
 }  // namespace
@@ -62,17 +69,6 @@ void count_tx_drops(rte_mbuf** unsent, uint16_t count, void* sink_arg) {
 }
 
 namespace {
-
-// Ethernet only (dsr): a fresh header right before the IP header, tags left behind; the IP packet is untouched.
-void rewrite_l2(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& dst, const rte_ether_addr& src) {
-    uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l3_offset);
-    auto* eth = reinterpret_cast<rte_ether_hdr*>(l3 - sizeof(rte_ether_hdr));
-    eth->dst_addr = dst;
-    eth->src_addr = src;
-    eth->ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
-    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
-    if (strip) rte_pktmbuf_adj(m, strip);
-}
 
 // A packet of a balanced connection, to its backend or (nat) back to its client: rewritten per the service's mode.
 DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf* m, const PacketRoute& route,

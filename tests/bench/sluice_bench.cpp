@@ -2640,7 +2640,8 @@ void section_scaling(Dpdk& d, const Options& o, Table& table) {
 
 int run(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
-    if (!o.trimmed_heap) retain_freed_heap();  // as the daemon does: the reload and its reference run on that heap
+    // As the daemon does: the reload and its reference run on that heap.
+    if (!o.trimmed_heap && !retain_freed_heap()) fail("glibc refused the heap settings (retain_freed_heap)");
     if (!o.write_dir.empty()) {
         for (const std::size_t count : {std::size_t{10}, std::size_t{1000}, std::size_t{10000}}) {
             const auto rules = generate_rules(count, o.seed);

@@ -337,7 +337,7 @@ def test_blocklist_of_100k_prefixes_drops_before_the_rules(tmp_path, ns):
         stats = run(sluice, [("wan0", blocked + allowed, 0)])
     assert stats["drop/blocklisted"] == 20
     assert len(rdpcap(str(tmp_path / "lan_out.pcap"))) == 5
-    assert "100001 early-drop prefix(es)" in sluice.log()
+    assert f"{len(set(lines))} early-drop prefix(es)" in sluice.log()  # a prefix listed twice is one
 
 
 def test_blocklist_kept_by_a_reload_that_leaves_it_and_rebuilt_when_it_changes(tmp_path, ns):
