@@ -21,6 +21,13 @@ std::array<uint8_t, 20> random_ipv4_header(std::mt19937& rng, bool ttl_one = fal
     return h;
 }
 
+// Random bytes for iteration i, except every period-th one: all 0xff, every carry of a one's-complement sum at once.
+template <std::size_t N>
+void fill_for_iteration(uint8_t (&buffer)[N], std::mt19937& rng, int i, int period) {
+    for (auto& b : buffer) b = static_cast<uint8_t>(rng());
+    if (i % period == 0) std::memset(buffer, 0xff, N);
+}
+
 }  // namespace
 
 TEST_CASE("checksum: a header with its checksum sums to zero", "[checksum]") {
@@ -57,8 +64,7 @@ TEST_CASE("checksum: the IPv4 header sum by 32-bit words equals the 16-bit one",
     std::mt19937 rng(3);
     uint8_t header[60];
     for (int i = 0; i < 20000; ++i) {
-        for (auto& b : header) b = static_cast<uint8_t>(rng());
-        if (i % 3 == 0) std::memset(header, 0xff, sizeof header);  // every carry at once
+        fill_for_iteration(header, rng, i, 3);
         if (i % 3 == 1) {                                          // valid, as the parser mostly sees
             header[10] = header[11] = 0;
             const uint16_t c = checksum_compute(header, 20);
@@ -76,8 +82,7 @@ TEST_CASE("checksum: updates of 4- and 16-byte fields by deltas equal a full rec
     std::mt19937 rng(4);
     uint8_t buffer[40];
     for (int i = 0; i < 20000; ++i) {
-        for (auto& b : buffer) b = static_cast<uint8_t>(rng());
-        if (i % 5 == 0) std::memset(buffer, 0xff, sizeof buffer);  // every carry at once
+        fill_for_iteration(buffer, rng, i, 5);
         if (i % 5 == 1) std::memset(buffer, 0, sizeof buffer);
         buffer[0] = buffer[1] = 0;  // the checksum's own place
         const uint16_t before = checksum_compute(buffer, sizeof buffer);
