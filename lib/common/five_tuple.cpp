@@ -1,10 +1,37 @@
 #include "common/five_tuple.hpp"
 
 #include <arpa/inet.h>
+#include <sys/random.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <spdlog/fmt/fmt.h>
 
 namespace sluice {
+
+namespace {
+
+// Runs before main() (and before any other static initializer could hash): no logger yet, so stderr.
+FlowHashKey random_flow_hash_key() {
+    __builtin_cpu_init();  // required before __builtin_cpu_supports in a static initializer
+    if (!__builtin_cpu_supports("aes")) {
+        std::fputs("sluice: this CPU has no AES-NI, which the flow hash needs (x86-64 CPUs have it since 2010)\n", stderr);
+        std::abort();
+    }
+    FlowHashKey key;
+    if (getrandom(&key, sizeof key, 0) != static_cast<ssize_t>(sizeof key)) {
+        std::perror("sluice: getrandom for the flow-hash key");
+        std::abort();
+    }
+    return key;
+}
+
+}  // namespace
+
+FlowHashKey flow_hash_detail::process_key = random_flow_hash_key();
+
+void set_flow_hash_key(const FlowHashKey& key) { flow_hash_detail::process_key = key; }
 
 std::string to_string(const IpAddress& a, IpFamily family) {
     char buf[INET6_ADDRSTRLEN] = "?";

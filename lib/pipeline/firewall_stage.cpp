@@ -411,7 +411,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     const auto answer_with_cookie = [&](uint16_t i) {
         const LbService& service = lb.services[route[i].backend];
         route[i] = PacketRoute{};
-        if (SLUICE_UNLIKELY(service.maglev[maglev_slot(hashes[i], service.table_size)] == kMaglevNoBackend)) {
+        if (SLUICE_UNLIKELY(service.maglev[maglev_slot(tuples[i], service.table_size)] == kMaglevNoBackend)) {
             fate[i] = Fate::drop;  // no handshake with the client when no backend could take the connection
             reason[i] = DropReason::lb_no_backend;
             return;
@@ -446,7 +446,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         uint32_t backend = 0;
         const LbService* service = service_index == kNoService ? nullptr : &lb.services[service_index];
         if (service) {
-            const uint16_t local = service->maglev[maglev_slot(hashes[i], service->table_size)];
+            const uint16_t local = service->maglev[maglev_slot(tuples[i], service->table_size)];
             if (SLUICE_UNLIKELY(local == kMaglevNoBackend)) {
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::lb_no_backend;
@@ -569,7 +569,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
                 if ((rule == UINT32_MAX ? fw.default_action : fw.actions[rule]) != RuleAction::allow) continue;
             }
-            const uint16_t local = service.maglev[maglev_slot(hashes[i], service.table_size)];
+            const uint16_t local = service.maglev[maglev_slot(tuples[i], service.table_size)];
             if (local == kMaglevNoBackend) continue;
             const uint8_t address = nat_pool_address(lb, tuples[i].family, hashes[i]);
             const uint16_t port = ctx.nat_ports->peek(address, taken[address]++);
@@ -594,7 +594,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         }
         const FiveTuple* batch[kBurst] = {};  // {}: GCC cannot see that n >= 1 fills them
         uint16_t in_ports[kBurst] = {};
-        uint32_t matched[kBurst];
+        uint32_t matched[kBurst] = {};
         for (uint16_t k = 0; k < n; ++k) {
             batch[k] = &tuples[which[k]];
             in_ports[k] = pkts[which[k]]->port;

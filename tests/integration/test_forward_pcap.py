@@ -273,3 +273,94 @@ def test_both_directions_of_a_flow_reach_the_same_worker(tmp_path, layout):
     assert seen == 6 * flows
     assert len(worker_of_flow) == flows
     assert set(worker_of_flow.values()) == {0, 1}, "both workers must carry flows"
+
+
+def crc32c(crc, data):
+    """CRC32C as SSE4.2's crc32 instruction computes it (reflected, no inversion): rte_hash_crc_4byte's steps."""
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc
+
+
+def crc_flow_hash(src, dst, sport, dport, proto):
+    """The unkeyed CRC32C flow hash of an IPv4 flow whose source is the lower endpoint, byte for byte as sluice's
+    stable_flow_hash (lib/common/five_tuple.hpp) computes it."""
+    h = crc32c((proto << 8) | 4, src)
+    h = crc32c(h, dst)
+    return crc32c(h, dport.to_bytes(2, "big") + sport.to_bytes(2, "big"))
+
+
+def flows_sharing_one_crc(count_log2):
+    """IPv4 UDP flows that all have one CRC32C flow hash, built as a sender would: over inputs of one length CRC32C
+    is affine in their bits, so the bit flips whose effects cancel are a kernel over GF(2). The flips touch the
+    second and third octets of both addresses and the low 10 bits of both ports; the fourth octets (1 and 200) keep
+    the source the lower endpoint, as sluice orders them."""
+    base = [bytearray([10, 0, 0, 1]), bytearray([10, 0, 0, 200]), bytearray([0x40, 0]), bytearray([0x44, 0])]
+    flips = [(0, i, b) for i in (1, 2) for b in range(8)] + [(1, i, b) for i in (1, 2) for b in range(8)]
+    flips += [(f, 1, b) for f in (2, 3) for b in range(8)] + [(f, 0, b) for f in (2, 3) for b in range(2)]
+
+    def hash_of(fields):
+        return crc_flow_hash(bytes(fields[0]), bytes(fields[1]), int.from_bytes(fields[2], "big"),
+                             int.from_bytes(fields[3], "big"), 17)
+
+    def flipped(mask):
+        fields = [bytearray(f) for f in base]
+        for k, (f, i, b) in enumerate(flips):
+            if mask >> k & 1:
+                fields[f][i] ^= 1 << b
+        return fields
+
+    at_base = hash_of(base)
+    pivots, kernel = {}, []  # pivots: highest bit of an effect -> (effect, flips); kernel: flips of no effect
+    for k in range(len(flips)):
+        if len(kernel) == count_log2:
+            break
+        effect, mask = hash_of(flipped(1 << k)) ^ at_base, 1 << k
+        while effect:
+            bit = effect.bit_length() - 1
+            if bit not in pivots:
+                pivots[bit] = (effect, mask)
+                break
+            effect ^= pivots[bit][0]
+            mask ^= pivots[bit][1]
+        else:
+            kernel.append(mask)
+    flows = []
+    for combo in range(1 << count_log2):
+        mask = 0
+        for j in range(count_log2):
+            if combo >> j & 1:
+                mask ^= kernel[j]
+        flows.append(flipped(mask))
+    return ([(".".join(map(str, f[0])), ".".join(map(str, f[1])), int.from_bytes(f[2], "big"),
+              int.from_bytes(f[3], "big")) for f in flows], {hash_of(f) for f in flows})
+
+
+def test_flows_crafted_to_share_one_crc32c_hash_still_spread_over_both_workers(tmp_path):
+    """A sender who knows the flow hash can pick flows that all hash alike: with the unkeyed CRC32C sluice once
+    used, 256 such flows would all reach one worker (and one chain of its connection table). The workers' hash is
+    keyed by a random key per process, so they spread as random flows do."""
+    # The Python model is sluice's stable hash: its pinned value (five_tuple_test.cpp) for 10.0.0.1:40000 ->
+    # 192.168.1.5:443, TCP.
+    h = crc32c((6 << 8) | 4, bytes([10, 0, 0, 1]))
+    h = crc32c(h, bytes([192, 168, 1, 5]))
+    assert crc32c(h, (443).to_bytes(2, "big") + (40000).to_bytes(2, "big")) == 0x7C0DD436
+    flows, hashes = flows_sharing_one_crc(8)
+    assert len(set(flows)) == 256 and len(hashes) == 1, "the crafted flows must share one CRC32C hash"
+
+    wrpcap(str(tmp_path / "in0.pcap"), [eth() / IP(src=s, dst=d) / UDP(sport=sp, dport=dp) for s, d, sp, dp in flows])
+    wrpcap(str(tmp_path / "in1.pcap"), [])
+    tx = lambda port: ",".join(f"tx_pcap={tmp_path}/out{port}_q{q}.pcap" for q in range(2))
+    config = forwarding_config(tmp_path, tx(0), tx(1), dataplane={"idle_sleep_us": 50})
+    config["lcores"] = [{"id": 1, "roles": ["rx"]}, {"id": 2, "roles": ["worker"]}, {"id": 3, "roles": ["worker"]}]
+    sluice = Sluice(tmp_path, config, lcores="0@0,1@1,2@1,3@1")
+    with sluice:
+        stats = sluice.wait_accounted(len(flows), timeout=30)
+        assert sluice.stop() == 0, sluice.log()
+    assert stats["drops"] == 0
+    per_worker = [len(rdpcap(str(tmp_path / f"out1_q{q}.pcap"))) for q in range(2)]
+    assert sum(per_worker) == len(flows)
+    # Binomial(256, 1/2): a worker outside 64..192 is 8 standard deviations out.
+    assert all(64 <= n <= 192 for n in per_worker), f"flows per worker {per_worker}"

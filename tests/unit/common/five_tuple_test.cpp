@@ -3,9 +3,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <array>
+#include <bitset>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "common/five_tuple.hpp"
 #include "common/random_tuple.hpp"
@@ -27,6 +32,7 @@ TEST_CASE("symmetric hash: both directions of a flow hash alike", "[five_tuple]"
             const FiveTuple t = random_tuple(rng, family);
             INFO(to_string(t));
             REQUIRE(symmetric_flow_hash(t) == symmetric_flow_hash(t.reversed()));
+            REQUIRE(stable_flow_hash(t) == stable_flow_hash(t.reversed()));
         }
     }
 }
@@ -69,9 +75,9 @@ TEST_CASE("symmetric hash: protocol and family are part of the flow", "[five_tup
     CHECK(symmetric_flow_hash(t) != symmetric_flow_hash(u));
 }
 
-TEST_CASE("symmetric hash: its values are pinned (RX lcores, workers and the XDP steering program must agree)", "[five_tuple]") {
-    // Values of the implementation every part of sluice has used so far; a change here moves every flow to
-    // another worker and breaks the XDP program's steering (lib/xdp/steer.bpf.c computes the same).
+TEST_CASE("stable hash: its values are pinned (every sluice picks the same Maglev backend for a flow)", "[five_tuple]") {
+    // Values of the implementation every sluice has used so far: a change here sends flows to other backends
+    // after an upgrade, and boxes of two versions behind one ECMP group would disagree.
     FiveTuple a;
     a.family = IpFamily::ipv4;
     a.proto = IPPROTO_TCP;
@@ -93,10 +99,134 @@ TEST_CASE("symmetric hash: its values are pinned (RX lcores, workers and the XDP
     REQUIRE(inet_pton(AF_INET6, "2001:db8:ffff::2", c.dst.bytes) == 1);
     c.src_port = htons(1234);
     c.dst_port = htons(80);
-    CHECK(symmetric_flow_hash(a) == 0x7c0dd436u);
-    CHECK(symmetric_flow_hash(b) == 0x423fbd23u);
-    CHECK(symmetric_flow_hash(c) == 0x50758645u);
-    // The IPv4 hash from values in canonical order (the connection table's 16-byte keys) is the same function.
-    CHECK(ordered_ipv4_flow_hash(a.src.words[0], a.dst.words[0], a.src_port, a.dst_port, a.proto) == 0x7c0dd436u);
-    CHECK(ordered_ipv4_flow_hash(b.dst.words[0], b.src.words[0], b.dst_port, b.src_port, b.proto) == 0x423fbd23u);
+    CHECK(stable_flow_hash(a) == 0x7c0dd436u);
+    CHECK(stable_flow_hash(b) == 0x423fbd23u);
+    CHECK(stable_flow_hash(c) == 0x50758645u);
+    // The keyed IPv4 hash from values in canonical order (the connection table's 16-byte keys) is
+    // symmetric_flow_hash.
+    CHECK(ordered_ipv4_flow_hash(a.src.words[0], a.dst.words[0], a.src_port, a.dst_port, a.proto) == symmetric_flow_hash(a));
+    CHECK(ordered_ipv4_flow_hash(b.dst.words[0], b.src.words[0], b.dst_port, b.src_port, b.proto) == symmetric_flow_hash(b));
 }
+
+TEST_CASE("keyed hash: another key gives other values, the same key the same", "[five_tuple]") {
+    const FlowHashKey running = flow_hash_detail::process_key;
+    std::mt19937_64 rng(11);
+    FlowHashKey first, second;
+    for (uint64_t& w : first.words) w = rng();
+    for (uint64_t& w : second.words) w = rng();
+    std::vector<FiveTuple> tuples;
+    for (int i = 0; i < 200; ++i) tuples.push_back(random_tuple(rng, i % 2 ? IpFamily::ipv6 : IpFamily::ipv4));
+    const auto hashes = [&tuples] {
+        std::vector<uint32_t> out;
+        for (const FiveTuple& t : tuples) out.push_back(symmetric_flow_hash(t));
+        return out;
+    };
+    set_flow_hash_key(first);
+    const std::vector<uint32_t> under_first = hashes();
+    set_flow_hash_key(second);
+    const std::vector<uint32_t> under_second = hashes();
+    set_flow_hash_key(first);
+    CHECK(hashes() == under_first);
+    set_flow_hash_key(running);
+    std::size_t same = 0;
+    for (std::size_t i = 0; i < tuples.size(); ++i) same += under_first[i] == under_second[i];
+    CHECK(same <= 1);
+    // The process's own key is random: not the zero key a missing initialisation would leave.
+    CHECK(std::any_of(std::begin(running.words), std::end(running.words), [](uint64_t w) { return w != 0; }));
+}
+
+namespace {
+
+// Tuples that all have the same stable (CRC32C) hash, built the way a sender would: CRC32C over inputs of one
+// length is affine in their bits, so the bit flips whose effects on the hash cancel are the kernel of a 32-row
+// matrix over GF(2). Each flip is one bit of the low three bytes of either address or of either port; the fourth
+// byte of each address stays apart (1 and 200), so the endpoints' order never changes.
+std::vector<FiveTuple> tuples_sharing_one_crc(std::size_t log2_count) {
+    FiveTuple base;
+    base.family = IpFamily::ipv4;
+    base.proto = IPPROTO_UDP;
+    base.src.bytes[3] = 1;
+    base.dst.bytes[3] = 200;
+    struct Flip {
+        uint8_t* byte;
+        uint8_t mask;
+    };
+    std::vector<Flip> flips;
+    const auto flip_bits = [&flips](uint8_t* p, std::size_t bytes) {
+        for (std::size_t i = 0; i < bytes; ++i)
+            for (int b = 0; b < 8; ++b) flips.push_back({p + i, static_cast<uint8_t>(1u << b)});
+    };
+    FiveTuple t = base;
+    flip_bits(t.src.bytes, 3);
+    flip_bits(t.dst.bytes, 3);
+    flip_bits(reinterpret_cast<uint8_t*>(&t.src_port), 2);
+    flip_bits(reinterpret_cast<uint8_t*>(&t.dst_port), 2);
+    const uint32_t at_base = stable_flow_hash(t);
+    // Gaussian elimination: each row is a flip's effect on the hash and the set of flips (bits of a mask) that
+    // make it up; a row that reduces to no effect is a combination of flips that leaves the hash alone.
+    struct Row {
+        uint32_t effect;
+        std::bitset<80> flips;
+    };
+    std::array<std::optional<Row>, 32> pivot;
+    std::vector<std::bitset<80>> kernel;
+    for (std::size_t k = 0; k < flips.size() && kernel.size() < log2_count; ++k) {
+        *flips[k].byte ^= flips[k].mask;
+        Row row{stable_flow_hash(t) ^ at_base, {}};
+        *flips[k].byte ^= flips[k].mask;
+        row.flips.set(k);
+        for (int bit = 31; bit >= 0 && row.effect != 0; --bit) {
+            if (!(row.effect >> bit & 1)) continue;
+            if (!pivot[bit]) {
+                pivot[bit] = row;
+                row.effect = 0;
+                row.flips.reset();
+            } else {
+                row.effect ^= pivot[bit]->effect;
+                row.flips ^= pivot[bit]->flips;
+            }
+        }
+        if (row.flips.any()) kernel.push_back(row.flips);
+    }
+    std::vector<FiveTuple> out;
+    for (uint32_t combo = 0; combo < (1u << kernel.size()); ++combo) {
+        std::bitset<80> chosen;
+        for (std::size_t j = 0; j < kernel.size(); ++j)
+            if (combo >> j & 1) chosen ^= kernel[j];
+        FiveTuple u = t;
+        for (std::size_t k = 0; k < flips.size(); ++k)
+            if (chosen[k]) *(reinterpret_cast<uint8_t*>(&u) + (flips[k].byte - reinterpret_cast<uint8_t*>(&t))) ^= flips[k].mask;
+        out.push_back(u);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("keyed hash: flows crafted to share one CRC32C spread over buckets and workers", "[five_tuple]") {
+    const std::vector<FiveTuple> crafted = tuples_sharing_one_crc(12);
+    REQUIRE(crafted.size() == 4096);
+    std::set<uint32_t> stable, buckets;
+    std::array<int, 2> per_worker{};
+    for (const FiveTuple& t : crafted) {
+        REQUIRE(source_is_low(t));
+        stable.insert(stable_flow_hash(t));
+        const uint32_t h = symmetric_flow_hash(t);
+        buckets.insert(h & 0xffff);  // a 64k-bucket table's bucket
+        ++per_worker[(uint64_t{h} * 2) >> 32];
+    }
+    // The attack works on CRC32C: 4096 distinct flows, one hash, so one bucket and one worker.
+    std::set<std::array<uint8_t, sizeof(FiveTuple)>> distinct;
+    for (const FiveTuple& t : crafted) {
+        std::array<uint8_t, sizeof(FiveTuple)> bytes;
+        std::memcpy(bytes.data(), &t, sizeof t);
+        distinct.insert(bytes);
+    }
+    CHECK(distinct.size() == crafted.size());
+    CHECK(stable.size() == 1);
+    // The keyed hash scatters them as it would random flows: 4096 draws over 65536 buckets leave about 3970
+    // distinct, and each of two workers gets about half.
+    CHECK(buckets.size() > 3800);
+    for (int n : per_worker) CHECK(std::abs(n - 2048) < 200);
+}
+
