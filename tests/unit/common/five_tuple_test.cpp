@@ -5,13 +5,12 @@
 
 #include <algorithm>
 #include <array>
-#include <bitset>
 #include <cstdlib>
-#include <optional>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "common/crc_collisions.hpp"
 #include "common/five_tuple.hpp"
 #include "common/random_tuple.hpp"
 
@@ -135,76 +134,8 @@ TEST_CASE("keyed hash: another key gives other values, the same key the same", "
     CHECK(std::any_of(std::begin(running.words), std::end(running.words), [](uint64_t w) { return w != 0; }));
 }
 
-namespace {
-
-// Tuples that all have the same stable (CRC32C) hash, built the way a sender would: CRC32C over inputs of one
-// length is affine in their bits, so the bit flips whose effects on the hash cancel are the kernel of a 32-row
-// matrix over GF(2). Each flip is one bit of the low three bytes of either address or of either port; the fourth
-// byte of each address stays apart (1 and 200), so the endpoints' order never changes.
-std::vector<FiveTuple> tuples_sharing_one_crc(std::size_t log2_count) {
-    FiveTuple base;
-    base.family = IpFamily::ipv4;
-    base.proto = IPPROTO_UDP;
-    base.src.bytes[3] = 1;
-    base.dst.bytes[3] = 200;
-    struct Flip {
-        uint8_t* byte;
-        uint8_t mask;
-    };
-    std::vector<Flip> flips;
-    const auto flip_bits = [&flips](uint8_t* p, std::size_t bytes) {
-        for (std::size_t i = 0; i < bytes; ++i)
-            for (int b = 0; b < 8; ++b) flips.push_back({p + i, static_cast<uint8_t>(1u << b)});
-    };
-    FiveTuple t = base;
-    flip_bits(t.src.bytes, 3);
-    flip_bits(t.dst.bytes, 3);
-    flip_bits(reinterpret_cast<uint8_t*>(&t.src_port), 2);
-    flip_bits(reinterpret_cast<uint8_t*>(&t.dst_port), 2);
-    const uint32_t at_base = stable_flow_hash(t);
-    // Gaussian elimination: each row is a flip's effect on the hash and the set of flips (bits of a mask) that
-    // make it up; a row that reduces to no effect is a combination of flips that leaves the hash alone.
-    struct Row {
-        uint32_t effect;
-        std::bitset<80> flips;
-    };
-    std::array<std::optional<Row>, 32> pivot;
-    std::vector<std::bitset<80>> kernel;
-    for (std::size_t k = 0; k < flips.size() && kernel.size() < log2_count; ++k) {
-        *flips[k].byte ^= flips[k].mask;
-        Row row{stable_flow_hash(t) ^ at_base, {}};
-        *flips[k].byte ^= flips[k].mask;
-        row.flips.set(k);
-        for (int bit = 31; bit >= 0 && row.effect != 0; --bit) {
-            if (!(row.effect >> bit & 1)) continue;
-            if (!pivot[bit]) {
-                pivot[bit] = row;
-                row.effect = 0;
-                row.flips.reset();
-            } else {
-                row.effect ^= pivot[bit]->effect;
-                row.flips ^= pivot[bit]->flips;
-            }
-        }
-        if (row.flips.any()) kernel.push_back(row.flips);
-    }
-    std::vector<FiveTuple> out;
-    for (uint32_t combo = 0; combo < (1u << kernel.size()); ++combo) {
-        std::bitset<80> chosen;
-        for (std::size_t j = 0; j < kernel.size(); ++j)
-            if (combo >> j & 1) chosen ^= kernel[j];
-        FiveTuple u = t;
-        for (std::size_t k = 0; k < flips.size(); ++k)
-            if (chosen[k]) *(reinterpret_cast<uint8_t*>(&u) + (flips[k].byte - reinterpret_cast<uint8_t*>(&t))) ^= flips[k].mask;
-        out.push_back(u);
-    }
-    return out;
-}
-
-}  // namespace
-
 TEST_CASE("keyed hash: flows crafted to share one CRC32C spread over buckets and workers", "[five_tuple]") {
-    const std::vector<FiveTuple> crafted = tuples_sharing_one_crc(12);
+    const std::vector<FiveTuple> crafted = test::tuples_sharing_one_crc(12);
     REQUIRE(crafted.size() == 4096);
     std::set<uint32_t> stable, buckets;
     std::array<int, 2> per_worker{};

@@ -11,6 +11,7 @@
 
 #include <rte_cycles.h>
 
+#include "common/crc_collisions.hpp"
 #include "conntrack/conn_table.hpp"
 #include "conntrack/tcp_state.hpp"
 #include "conntrack_test_util.hpp"
@@ -120,7 +121,67 @@ void bench(uint32_t live) {
                 median_per_op(insert_cycles), median_per_op(remove_cycles), median_per_op(expire_cycles));
 }
 
+// A sender's crafted flows (one CRC32C hash) inserted into, then looked up in, a table already holding `live`
+// random connections: with the hashes the table used to take (stable_flow_hash, unkeyed CRC32C) and with its
+// keyed hash. The CRC rows pass hashes that break ConnTable's contract (hash == symmetric_flow_hash) on purpose, to
+// measure what it did before: only in a release build, whose asserts are off.
+void bench_crafted(uint32_t capacity, uint32_t live, std::size_t log2_crafted) {
+    const std::vector<FiveTuple> crafted = tuples_sharing_one_crc(log2_crafted);
+    for (const bool keyed : {false, true}) {
+        ConnTable table(unique_table_name(), capacity, SOCKET_ID_ANY, ConnTimeouts{}, rte_get_tsc_hz());
+        for (uint32_t i = 0; i < live; ++i)
+            REQUIRE(table.insert(nth_tuple(i), symmetric_flow_hash(nth_tuple(i)), ConnState::tcp_established, 0, 0) >= 0);
+        std::vector<uint32_t> hashes;
+        for (const FiveTuple& t : crafted) hashes.push_back(keyed ? symmetric_flow_hash(t) : stable_flow_hash(t));
+        uint32_t inserted = 0;
+        const uint64_t t0 = rte_rdtsc();
+        for (std::size_t i = 0; i < crafted.size(); ++i)
+            inserted += table.insert(crafted[i], hashes[i], ConnState::tcp_established, 0, 0) >= 0;
+        const uint64_t insert_cycles = rte_rdtsc() - t0;
+        // Lookups of the crafted flows in bursts, then of the random ones, as a worker would see both.
+        const FiveTuple* ptrs[kBurst];
+        uint32_t burst_hashes[kBurst];
+        int32_t positions[kBurst];
+        std::vector<uint64_t> crafted_cycles, random_cycles;
+        std::mt19937_64 rng(5);
+        std::vector<FiveTuple> storage(kBurst);
+        for (int r = 0; r < 2000; ++r) {
+            for (uint32_t i = 0; i < kBurst; ++i) {
+                const std::size_t k = rng() % crafted.size();
+                ptrs[i] = &crafted[k];
+                burst_hashes[i] = hashes[k];
+            }
+            uint64_t a = rte_rdtsc();
+            table.lookup_bulk(ptrs, burst_hashes, kBurst, positions);
+            crafted_cycles.push_back(rte_rdtsc() - a);
+            for (uint32_t i = 0; i < kBurst; ++i) {
+                storage[i] = nth_tuple(static_cast<uint32_t>(rng() % live));
+                ptrs[i] = &storage[i];
+                burst_hashes[i] = symmetric_flow_hash(storage[i]);
+            }
+            a = rte_rdtsc();
+            table.lookup_bulk(ptrs, burst_hashes, kBurst, positions);
+            random_cycles.push_back(rte_rdtsc() - a);
+        }
+        std::printf("conntrack bench: %zu crafted flows (one CRC32C) into %u of %u slots, %-24s | inserted %5u, %8.0f "
+                    "cycles/insert | lookup crafted %8.0f, random %5.0f cycles/op\n",
+                    crafted.size(), live, capacity, keyed ? "keyed hash (now)" : "CRC32C hash (before)", inserted,
+                    static_cast<double>(insert_cycles) / crafted.size(), median_per_op(crafted_cycles),
+                    median_per_op(random_cycles));
+    }
+}
+
 }  // namespace
+
+TEST_CASE("ConnTable benchmark: flows crafted to share one CRC32C hash", "[.][conntrack-bench][crafted]") {
+#ifndef NDEBUG
+    WARN("needs a release build: the CRC32C rows pass hashes ConnTable's asserts refuse");
+    return;
+#endif
+    std::printf("conntrack bench: TSC %.3f GHz, bursts of %u\n", rte_get_tsc_hz() / 1e9, kBurst);
+    bench_crafted(1000000, 100000, 12);  // 95 % of 2^20 slots: plain cuckoo buckets
+    bench_crafted(1040000, 100000, 12);  // above 96 %: rte_hash's extendable buckets
+}
 
 TEST_CASE("ConnTable benchmark: cycles per operation", "[.][conntrack-bench]") {
     std::printf("conntrack bench: TSC %.3f GHz, bursts of %u, hashes precomputed\n", rte_get_tsc_hz() / 1e9, kBurst);
