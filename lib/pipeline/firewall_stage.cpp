@@ -6,7 +6,6 @@
 
 #include <rte_cycles.h>
 
-#include <rte_hash_crc.h>
 #include <rte_fib.h>
 #include <rte_lpm6.h>
 #include <rte_tcp.h>
@@ -49,8 +48,9 @@ bool admit(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTup
     RateLimiterState& state = *fw.limiter;
     TokenBucket* bucket = &state.buckets[slot * state.buckets_per_slot + state.first_bucket[rule]];
     if (limit.per_source) {
-        const uint32_t tag = tuple.family == IpFamily::ipv4 ? rte_hash_crc_4byte(tuple.src.words[0], 0)
-                                                            : rte_hash_crc(tuple.src.bytes, 16, 0);
+        // Keyed: with CRC32C a sender could pick sources that share a bucket, to take turns resetting it full or (for
+        // IPv6, whose 16 bytes do not map one-to-one onto a tag) to take a victim's tag and drain its bucket.
+        const uint32_t tag = keyed_source_hash(tuple.src, tuple.family);
         bucket += tag % kSourceBuckets;
         if (bucket->source_tag != tag) *bucket = TokenBucket{limit.burst, now_tsc, tag, 0};  // a new source: full bucket
     }

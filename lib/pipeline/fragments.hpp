@@ -46,8 +46,9 @@ private:
         uint32_t id;
         uint8_t proto;
         IpFamily family;
-        uint16_t zero;  // hashed and compared as bytes
+        uint16_t zero;  // compared as bytes
     };
+    static uint32_t key_hash(const void* key, uint32_t length, uint32_t seed);  // an rte_hash_function
     struct Record {
         uint16_t src_port;
         uint16_t dst_port;

@@ -10,7 +10,7 @@ import pytest
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
 from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, ICMPv6PacketTooBig, IPv6,
-                       IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw, rdpcap, wrpcap)
+                       IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw, fragment, rdpcap, wrpcap)
 
 from scapy.all import conf
 
@@ -292,18 +292,10 @@ def crc_flow_hash(src, dst, sport, dport, proto):
     return crc32c(h, dport.to_bytes(2, "big") + sport.to_bytes(2, "big"))
 
 
-def flows_sharing_one_crc(count_log2):
-    """IPv4 UDP flows that all have one CRC32C flow hash, built as a sender would: over inputs of one length CRC32C
-    is affine in their bits, so the bit flips whose effects cancel are a kernel over GF(2). The flips touch the
-    second and third octets of both addresses and the low 10 bits of both ports; the fourth octets (1 and 200) keep
-    the source the lower endpoint, as sluice orders them."""
-    base = [bytearray([10, 0, 0, 1]), bytearray([10, 0, 0, 200]), bytearray([0x40, 0]), bytearray([0x44, 0])]
-    flips = [(0, i, b) for i in (1, 2) for b in range(8)] + [(1, i, b) for i in (1, 2) for b in range(8)]
-    flips += [(f, 1, b) for f in (2, 3) for b in range(8)] + [(f, 0, b) for f in (2, 3) for b in range(2)]
-
-    def hash_of(fields):
-        return crc_flow_hash(bytes(fields[0]), bytes(fields[1]), int.from_bytes(fields[2], "big"),
-                             int.from_bytes(fields[3], "big"), 17)
+def inputs_sharing_one_crc(base, flips, hash_of, count_log2):
+    """2^count_log2 inputs with one CRC32C hash, built as a sender would: over inputs of one length CRC32C is affine
+    in their bits, so the bit flips whose effects on the hash cancel are a kernel over GF(2). base: a list of
+    bytearrays (the input's fields); flips: (field, byte, bit) triples; hash_of: the hash of such a list."""
 
     def flipped(mask):
         fields = [bytearray(f) for f in base]
@@ -327,15 +319,31 @@ def flows_sharing_one_crc(count_log2):
             mask ^= pivots[bit][1]
         else:
             kernel.append(mask)
-    flows = []
+    inputs = []
     for combo in range(1 << count_log2):
         mask = 0
         for j in range(count_log2):
             if combo >> j & 1:
                 mask ^= kernel[j]
-        flows.append(flipped(mask))
-    return ([(".".join(map(str, f[0])), ".".join(map(str, f[1])), int.from_bytes(f[2], "big"),
-              int.from_bytes(f[3], "big")) for f in flows], {hash_of(f) for f in flows})
+        inputs.append(flipped(mask))
+    assert len({hash_of(i) for i in inputs}) == 1, "the crafted inputs must share one CRC32C hash"
+    return inputs
+
+
+def flows_sharing_one_crc(count_log2):
+    """IPv4 UDP flows of one stable (CRC32C) flow hash. The flips touch the second and third octets of both
+    addresses and the low 10 bits of both ports; the fourth octets (1 and 200) keep the source the lower endpoint,
+    as sluice orders them."""
+    base = [bytearray([10, 0, 0, 1]), bytearray([10, 0, 0, 200]), bytearray([0x40, 0]), bytearray([0x44, 0])]
+    flips = [(0, i, b) for i in (1, 2) for b in range(8)] + [(1, i, b) for i in (1, 2) for b in range(8)]
+    flips += [(f, 1, b) for f in (2, 3) for b in range(8)] + [(f, 0, b) for f in (2, 3) for b in range(2)]
+
+    def hash_of(fields):
+        return crc_flow_hash(bytes(fields[0]), bytes(fields[1]), int.from_bytes(fields[2], "big"),
+                             int.from_bytes(fields[3], "big"), 17)
+
+    return [(".".join(map(str, f[0])), ".".join(map(str, f[1])), int.from_bytes(f[2], "big"),
+             int.from_bytes(f[3], "big")) for f in inputs_sharing_one_crc(base, flips, hash_of, count_log2)]
 
 
 def test_flows_crafted_to_share_one_crc32c_hash_still_spread_over_both_workers(tmp_path):
@@ -347,8 +355,8 @@ def test_flows_crafted_to_share_one_crc32c_hash_still_spread_over_both_workers(t
     h = crc32c((6 << 8) | 4, bytes([10, 0, 0, 1]))
     h = crc32c(h, bytes([192, 168, 1, 5]))
     assert crc32c(h, (443).to_bytes(2, "big") + (40000).to_bytes(2, "big")) == 0x7C0DD436
-    flows, hashes = flows_sharing_one_crc(8)
-    assert len(set(flows)) == 256 and len(hashes) == 1, "the crafted flows must share one CRC32C hash"
+    flows = flows_sharing_one_crc(8)
+    assert len(set(flows)) == 256
 
     wrpcap(str(tmp_path / "in0.pcap"), [eth() / IP(src=s, dst=d) / UDP(sport=sp, dport=dp) for s, d, sp, dp in flows])
     wrpcap(str(tmp_path / "in1.pcap"), [])
@@ -364,3 +372,38 @@ def test_flows_crafted_to_share_one_crc32c_hash_still_spread_over_both_workers(t
     assert sum(per_worker) == len(flows)
     # Binomial(256, 1/2): a worker outside 64..192 is 8 standard deviations out.
     assert all(64 <= n <= 192 for n in per_worker), f"flows per worker {per_worker}"
+
+
+def test_first_fragments_crafted_to_share_one_crc32c_hash_all_find_room(tmp_path):
+    """The RX lcore's fragment table (4096 datagrams, lib/pipeline/fragments.hpp) hashes keys a sender chooses
+    whole: addresses, IP id, protocol. With rte_hash_crc, 64 first fragments crafted to share one hash filled their
+    two buckets after 16 (fragment_table_full, and each later one a failed cuckoo search); keyed, all 64 are kept
+    and every later fragment finds its datagram's ports."""
+
+    def key_hash(fields):  # rte_hash_crc over the table's 40-byte key: src, dst (16 bytes each), id (host order)
+        src, ident = bytes(fields[0]), int.from_bytes(fields[1], "big")
+        key = src + bytes(12) + bytes([10, 1, 0, 50]) + bytes(12) + ident.to_bytes(4, "little") + bytes([17, 4, 0, 0])
+        return crc32c(0, key)
+
+    base = [bytearray([203, 0, 113, 5]), bytearray([0, 0])]
+    flips = [(0, i, b) for i in (1, 2, 3) for b in range(8)] + [(1, i, b) for i in (0, 1) for b in range(8)]
+    crafted = inputs_sharing_one_crc(base, flips, key_hash, 6)
+    datagrams = [IP(src=".".join(map(str, src)), dst="10.1.0.50", id=int.from_bytes(ident, "big")) /
+                 UDP(sport=5353, dport=53) / Raw(bytes(range(256)) * 11) for src, ident in crafted]
+    pieces = [fragment(d, fragsize=1200) for d in datagrams]
+    assert all(len(p) == 3 for p in pieces)
+    # Every first fragment, then every later one: 64 datagrams pending at once.
+    frames = [eth() / p[0] for p in pieces] + [eth() / f for p in pieces for f in p[1:]]
+    wrpcap(str(tmp_path / "in0.pcap"), frames)
+    wrpcap(str(tmp_path / "in1.pcap"), [])
+    firewall = {"default": "deny", "rules": [{"name": "dns", "protocol": "udp", "destination_ports": 53, "action": "allow"}]}
+    config = forwarding_config(tmp_path, "tx_pcap=" + str(tmp_path / "out0.pcap"), "tx_pcap=" + str(tmp_path / "out1.pcap"),
+                               firewall=firewall)
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        stats = sluice.wait_accounted(len(frames), timeout=30)
+        assert sluice.stop() == 0, sluice.log()
+    assert stats["drop/fragment_table_full"] == 0
+    assert stats["drop/fragment_unmatched"] == 0
+    assert stats["drops"] == 0
+    assert len(rdpcap(str(tmp_path / "out1.pcap"))) == len(frames)
