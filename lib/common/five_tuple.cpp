@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/random.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,7 +13,8 @@ namespace sluice {
 
 namespace {
 
-// Runs before main() (and before any other static initializer could hash): no logger yet, so stderr.
+// Runs before main() and before the program's other static initializers (init_priority below), so nothing hashes
+// with a zero key. No logger yet, so stderr.
 FlowHashKey random_flow_hash_key() {
     __builtin_cpu_init();  // required before __builtin_cpu_supports in a static initializer
     if (!__builtin_cpu_supports("aes")) {
@@ -20,7 +22,10 @@ FlowHashKey random_flow_hash_key() {
         std::abort();
     }
     FlowHashKey key;
-    if (getrandom(&key, sizeof key, 0) != static_cast<ssize_t>(sizeof key)) {
+    ssize_t got;
+    do got = getrandom(&key, sizeof key, 0);  // blocks only until the kernel's pool is ready, early in boot
+    while (got < 0 && errno == EINTR);
+    if (got != static_cast<ssize_t>(sizeof key)) {
         std::perror("sluice: getrandom for the flow-hash key");
         std::abort();
     }
@@ -29,7 +34,7 @@ FlowHashKey random_flow_hash_key() {
 
 }  // namespace
 
-FlowHashKey flow_hash_detail::process_key = random_flow_hash_key();
+FlowHashKey flow_hash_detail::process_key __attribute__((init_priority(101))) = random_flow_hash_key();
 
 void set_flow_hash_key(const FlowHashKey& key) { flow_hash_detail::process_key = key; }
 

@@ -20,7 +20,7 @@
 //     --new-conns N        connections opened per repetition of `new` and of lb's new connections (default 262144)
 //     --lb-conns N         live connections per service for lb's established packets, and per worker in reload
 //                          and scaling (default 100000)
-//     --seed N             generator seed (default 1)
+//     --seed N             generator seed (default 1), and the flow-hash key's
 //     --results FILE       also write the table as tab-separated values (for firewall.sh)
 //     --lcore N            the CPU to run on (default 0; firewall.sh picks the idlest)
 //     --eal-add ARG        one more argument for the default EAL arguments (repeatable), e.g.
@@ -2642,6 +2642,12 @@ int run(int argc, char** argv) {
     const Options o = parse_options(argc, argv);
     // As the daemon does: the reload and its reference run on that heap.
     if (!o.trimmed_heap && !retain_freed_heap()) fail("glibc refused the heap settings (retain_freed_heap)");
+    // The flow-hash key from the seed, not the process's random one: the same buckets and the same instruction
+    // counts from run to run, for A/B comparisons.
+    FlowHashKey key;
+    Rng key_rng(o.seed);
+    for (uint64_t& w : key.words) w = key_rng();
+    set_flow_hash_key(key);
     if (!o.write_dir.empty()) {
         for (const std::size_t count : {std::size_t{10}, std::size_t{1000}, std::size_t{10000}}) {
             const auto rules = generate_rules(count, o.seed);

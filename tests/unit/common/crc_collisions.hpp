@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <array>
+#include <cstddef>
 #include <bitset>
 #include <cstdint>
 #include <optional>
@@ -18,25 +19,25 @@ namespace sluice::test {
 // matrix over GF(2). Each flip is one bit of the low three bytes of either address or of either port; the fourth
 // byte of each address stays apart (1 and 200), so the endpoints' order never changes.
 inline std::vector<FiveTuple> tuples_sharing_one_crc(std::size_t log2_count) {
-    FiveTuple base;
-    base.family = IpFamily::ipv4;
-    base.proto = IPPROTO_UDP;
-    base.src.bytes[3] = 1;
-    base.dst.bytes[3] = 200;
+    FiveTuple t;
+    t.family = IpFamily::ipv4;
+    t.proto = IPPROTO_UDP;
+    t.src.bytes[3] = 1;
+    t.dst.bytes[3] = 200;
     struct Flip {
-        uint8_t* byte;
+        std::size_t offset;  // of the byte in the tuple
         uint8_t mask;
     };
     std::vector<Flip> flips;
-    const auto flip_bits = [&flips](uint8_t* p, std::size_t bytes) {
+    const auto flip_bits = [&flips](std::size_t offset, std::size_t bytes) {
         for (std::size_t i = 0; i < bytes; ++i)
-            for (int b = 0; b < 8; ++b) flips.push_back({p + i, static_cast<uint8_t>(1u << b)});
+            for (int b = 0; b < 8; ++b) flips.push_back({offset + i, static_cast<uint8_t>(1u << b)});
     };
-    FiveTuple t = base;
-    flip_bits(t.src.bytes, 3);
-    flip_bits(t.dst.bytes, 3);
-    flip_bits(reinterpret_cast<uint8_t*>(&t.src_port), 2);
-    flip_bits(reinterpret_cast<uint8_t*>(&t.dst_port), 2);
+    flip_bits(offsetof(FiveTuple, src), 3);
+    flip_bits(offsetof(FiveTuple, dst), 3);
+    flip_bits(offsetof(FiveTuple, src_port), 2);
+    flip_bits(offsetof(FiveTuple, dst_port), 2);
+    const auto flip = [](FiveTuple& u, const Flip& f) { reinterpret_cast<uint8_t*>(&u)[f.offset] ^= f.mask; };
     const uint32_t at_base = stable_flow_hash(t);
     // Gaussian elimination: each row is a flip's effect on the hash and the set of flips (bits of a mask) that
     // make it up; a row that reduces to no effect is a combination of flips that leaves the hash alone.
@@ -47,9 +48,9 @@ inline std::vector<FiveTuple> tuples_sharing_one_crc(std::size_t log2_count) {
     std::array<std::optional<Row>, 32> pivot;
     std::vector<std::bitset<80>> kernel;
     for (std::size_t k = 0; k < flips.size() && kernel.size() < log2_count; ++k) {
-        *flips[k].byte ^= flips[k].mask;
-        Row row{stable_flow_hash(t) ^ at_base, {}};
-        *flips[k].byte ^= flips[k].mask;
+        FiveTuple u = t;
+        flip(u, flips[k]);
+        Row row{stable_flow_hash(u) ^ at_base, {}};
         row.flips.set(k);
         for (int bit = 31; bit >= 0 && row.effect != 0; --bit) {
             if (!(row.effect >> bit & 1)) continue;
@@ -71,7 +72,7 @@ inline std::vector<FiveTuple> tuples_sharing_one_crc(std::size_t log2_count) {
             if (combo >> j & 1) chosen ^= kernel[j];
         FiveTuple u = t;
         for (std::size_t k = 0; k < flips.size(); ++k)
-            if (chosen[k]) *(reinterpret_cast<uint8_t*>(&u) + (flips[k].byte - reinterpret_cast<uint8_t*>(&t))) ^= flips[k].mask;
+            if (chosen[k]) flip(u, flips[k]);
         out.push_back(u);
     }
     return out;
