@@ -141,7 +141,7 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
                                     to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
     } else if (found >= 0) {
         const LbService& service = lb.services[static_cast<std::size_t>(found)];
-        const uint32_t slot = maglev_slot(t, service.table_size);
+        const uint32_t slot = maglev_slot(stable_flow_hash(t), service.table_size);
         const uint16_t local = service.maglev[slot];
         lines.push_back(fmt::format("load balancer: service '{}' ({}), Maglev slot {} of {}", service.name,
                                     lb_mode_name(service.mode), slot, service.table_size));

@@ -8,8 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "common/five_tuple.hpp"
-
 namespace sluice {
 
 inline constexpr uint32_t kDefaultMaglevTableSize = 65537;
@@ -29,7 +27,7 @@ bool is_prime(uint32_t n);
 // be a prime above the backend count (checked by the config); backends.size() < kMaglevNoBackend.
 std::vector<uint16_t> build_maglev_table(const std::vector<MaglevBackend>& backends, uint32_t size);
 
-// The slot of a flow: its stable hash (the same in every sluice process, five_tuple.hpp) modulo the table size.
-inline uint32_t maglev_slot(const FiveTuple& flow, uint32_t size) { return stable_flow_hash(flow) % size; }
+// The slot of a flow: its stable_flow_hash (five_tuple.hpp: the same in every sluice process) modulo the table size.
+inline uint32_t maglev_slot(uint32_t stable_hash, uint32_t size) { return stable_hash % size; }
 
 }  // namespace sluice

@@ -128,6 +128,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     bool echo_to_us[kBurst];        // an echo request to one of sluice's addresses: answered once the rules allow it
     uint8_t cookie_mss[kBurst];     // proxy == open_backend: the kSynCookieMss index the cookie carried
     PacketRoute route[kBurst];
+    uint32_t backend_hashes[kBurst];  // a new packet to a service: stable_flow_hash, Maglev's (computed once)
 
     for (uint16_t i = 0; i < count; ++i) {
         const PacketMeta& meta = *packet_meta(pkts[i]);
@@ -348,6 +349,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             continue;
         }
         route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided
+        if (service >= 0) backend_hashes[i] = stable_flow_hash(tuples[i]);
         proxy[i] = SynProxyStep::none;
         echo_to_us[i] = echo;
         const tcp::Kind kind = tuples[i].proto == kIpProtoTcp ? tcp::classify(tcp_flags[i]) : tcp::Kind::bad;
@@ -411,7 +413,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
     const auto answer_with_cookie = [&](uint16_t i) {
         const LbService& service = lb.services[route[i].backend];
         route[i] = PacketRoute{};
-        if (SLUICE_UNLIKELY(service.maglev[maglev_slot(tuples[i], service.table_size)] == kMaglevNoBackend)) {
+        if (SLUICE_UNLIKELY(service.maglev[maglev_slot(backend_hashes[i], service.table_size)] == kMaglevNoBackend)) {
             fate[i] = Fate::drop;  // no handshake with the client when no backend could take the connection
             reason[i] = DropReason::lb_no_backend;
             return;
@@ -446,7 +448,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         uint32_t backend = 0;
         const LbService* service = service_index == kNoService ? nullptr : &lb.services[service_index];
         if (service) {
-            const uint16_t local = service->maglev[maglev_slot(tuples[i], service->table_size)];
+            const uint16_t local = service->maglev[maglev_slot(backend_hashes[i], service->table_size)];
             if (SLUICE_UNLIKELY(local == kMaglevNoBackend)) {
                 fate[i] = Fate::drop;
                 reason[i] = DropReason::lb_no_backend;
@@ -569,7 +571,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
                 const uint32_t rule = matched[k] == AclClassifier::kNoMatch ? UINT32_MAX : rule_ids[matched[k]];
                 if ((rule == UINT32_MAX ? fw.default_action : fw.actions[rule]) != RuleAction::allow) continue;
             }
-            const uint16_t local = service.maglev[maglev_slot(tuples[i], service.table_size)];
+            const uint16_t local = service.maglev[maglev_slot(backend_hashes[i], service.table_size)];
             if (local == kMaglevNoBackend) continue;
             const uint8_t address = nat_pool_address(lb, tuples[i].family, hashes[i]);
             const uint16_t port = ctx.nat_ports->peek(address, taken[address]++);

@@ -42,7 +42,7 @@ void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
     const int32_t s = lb.find_service(tuple);
     if (s < 0) return;
     const LbService& service = lb.services[static_cast<std::size_t>(s)];
-    const uint16_t local = service.maglev[maglev_slot(tuple, service.table_size)];
+    const uint16_t local = service.maglev[maglev_slot(stable_flow_hash(tuple), service.table_size)];
     if (local == kMaglevNoBackend || service.backend_ids[local] != id) ++walk.maglev_moves;
 }
 
