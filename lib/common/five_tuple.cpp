@@ -13,12 +13,13 @@ namespace sluice {
 
 namespace {
 
-// Runs before main() and before the program's other static initializers (init_priority below), so nothing hashes
-// with a zero key. No logger yet, so stderr.
+// Runs before main(), among the first static initializers (init_priority 101, the earliest a program may ask;
+// DPDK's log set-up and libgcc's CPU detection share it), so before any of sluice's own: nothing hashes with a zero
+// key. No logger yet, so stderr.
 FlowHashKey random_flow_hash_key() {
     __builtin_cpu_init();  // required before __builtin_cpu_supports in a static initializer
     if (!__builtin_cpu_supports("aes")) {
-        std::fputs("sluice: this CPU has no AES-NI, which the flow hash needs (x86-64 CPUs have it since 2010)\n", stderr);
+        std::fputs("sluice: this CPU has no AES-NI, which the flow hash needs (docs/operations.md, Requirements)\n", stderr);
         std::abort();
     }
     FlowHashKey key;

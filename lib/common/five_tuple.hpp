@@ -199,7 +199,9 @@ inline uint32_t stable_flow_hash(const FiveTuple& t) { return flow_hash_detail::
 // Keyed hashes (KeyedMix) for the other tables whose keys senders choose. A datagram's, for the fragment table:
 // both addresses (in order), its id, protocol and family.
 inline uint32_t keyed_datagram_hash(const IpAddress& src, const IpAddress& dst, uint32_t id, uint8_t proto, IpFamily family) {
-    return flow_hash_detail::KeyedMix::v6(src, dst, id, flow_hash_detail::seed(proto, family));
+    using namespace flow_hash_detail;
+    return family == IpFamily::ipv4 ? KeyedMix::v4(src.words[0], dst.words[0], id, seed(proto, family))
+                                    : KeyedMix::v6(src, dst, id, seed(proto, family));
 }
 
 // A source address's, for the per-source rate limiter's buckets.

@@ -349,7 +349,6 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             continue;
         }
         route[i].backend = service < 0 ? kNoService : static_cast<uint32_t>(service);  // the service, until decided
-        if (service >= 0) backend_hashes[i] = stable_flow_hash(tuples[i]);
         proxy[i] = SynProxyStep::none;
         echo_to_us[i] = echo;
         const tcp::Kind kind = tuples[i].proto == kIpProtoTcp ? tcp::classify(tcp_flags[i]) : tcp::Kind::bad;
@@ -391,6 +390,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
             continue;
         }
         fate[i] = Fate::classify;
+        if (service >= 0) backend_hashes[i] = stable_flow_hash(tuples[i]);  // not for packets dropped above
         if (tuples[i].family == IpFamily::ipv4) v4_new[v4_count++] = i;
         else v6_new[v6_count++] = i;
     }

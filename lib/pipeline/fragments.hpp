@@ -48,6 +48,7 @@ private:
         IpFamily family;
         uint16_t zero;  // compared as bytes
     };
+    static_assert(sizeof(Key) == 40, "no padding: rte_hash compares keys as bytes");
     static uint32_t key_hash(const void* key, uint32_t length, uint32_t seed);  // an rte_hash_function
     struct Record {
         uint16_t src_port;

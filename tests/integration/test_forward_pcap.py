@@ -407,3 +407,21 @@ def test_first_fragments_crafted_to_share_one_crc32c_hash_all_find_room(tmp_path
     assert stats["drop/fragment_unmatched"] == 0
     assert stats["drops"] == 0
     assert len(rdpcap(str(tmp_path / "out1.pcap"))) == len(frames)
+
+
+def test_connections_crafted_to_share_one_crc32c_hash_all_fit_the_connection_table(tmp_path):
+    """The same 256 crafted flows, tracked: a table of 60,000 connections (plain cuckoo buckets, as the default
+    1M is) took 16 of them with the CRC32C hash (two buckets; the other 240 ct_table_full, each a failed cuckoo
+    search). Keyed, all 256 fit."""
+    flows = flows_sharing_one_crc(8)
+    wrpcap(str(tmp_path / "in0.pcap"), [eth() / IP(src=s, dst=d) / UDP(sport=sp, dport=dp) for s, d, sp, dp in flows])
+    wrpcap(str(tmp_path / "in1.pcap"), [])
+    config = forwarding_config(tmp_path, "tx_pcap=" + str(tmp_path / "out0.pcap"), "tx_pcap=" + str(tmp_path / "out1.pcap"),
+                               firewall={"default": "allow", "table_size": 60000})
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        stats = sluice.wait_accounted(len(flows), timeout=30)
+        assert sluice.stop() == 0, sluice.log()
+    assert stats["drop/ct_table_full"] == 0
+    assert stats["conn_inserts"] == len(flows)
+    assert len(rdpcap(str(tmp_path / "out1.pcap"))) == len(flows)
