@@ -596,7 +596,7 @@ uint16_t firewall_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** 
         }
         const FiveTuple* batch[kBurst] = {};  // {}: GCC cannot see that n >= 1 fills them
         uint16_t in_ports[kBurst] = {};
-        uint32_t matched[kBurst] = {};
+        uint32_t matched[kBurst] = {};  // {}: as above (GCC 12 warned it may be read uninitialised)
         for (uint16_t k = 0; k < n; ++k) {
             batch[k] = &tuples[which[k]];
             in_ports[k] = pkts[which[k]]->port;

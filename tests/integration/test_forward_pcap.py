@@ -342,24 +342,27 @@ def flows_sharing_one_crc(count_log2):
         return crc_flow_hash(bytes(fields[0]), bytes(fields[1]), int.from_bytes(fields[2], "big"),
                              int.from_bytes(fields[3], "big"), 17)
 
+    # The Python model is sluice's stable hash: its pinned value (five_tuple_test.cpp) for 10.0.0.1:40000 ->
+    # 192.168.1.5:443, TCP.
+    assert crc_flow_hash(bytes([10, 0, 0, 1]), bytes([192, 168, 1, 5]), 40000, 443, 6) == 0x7C0DD436
     return [(".".join(map(str, f[0])), ".".join(map(str, f[1])), int.from_bytes(f[2], "big"),
              int.from_bytes(f[3], "big")) for f in inputs_sharing_one_crc(base, flips, hash_of, count_log2)]
+
+
+def write_crafted_flows(tmp_path):
+    """256 UDP flows of one CRC32C flow hash, a frame each, as port p0's input (p1's is empty)."""
+    flows = flows_sharing_one_crc(8)
+    assert len(set(flows)) == 256
+    wrpcap(str(tmp_path / "in0.pcap"), [eth() / IP(src=s, dst=d) / UDP(sport=sp, dport=dp) for s, d, sp, dp in flows])
+    wrpcap(str(tmp_path / "in1.pcap"), [])
+    return flows
 
 
 def test_flows_crafted_to_share_one_crc32c_hash_still_spread_over_both_workers(tmp_path):
     """A sender who knows the flow hash can pick flows that all hash alike: with the unkeyed CRC32C sluice once
     used, 256 such flows would all reach one worker (and one chain of its connection table). The workers' hash is
     keyed by a random key per process, so they spread as random flows do."""
-    # The Python model is sluice's stable hash: its pinned value (five_tuple_test.cpp) for 10.0.0.1:40000 ->
-    # 192.168.1.5:443, TCP.
-    h = crc32c((6 << 8) | 4, bytes([10, 0, 0, 1]))
-    h = crc32c(h, bytes([192, 168, 1, 5]))
-    assert crc32c(h, (443).to_bytes(2, "big") + (40000).to_bytes(2, "big")) == 0x7C0DD436
-    flows = flows_sharing_one_crc(8)
-    assert len(set(flows)) == 256
-
-    wrpcap(str(tmp_path / "in0.pcap"), [eth() / IP(src=s, dst=d) / UDP(sport=sp, dport=dp) for s, d, sp, dp in flows])
-    wrpcap(str(tmp_path / "in1.pcap"), [])
+    flows = write_crafted_flows(tmp_path)
     tx = lambda port: ",".join(f"tx_pcap={tmp_path}/out{port}_q{q}.pcap" for q in range(2))
     config = forwarding_config(tmp_path, tx(0), tx(1), dataplane={"idle_sleep_us": 50})
     config["lcores"] = [{"id": 1, "roles": ["rx"]}, {"id": 2, "roles": ["worker"]}, {"id": 3, "roles": ["worker"]}]
@@ -413,9 +416,7 @@ def test_connections_crafted_to_share_one_crc32c_hash_all_fit_the_connection_tab
     """The same 256 crafted flows, tracked: a table of 60,000 connections (plain cuckoo buckets, as the default
     1M is) took 16 of them with the CRC32C hash (two buckets; the other 240 ct_table_full, each a failed cuckoo
     search). Keyed, all 256 fit."""
-    flows = flows_sharing_one_crc(8)
-    wrpcap(str(tmp_path / "in0.pcap"), [eth() / IP(src=s, dst=d) / UDP(sport=sp, dport=dp) for s, d, sp, dp in flows])
-    wrpcap(str(tmp_path / "in1.pcap"), [])
+    flows = write_crafted_flows(tmp_path)
     config = forwarding_config(tmp_path, "tx_pcap=" + str(tmp_path / "out0.pcap"), "tx_pcap=" + str(tmp_path / "out1.pcap"),
                                firewall={"default": "allow", "table_size": 60000})
     sluice = Sluice(tmp_path, config)

@@ -129,8 +129,10 @@ void bench_crafted(uint32_t capacity, uint32_t live, std::size_t log2_crafted) {
     const std::vector<FiveTuple> crafted = tuples_sharing_one_crc(log2_crafted);
     for (const bool keyed : {false, true}) {
         ConnTable table(unique_table_name(), capacity, SOCKET_ID_ANY, ConnTimeouts{}, rte_get_tsc_hz());
-        for (uint32_t i = 0; i < live; ++i)
-            REQUIRE(table.insert(nth_tuple(i), symmetric_flow_hash(nth_tuple(i)), ConnState::tcp_established, 0, 0) >= 0);
+        std::vector<FiveTuple> random;
+        for (uint32_t i = 0; i < live; ++i) random.push_back(nth_tuple(i));
+        for (const FiveTuple& t : random)
+            REQUIRE(table.insert(t, symmetric_flow_hash(t), ConnState::tcp_established, 0, 0) >= 0);
         std::vector<uint32_t> hashes;
         for (const FiveTuple& t : crafted) hashes.push_back(keyed ? symmetric_flow_hash(t) : stable_flow_hash(t));
         uint32_t inserted = 0;
@@ -154,13 +156,9 @@ void bench_crafted(uint32_t capacity, uint32_t live, std::size_t log2_crafted) {
             uint64_t a = rte_rdtsc();
             table.lookup_bulk(ptrs, burst_hashes, kBurst, positions);
             crafted_cycles.push_back(rte_rdtsc() - a);
-            for (uint32_t i = 0; i < kBurst; ++i) {
-                storage[i] = nth_tuple(static_cast<uint32_t>(rng() % live));
-                ptrs[i] = &storage[i];
-                burst_hashes[i] = symmetric_flow_hash(storage[i]);
-            }
+            const Burst b = make_burst(random, rng, false, storage);
             a = rte_rdtsc();
-            table.lookup_bulk(ptrs, burst_hashes, kBurst, positions);
+            table.lookup_bulk(b.tuples, b.hashes, kBurst, positions);
             random_cycles.push_back(rte_rdtsc() - a);
         }
         std::printf("conntrack bench: %zu crafted flows (one CRC32C) into %u of %u slots, %-24s | inserted %5u, %8.0f "
