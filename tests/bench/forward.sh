@@ -2,7 +2,7 @@
 # Forwarding benchmark: sluice against dpdk-testpmd on the same traffic, on this machine, in one go.
 #
 #   tests/bench/forward.sh [--pipeline] [--no-record]   (as root; about 90 s: 3 rounds of 2 runs, each 2 s warm-up
-#                                                       + 8 s window; pipeline about 2.5 min)
+#                                                       + 8 s window; pipeline 3 runs a round, about 3.5 min)
 #
 # 1. Reference: testpmd txonly (64 B UDP, --txonly-multi-flow) as the memif *server* on CPU 0, started first;
 #    then testpmd io as the memif client forwarding memif -> net_null (no-rx=1) with its forwarding lcore on CPU 1.
@@ -26,7 +26,10 @@
 # warm-up) is classified, given a backend by Maglev and a NAT port; every packet is looked up in conntrack,
 # NAT-rewritten and sent. sluice's rate is then what it sent on `out`, not what it received. After the window it
 # prints the tracked connections, the packets NATed to each backend and the drops by reason, and fails when less
-# than half of the window's packets were NATed and sent. Rows go to a second table ("Full pipeline").
+# than half of the window's packets were NATed and sent. Each round then runs sluice a third time on the same
+# traffic with neither firewall nor service (forwarding only): its busy cycles per packet, beside the pipeline's,
+# say what the stateful stages cost and what memif, parsing and forwarding cost, which no stage can shed. Rows go to
+# a second table ("Full pipeline").
 #
 # Nothing asserts a speed. Exit status 1 only when a process fails to start, no packet arrives, sluice exits
 # non-zero (its leaked-mbuf check), sluice's totals do not add up (rx != tx + drops), or (pipeline) most packets
@@ -291,6 +294,24 @@ def combine(work, rounds):
                      f"{ratio:.3f}", cell, cycles, f"{worst_ref:.0%}/{worst_slu:.0%}",
                      "1" if max(worst_ref, worst_slu) > 0.05 else "0"]))
 
+def forward_only(work, rounds):
+    """Pipeline mode: sluice forwarding the same traffic with neither firewall nor service, beside the reference and
+    the full pipeline of the same rounds (medians): its rate, its ratio to the reference, its busy cycles per
+    packet, and the cycles the stateful stages (connection tracking, rules, NAT) add to them."""
+    import statistics
+    med, rounds = statistics.median, int(rounds)
+    ref = [json.load(open(f"{work}/ref-{k}.json"))["rate_pps"] for k in range(1, rounds + 1)]
+    fwd = [json.load(open(f"{work}/sluice-forward-{k}.json"))["rate_pps"] for k in range(1, rounds + 1)]
+    fwd_cycles = [float(c) for k in range(1, rounds + 1) if (c := open(f"{work}/cycles-forward-{k}").read().strip())]
+    full_cycles = [float(c[1]) for k in range(1, rounds + 1) if len(c := open(f"{work}/cycles-{k}").read().split()) == 2]
+    text = (f"forwarding only (same traffic, no firewall, no service): {med(fwd) / 1e6:.2f} Mpps, ratio "
+            f"{med(f / r for f, r in zip(fwd, ref)):.3f}")
+    if fwd_cycles:
+        text += f", {med(fwd_cycles):.0f} busy cycles/pkt"
+        if full_cycles:
+            text += f"; the stateful stages add {med(full_cycles) - med(fwd_cycles):.0f}"
+    print(text)
+
 def testpmd_cycles(log_path):
     """testpmd's --record-core-cycles busy cycles over its whole run, per packet it sent (printed when it stops).
     Not its own cycles/packet figure: that divides by the memif port's RX count, which the memif PMD resets when
@@ -540,6 +561,7 @@ forward:
   - {from: out, to: in, next_hop_mac: "02:00:00:00:00:01"}
 EOF
 if [[ $MODE == pipeline ]]; then
+    cp "$WORK/sluice.yaml" "$WORK/sluice-forward.yaml"  # the same traffic forwarded only: what the stages add
     bench pipeline_config "$WORK/sluice.yaml" "$FLOWS" "$RULES"
     bench write_pcap "$WORK/flows.pcap" "$FLOWS"
     log "pipeline: $RULES rules, $FLOWS UDP flows to the nat service 198.51.100.10:53 (8 backends)"
@@ -571,13 +593,17 @@ run_reference() {
 }
 
 # --- 2. sluice ------------------------------------------------------------------------------------------------
-# run_sluice K: round K's sluice run: $WORK/sluice-K.json, and $WORK/cycles-K; FAILED=1 when sluice misbehaved.
+# run_sluice K [forward]: round K's sluice run: $WORK/sluice-K.json, and $WORK/cycles-K; FAILED=1 when sluice
+# misbehaved. With `forward` (pipeline mode): sluice forwarding the same traffic with neither firewall nor service
+# ($WORK/sluice-forward.yaml), into $WORK/sluice-forward-K.json and its busy cycles per packet into
+# $WORK/cycles-forward-K.
 FAILED=0
 run_sluice() {
-    local k=$1
-    local log="$WORK/sluice-$k.log"
-    start_generator "sluice-$k" "$SOCK_SL"
-    "$WORK/sluice" --config "$WORK/sluice.yaml" </dev/null >"$log" 2>&1 &
+    local k=$1 variant=${2:-}
+    local name="sluice${variant:+-$variant}"
+    local log="$WORK/$name-$k.log"
+    start_generator "$name-$k" "$SOCK_SL"
+    "$WORK/sluice" --config "$WORK/$name.yaml" </dev/null >"$log" 2>&1 &
     SL_PID=$!
     PIDS+=("$SL_PID")
     if ! wait_for "$SL_PID" 20 grep -qs "ready:" "$log"; then
@@ -585,31 +611,38 @@ run_sluice() {
     fi
     # The rate: what sluice received; in pipeline mode what it sent (NATed) on `out`.
     local rate=(/sluice/stats port/in/rx_packets /ethdev/stats,0)
-    [[ $MODE == plain ]] || rate=(/sluice/stats port/out/tx_packets /ethdev/stats,0 /sluice/backends)
+    [[ $MODE == plain ]] || rate=(/sluice/stats port/out/tx_packets /ethdev/stats,0)
+    [[ $MODE == plain || -n $variant ]] || rate+=(/sluice/backends)
     if ! BENCH_PIDS="$GEN_PID $SL_PID" bench sample "$RUNDIR/$ID-sluice/dpdk_telemetry.v2" "$WARMUP" "$DURATION" "${rate[@]}" \
-            >"$WORK/sluice-$k.json"; then
+            >"$WORK/$name-$k.json"; then
         show_log "$log"; die "sluice's telemetry did not answer"
     fi
-    finish_run "sluice-$k" "$SL_PID" TERM receiver-first
+    finish_run "$name-$k" "$SL_PID" TERM receiver-first
     # The cycles file holds "reference sluice" when both figures exist.
     local ref_cycles sl_cycles
-    ref_cycles=$(cat "$WORK/cycles-$k"); sl_cycles=$(bench sluice_cycles "$WORK/sluice-$k.json")
-    if [[ -n $ref_cycles && -n $sl_cycles ]]; then echo "$ref_cycles $sl_cycles" >"$WORK/cycles-$k"; else : >"$WORK/cycles-$k"; fi
-    bench summary "$WORK/sluice-$k.json" "round $k: sluice"
-    bench window_check "$WORK/sluice-$k.json"
-    if [[ $MODE == pipeline ]]; then bench pipeline_check "$WORK/sluice-$k.json" "$FLOWS" || FAILED=1; fi
+    sl_cycles=$(bench sluice_cycles "$WORK/$name-$k.json")
+    if [[ -n $variant ]]; then
+        echo "$sl_cycles" >"$WORK/cycles-$variant-$k"
+    else
+        ref_cycles=$(cat "$WORK/cycles-$k")
+        if [[ -n $ref_cycles && -n $sl_cycles ]]; then echo "$ref_cycles $sl_cycles" >"$WORK/cycles-$k"; else : >"$WORK/cycles-$k"; fi
+    fi
+    bench summary "$WORK/$name-$k.json" "round $k: sluice${variant:+ ($variant only: no firewall, no service)}"
+    bench window_check "$WORK/$name-$k.json"
+    if [[ $MODE == pipeline && -z $variant ]]; then bench pipeline_check "$WORK/sluice-$k.json" "$FLOWS" || FAILED=1; fi
     if [[ $RECEIVER_RC != 0 ]]; then
         log "FAIL: sluice exited $(describe_rc "$RECEIVER_RC") on SIGTERM (2: startup, 3: leaked mbufs)"
         show_log "$log"; FAILED=1
     fi
     bench totals_check "$log" || { show_log "$log"; FAILED=1; }
-    [[ $(bench field "$WORK/sluice-$k.json" packets) != 0 ]] || { show_log "$log"; log "FAIL: sluice: no packet arrived"; FAILED=1; }
+    [[ $(bench field "$WORK/$name-$k.json" packets) != 0 ]] || { show_log "$log"; log "FAIL: sluice: no packet arrived"; FAILED=1; }
 }
 
 # The VM's speed moves by up to 2x between minutes: the two receivers take turns, and the medians are reported.
 for ((round = 1; round <= ROUNDS; round++)); do
     run_reference "$round"
     run_sluice "$round"
+    [[ $MODE == plain ]] || run_sluice "$round" forward
 done
 
 # --- 3. report ------------------------------------------------------------------------------------------------
@@ -626,7 +659,10 @@ if [[ $CYCLES != "—" ]]; then
 else
     log "note: no cycles-per-packet figure (testpmd printed none, or sluice received nothing)"
 fi
+FORWARD_ONLY=""
 if [[ $MODE == pipeline ]]; then
+    FORWARD_ONLY=$(bench forward_only "$WORK" "$ROUNDS") || die "could not combine the forwarding-only runs' figures"
+    echo "$FORWARD_ONLY"
     echo "pipeline target (the issue): ratio >= 0.80: $(python3 -c "print('met' if $RATIO >= 0.80 else 'NOT met')")"
 fi
 if (( NOISY )); then
@@ -650,7 +686,7 @@ if (( RECORD )); then
     [[ $MODE == plain || ($FLOWS == 100000 && $RULES == 1000) ]] || env+="FLOWS=$FLOWS RULES=$RULES "
     cmd="\`${env}tests/bench/forward.sh$([[ $MODE == plain ]] || echo " --pipeline")\`"
     summary=""
-    [[ $MODE == plain ]] || summary="round $ROUNDS: $(bench pipeline_summary "$WORK/sluice-$ROUNDS.json" "$FLOWS" "$RULES")"
+    [[ $MODE == plain ]] || summary="round $ROUNDS: $(bench pipeline_summary "$WORK/sluice-$ROUNDS.json" "$FLOWS" "$RULES"); $FORWARD_ONLY"
     bench record "$BENCH_DOC" "$MODE" "$(date -u '+%Y-%m-%d %H:%M')" "$machine" "$cmd @ $rev, sluice binary $SLUICE_ID" \
         "$REF_M" "$SL_M" "$RATIO_CELL" "$CYCLES" "$summary"
     log "row appended to $BENCH_DOC"
