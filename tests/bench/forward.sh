@@ -28,8 +28,8 @@
 # prints the tracked connections, the packets NATed to each backend and the drops by reason, and fails when less
 # than half of the window's packets were NATed and sent. Each round then runs sluice a third time on the same
 # traffic with neither firewall nor service (forwarding only): its busy cycles per packet, beside the pipeline's,
-# say what the stateful stages cost and what memif, parsing and forwarding cost, which no stage can shed. Rows go to
-# a second table ("Full pipeline").
+# say what the stateful stages cost and what the forwarding around them (memif, parsing, rewrite) costs. Rows go
+# to a second table ("Full pipeline").
 #
 # Nothing asserts a speed. Exit status 1 only when a process fails to start, no packet arrives, sluice exits
 # non-zero (its leaked-mbuf check), sluice's totals do not add up (rx != tx + drops), or (pipeline) most packets
@@ -55,7 +55,7 @@ for arg in "$@"; do
     case "$arg" in
         --no-record) RECORD=0 ;;
         --pipeline) MODE=pipeline ;;
-        -h|--help) sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "usage: $0 [--pipeline] [--no-record]" >&2; exit 2 ;;
     esac
 done
@@ -296,20 +296,28 @@ def combine(work, rounds):
 
 def forward_only(work, rounds):
     """Pipeline mode: sluice forwarding the same traffic with neither firewall nor service, beside the reference and
-    the full pipeline of the same rounds (medians): its rate, its ratio to the reference, its busy cycles per
-    packet, and the cycles the stateful stages (connection tracking, rules, NAT) add to them."""
+    the full pipeline of the same rounds: the medians of its rate, of its ratio to the reference, of its busy cycles
+    per packet and of what the full pipeline took more in the same round (the stateful stages: connection tracking,
+    rules, NAT), with its lcore load (under ~95 % its rate was the generator's) and what other processes used."""
     import statistics
     med, rounds = statistics.median, int(rounds)
-    ref = [json.load(open(f"{work}/ref-{k}.json"))["rate_pps"] for k in range(1, rounds + 1)]
-    fwd = [json.load(open(f"{work}/sluice-forward-{k}.json"))["rate_pps"] for k in range(1, rounds + 1)]
-    fwd_cycles = [float(c) for k in range(1, rounds + 1) if (c := open(f"{work}/cycles-forward-{k}").read().strip())]
-    full_cycles = [float(c[1]) for k in range(1, rounds + 1) if len(c := open(f"{work}/cycles-{k}").read().split()) == 2]
-    text = (f"forwarding only (same traffic, no firewall, no service): {med(fwd) / 1e6:.2f} Mpps, ratio "
-            f"{med(f / r for f, r in zip(fwd, ref)):.3f}")
-    if fwd_cycles:
-        text += f", {med(fwd_cycles):.0f} busy cycles/pkt"
-        if full_cycles:
-            text += f"; the stateful stages add {med(full_cycles) - med(fwd_cycles):.0f}"
+    ks = range(1, rounds + 1)
+    ref = [json.load(open(f"{work}/ref-{k}.json")) for k in ks]
+    fwd = [json.load(open(f"{work}/sluice-forward-{k}.json")) for k in ks]
+    fwd_cycles = [open(f"{work}/cycles-forward-{k}").read().split() for k in ks]
+    full_cycles = [open(f"{work}/cycles-{k}").read().split() for k in ks]
+    loads = [x for x in (load(v) for v in fwd) if x is not None]
+    text = (f"forwarding only (same traffic, no firewall, no service; medians of {rounds} round(s)): "
+            f"{med(v['rate_pps'] for v in fwd) / 1e6:.2f} Mpps, ratio "
+            f"{med(f['rate_pps'] / r['rate_pps'] for f, r in zip(fwd, ref)):.3f}")
+    paired = [(float(f[0]), float(p[1])) for f, p in zip(fwd_cycles, full_cycles) if len(f) == 1 and len(p) == 2]
+    if paired:
+        text += (f", {med(f for f, _ in paired):.0f} busy cycles/pkt; the stateful stages add "
+                 f"{med(p - f for f, p in paired):.0f}")
+    if loads:
+        text += f"; lcore load {med(loads):.0%}"
+    others = max(v["others_cpu"] for v in fwd)
+    text += f"; others used up to {others:.0%} CPU" + (" (noisy)" if others > 0.05 else "")
     print(text)
 
 def testpmd_cycles(log_path):
@@ -566,8 +574,10 @@ if [[ $MODE == pipeline ]]; then
     bench write_pcap "$WORK/flows.pcap" "$FLOWS"
     log "pipeline: $RULES rules, $FLOWS UDP flows to the nat service 198.51.100.10:53 (8 backends)"
 fi
-"$WORK/sluice" --check-config "$WORK/sluice.yaml" >"$WORK/check-config.log" 2>&1 \
-    || { show_log "$WORK/check-config.log"; die "sluice rejects the benchmark config"; }
+for config in "$WORK"/sluice*.yaml; do
+    "$WORK/sluice" --check-config "$config" >"$WORK/check-config.log" 2>&1 \
+        || { show_log "$WORK/check-config.log"; die "sluice rejects the benchmark config $(basename "$config")"; }
+done
 
 # --- 1. reference: testpmd io -------------------------------------------------------------------------------
 # run_reference K: round K's reference; its figures go to $WORK/ref-K.json and $WORK/cycles-K.
