@@ -7,12 +7,9 @@
 
 #include <sstream>
 
-#include <rte_fib.h>
-#include <rte_lpm6.h>
-
 #include <spdlog/fmt/fmt.h>
 
-#include "lb/maglev.hpp"
+#include "pipeline/early_drop.hpp"
 
 namespace sluice {
 namespace {
@@ -69,6 +66,106 @@ bool parse_explain_query(const std::string& text, ExplainQuery& query, std::stri
     return true;
 }
 
+NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t, uint16_t in_port) {
+    NewPacketDecision d;
+    const FirewallTables& fw = *snapshot.firewall;
+    const LbTables& lb = *snapshot.lb;
+    const auto drop = [&d](DropReason reason) {
+        d.fate = NewPacketFate::dropped;
+        d.reason = reason;
+        return d;
+    };
+    if (early_dropped(fw, t.family, t.src)) return drop(DropReason::blocklisted);
+    if (!fw.enabled && !lb.enabled()) return d;  // no stateful stage at all
+    d.destination = new_packet_destination(snapshot, t, false);
+    switch (d.destination.target) {
+    case NewPacketTarget::nat_pool: return drop(DropReason::nat_no_connection);
+    case NewPacketTarget::own_address: return drop(DropReason::to_own_address);
+    case NewPacketTarget::untracked: return d;
+    case NewPacketTarget::service:
+    case NewPacketTarget::rules: break;
+    }
+    if (fw.enabled) {
+        d.ruled = true;
+        d.verdict = fw.classify_one(t, in_port);
+    }
+    const LbService* service = d.destination.target == NewPacketTarget::service
+                                   ? &lb.services[static_cast<std::size_t>(d.destination.service)]
+                                   : nullptr;
+    if (service) {
+        const uint32_t hash = stable_flow_hash(t);
+        d.maglev_slot = maglev_slot(hash, service->table_size);
+        d.backend = pick_backend(*service, hash);
+    }
+    if (d.verdict.action == RuleAction::reject) {
+        d.fate = NewPacketFate::rejected;
+        d.reason = DropReason::rule_reject;
+        return d;
+    }
+    if (d.verdict.action == RuleAction::deny) return drop(DropReason::rule_deny);
+    if (service && d.backend == kNoBackend) return drop(DropReason::lb_no_backend);
+    if (service && service->syn_proxy && t.proto == IPPROTO_TCP) d.fate = NewPacketFate::answered_with_cookie;
+    return d;
+}
+
+namespace {
+
+void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacketDecision& d,
+                   std::vector<std::string>& lines) {
+    lines.push_back("firewall: a packet of a tracked connection passes (replies too); a new one is decided by the rules:");
+    if (d.verdict.rule == kDefaultRule) {
+        lines.push_back(std::string("  no rule matches: the default, ") + action_name(d.verdict.action));
+    } else {
+        const uint32_t id = d.verdict.rule;
+        std::string line = fmt::format("  rule #{} '{}' matches: {}", id + 1, fw.rule_names[id], action_name(d.verdict.action));
+        if (id < fw.limits.size() && fw.limits[id].tokens_per_tsc > 0) line += " (rate limited)";
+        lines.push_back(line);
+        if (d.verdict.action == RuleAction::reject)
+            lines.push_back(t.proto == IPPROTO_TCP ? "  a TCP RST goes back out of the ingress port"
+                                                   : "  an ICMP unreachable goes back out of the ingress port");
+    }
+    if (t.proto == IPPROTO_TCP) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
+}
+
+void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDecision& d, std::vector<std::string>& lines) {
+    const LbService& service = lb.services[static_cast<std::size_t>(d.destination.service)];
+    lines.push_back(fmt::format("load balancer: service '{}' ({}), Maglev slot {} of {}", service.name,
+                                lb_mode_name(service.mode), d.maglev_slot, service.table_size));
+    if (d.backend == kNoBackend) {
+        lines.push_back("  no usable backend (all down or weight 0): a new connection is dropped (lb_no_backend)");
+        return;
+    }
+    const LbBackend& b = lb.backends[d.backend];
+    const std::string address = to_string(b.address, b.family);
+    const uint16_t port = b.port_be ? rte_be_to_cpu_16(b.port_be) : rte_be_to_cpu_16(t.dst_port);
+    lines.push_back("  a new connection goes to backend " + address + (b.mode == LbMode::nat ? ":" + std::to_string(port) : "") +
+                    " (a tracked one keeps the backend it has)");
+    if (d.fate == NewPacketFate::answered_with_cookie)
+        lines.push_back("  syn_proxy: the SYN is answered with a cookie; the backend sees the connection once the client's ACK brings it back");
+    switch (b.mode) {
+    case LbMode::nat:
+        lines.push_back("  rewrite: source -> a nat_pool address and a port of the owning worker, destination -> the backend");
+        break;
+    case LbMode::dsr: lines.push_back("  rewrite: destination MAC only (the backend answers the client directly)"); break;
+    case LbMode::tunnel:
+        lines.push_back("  rewrite: encapsulated (" + std::string(t.family == IpFamily::ipv4 ? "IPIP" : "IPv6-in-IPv6") + ") to " + address);
+        break;
+    }
+}
+
+std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, const PortIdentity& from) {
+    const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
+    if (!e.valid) return "forward: from " + from.name + ": no forward entry: dropped (no_route)";
+    std::string out = "?";
+    for (const PortIdentity& p : ports)
+        if (p.id == e.out_port) out = p.name;
+    const auto& m = e.dst_mac.addr_bytes;
+    return fmt::format("forward: from {} out on {} to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, TTL/hop limit - 1",
+                       from.name, out, m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+}  // namespace
+
 std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, uint16_t worker_count,
                                  const ExplainQuery& query) {
     std::vector<std::string> lines;
@@ -84,99 +181,35 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
 
     const FirewallTables& fw = *snapshot.firewall;
     const LbTables& lb = *snapshot.lb;
-    bool blocked = false;
-    if (t.family == IpFamily::ipv4 && fw.blocklist_v4) {
-        uint32_t source = rte_be_to_cpu_32(t.src.words[0]);
-        uint64_t hop = 0;
-        blocked = rte_fib_lookup_bulk(fw.blocklist_v4, &source, &hop, 1) == 0 && hop != 0;
-    } else if (t.family == IpFamily::ipv6 && fw.blocklist_v6) {
-        uint32_t hop;
-        blocked = rte_lpm6_lookup(fw.blocklist_v6, t.src.bytes, &hop) == 0;
-    }
-    if (blocked) {
+    const NewPacketDecision d = decide_new_packet(snapshot, t, in ? in->id : UINT16_MAX);
+    if (d.reason == DropReason::blocklisted) {
         lines.push_back("early drop: the source is in an early-drop prefix set: dropped on the RX lcore (blocklisted)");
         return lines;
     }
     if (fw.blocklist_v4 || fw.blocklist_v6) lines.push_back("early drop: the source is in no early-drop set");
-
-    // As firewall_burst decides a new packet: a pool address first, then sluice's own addresses, before the rules.
-    const bool tracking = fw.enabled || lb.enabled();
-    const int32_t found = lb.find_service(t);
-    if (tracking && !lb.is_pool_address(t.family, t.dst) &&
-        (found == LbTables::kVipUnserved || (found == LbTables::kNoVip && is_port_address(snapshot, t.family, t.dst)))) {
+    if (d.destination.target == NewPacketTarget::own_address) {
         lines.push_back(fmt::format("own address: {} is sluice's, and nothing of sluice's serves this port and protocol:",
                                     to_string(t.dst, t.family)));
         lines.push_back("  a new packet is dropped before the rules (to_own_address); an echo request is answered if allowed");
+        return lines;
+    }
+    if (d.destination.target == NewPacketTarget::nat_pool) {
+        const uint16_t port = rte_be_to_cpu_16(t.dst_port);
+        lines.push_back(fmt::format("load balancer: {} is a NAT pool address: a reply of the NAT connection holding port {} "
+                                    "(worker {}), rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)",
+                                    to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
         return lines;
     }
     if (!fw.enabled) {
         lines.push_back(lb.enabled() ? "firewall: off (only connections to services are tracked)"
                                      : "firewall: off (no connection tracking, no rules)");
     } else {
-        const AclClassifier* acl = t.family == IpFamily::ipv4 ? fw.acl_v4.get() : fw.acl_v6.get();
-        const auto& ids = t.family == IpFamily::ipv4 ? fw.v4_rule_ids : fw.v6_rule_ids;
-        uint32_t matched = AclClassifier::kNoMatch;
-        const FiveTuple* tuple = &t;
-        const uint16_t in_port = in ? in->id : UINT16_MAX;
-        if (acl) acl->classify(&tuple, &in_port, &matched, 1);
-        lines.push_back("firewall: a packet of a tracked connection passes (replies too); a new one is decided by the rules:");
-        if (matched == AclClassifier::kNoMatch) {
-            lines.push_back(std::string("  no rule matches: the default, ") + action_name(fw.default_action));
-        } else {
-            const uint32_t id = ids[matched];
-            std::string line = fmt::format("  rule #{} '{}' matches: {}", id + 1, fw.rule_names[id], action_name(fw.actions[id]));
-            if (id < fw.limits.size() && fw.limits[id].tokens_per_tsc > 0) line += " (rate limited)";
-            lines.push_back(line);
-            if (fw.actions[id] == RuleAction::reject)
-                lines.push_back(t.proto == IPPROTO_TCP ? "  a TCP RST goes back out of the ingress port"
-                                                       : "  an ICMP unreachable goes back out of the ingress port");
-        }
-        if (t.proto == IPPROTO_TCP) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
+        explain_rules(fw, t, d, lines);
     }
+    if (d.destination.target == NewPacketTarget::service) explain_service(lb, t, d, lines);
 
-    if (lb.is_pool_address(t.family, t.dst)) {
-        const uint16_t port = rte_be_to_cpu_16(t.dst_port);
-        lines.push_back(fmt::format("load balancer: {} is a NAT pool address: a reply of the NAT connection holding port {} "
-                                    "(worker {}), rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)",
-                                    to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
-    } else if (found >= 0) {
-        const LbService& service = lb.services[static_cast<std::size_t>(found)];
-        const uint32_t slot = maglev_slot(stable_flow_hash(t), service.table_size);
-        const uint16_t local = service.maglev[slot];
-        lines.push_back(fmt::format("load balancer: service '{}' ({}), Maglev slot {} of {}", service.name,
-                                    lb_mode_name(service.mode), slot, service.table_size));
-        if (local == kMaglevNoBackend) {
-            lines.push_back("  no usable backend (all down or weight 0): a new connection is dropped (lb_no_backend)");
-        } else {
-            const LbBackend& b = lb.backends[service.backend_ids[local]];
-            const std::string address = to_string(b.address, b.family);
-            const uint16_t port = b.port_be ? rte_be_to_cpu_16(b.port_be) : rte_be_to_cpu_16(t.dst_port);
-            lines.push_back("  a new connection goes to backend " + address + (b.mode == LbMode::nat ? ":" + std::to_string(port) : "") +
-                            " (a tracked one keeps the backend it has)");
-            switch (b.mode) {
-            case LbMode::nat:
-                lines.push_back("  rewrite: source -> a nat_pool address and a port of the owning worker, destination -> the backend");
-                break;
-            case LbMode::dsr: lines.push_back("  rewrite: destination MAC only (the backend answers the client directly)"); break;
-            case LbMode::tunnel:
-                lines.push_back("  rewrite: encapsulated (" + std::string(t.family == IpFamily::ipv4 ? "IPIP" : "IPv6-in-IPv6") + ") to " + address);
-                break;
-            }
-        }
-    }
-
-    const auto forward_line = [&](const PortIdentity& from) {
-        const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
-        if (!e.valid) return "forward: from " + from.name + ": no forward entry: dropped (no_route)";
-        std::string out = "?";
-        for (const PortIdentity& p : ports)
-            if (p.id == e.out_port) out = p.name;
-        const auto& m = e.dst_mac.addr_bytes;
-        return fmt::format("forward: from {} out on {} to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, TTL/hop limit - 1",
-                           from.name, out, m[0], m[1], m[2], m[3], m[4], m[5]);
-    };
-    if (in) lines.push_back(forward_line(*in));
-    else for (const PortIdentity& p : ports) lines.push_back(forward_line(p));
+    if (in) lines.push_back(forward_line(snapshot, ports, *in));
+    else for (const PortIdentity& p : ports) lines.push_back(forward_line(snapshot, ports, p));
     return lines;
 }
 

@@ -59,7 +59,7 @@ DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions optio
 
 // The worker's side: rebuilds the tuple parse_frame gave a frame it accepted, from the frame and its meta, without
 // validating again; tcp_flags gets the TCP flag byte (0 for other protocols and for ICMP errors). Writes the whole
-// tuple on every path (firewall_burst keeps its tuples in raw storage on that promise).
+// tuple on every path (stateful_burst keeps its tuples in raw storage on that promise).
 void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple, uint8_t& tcp_flags);
 
 }  // namespace sluice

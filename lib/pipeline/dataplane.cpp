@@ -195,6 +195,13 @@ void Dataplane::launch() {
     }
 }
 
+uint32_t Dataplane::run_inline(uint64_t now_tsc) {
+    if (launched_) throw std::logic_error("Dataplane::run_inline on a launched data plane");
+    uint32_t moved = 0;
+    for (LcoreContext* ctx : contexts_) moved += run_lcore_once(*ctx, snapshot(), now_tsc);
+    return moved;
+}
+
 void Dataplane::stop() {
     if (stopped_ || !launched_) return;
     stopped_ = true;

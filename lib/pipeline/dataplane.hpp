@@ -45,6 +45,9 @@ public:
     Dataplane& operator=(const Dataplane&) = delete;
 
     void launch();
+    // Runs one turn of every lcore's loop, in plan order, on the calling thread, with the current snapshot: for
+    // in-process tests of the whole data path. Never together with launch(). Returns the packets moved.
+    uint32_t run_inline(uint64_t now_tsc);
     // Stops RX, lets workers empty their rings and flush TX, and waits for every lcore to return. Idempotent.
     void stop();
 

@@ -1,6 +1,6 @@
 #include "pipeline/flow_walk.hpp"
 
-#include "lb/maglev.hpp"
+#include "lb/lb_decision.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
 
@@ -17,20 +17,12 @@ bool matches(const FlowFilter& f, const FiveTuple& t) {
     return true;
 }
 
-// What the candidate would say of this connection if it were new.
+// What the candidate would say of this connection if it were new: its rules' verdict and its service's backend.
 void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
     const Snapshot& next = *walk.candidate;
     ++walk.examined;
     const FirewallTables& fw = *next.firewall;
-    if (fw.enabled) {
-        const AclClassifier* acl = tuple.family == IpFamily::ipv4 ? fw.acl_v4.get() : fw.acl_v6.get();
-        const auto& ids = tuple.family == IpFamily::ipv4 ? fw.v4_rule_ids : fw.v6_rule_ids;
-        uint32_t matched = AclClassifier::kNoMatch;
-        const FiveTuple* one = &tuple;
-        if (acl) acl->classify(&one, &e.in_port, &matched, 1);
-        const RuleAction action = matched == AclClassifier::kNoMatch ? fw.default_action : fw.actions[ids[matched]];
-        if (action != RuleAction::allow) ++walk.would_deny;
-    }
+    if (fw.enabled && fw.classify_one(tuple, e.in_port).action != RuleAction::allow) ++walk.would_deny;
     if (e.backend == 0) return;
     const LbTables& lb = *next.lb;
     const uint32_t id = e.backend - 1;
@@ -41,9 +33,7 @@ void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
     }
     const int32_t s = lb.find_service(tuple);
     if (s < 0) return;
-    const LbService& service = lb.services[static_cast<std::size_t>(s)];
-    const uint16_t local = service.maglev[maglev_slot(stable_flow_hash(tuple), service.table_size)];
-    if (local == kMaglevNoBackend || service.backend_ids[local] != id) ++walk.maglev_moves;
+    if (pick_backend(lb.services[static_cast<std::size_t>(s)], stable_flow_hash(tuple)) != id) ++walk.maglev_moves;
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 namespace sluice {
 
 // Takes ownership of every mbuf: each is either buffered for TX or dropped and counted. routes (from
-// firewall_burst, may be null) mark packets of balanced connections: rewritten for their backend (nat, dsr,
+// stateful_burst, may be null) mark packets of balanced connections: rewritten for their backend (nat, dsr,
 // tunnel) or back to their client (nat replies), then sent on the ingress port's forward entry.
 void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
                    const PacketRoute* routes = nullptr);

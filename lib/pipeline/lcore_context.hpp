@@ -192,4 +192,9 @@ bool write_error_reply(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now
 // The lcore entry point handed to rte_eal_remote_launch; arg is the LcoreContext.
 int lcore_main(void* arg);
 
+// One turn of an lcore's loop on the calling thread at now_tsc: its RX queues, its worker ring and pipeline, a
+// bounded expiry and a TX drain. For a Dataplane that is never launched (Dataplane::run_inline: in-process tests);
+// returns the packets it moved.
+uint32_t run_lcore_once(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc);
+
 }  // namespace sluice

@@ -9,9 +9,10 @@
 
 #include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
-#include "pipeline/firewall_stage.hpp"
+#include "pipeline/early_drop.hpp"
 #include "pipeline/forward_stage.hpp"
 #include "pipeline/lcore_context.hpp"
+#include "pipeline/stateful_stage.hpp"
 
 namespace sluice {
 namespace {
@@ -82,7 +83,7 @@ void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, 
     count = neighbour_burst(ctx, snapshot, pkts, count);
     if (ctx.conn_table && (snapshot.firewall->enabled || snapshot.lb->enabled())) {
         PacketRoute routes[kBurst];
-        count = firewall_burst(ctx, snapshot, pkts, count, now_tsc, routes);
+        count = stateful_burst(ctx, snapshot, pkts, count, now_tsc, routes);
         if (count) forward_burst(ctx, snapshot, pkts, count, routes);
         return;
     }
@@ -197,7 +198,7 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
         if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);
         // Blocklisted sources go before they cost a ring slot.
         if (snapshot.firewall->blocklist_v4 || snapshot.firewall->blocklist_v6)
-            valid = blocklist_burst(ctx, *snapshot.firewall, pkts, valid);
+            valid = early_drop_burst(ctx, *snapshot.firewall, pkts, valid);
         if (ctx.fragments) valid = fragment_burst(ctx, pkts, valid, now_tsc);
         if (ctx.worker_count == 1) {
             // One worker takes every packet: nothing to sort (the loop below costs a dependent counter update in
@@ -234,6 +235,17 @@ void drain_tx(LcoreContext& ctx) {
 }
 
 }  // namespace
+
+uint32_t run_lcore_once(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
+    uint32_t moved = 0;
+    if (ctx.rx) moved += rx_stage(ctx, snapshot, now_tsc);
+    if (ctx.worker) {
+        moved += worker_stage(ctx, snapshot, now_tsc);
+        if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now_tsc, kExpiryBudget));
+        drain_tx(ctx);
+    }
+    return moved;
+}
 
 int lcore_main(void* arg) {
     LcoreContext& ctx = *static_cast<LcoreContext*>(arg);

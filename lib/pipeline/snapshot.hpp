@@ -102,6 +102,13 @@ struct Blocklist {
     ~Blocklist();
 };
 
+// What the rules say of a new connection: the rule that matched (its id, its place in the config) or the default.
+inline constexpr uint32_t kDefaultRule = UINT32_MAX;
+struct RuleVerdict {
+    uint32_t rule = kDefaultRule;
+    RuleAction action = RuleAction::allow;
+};
+
 struct FirewallTables {
     bool enabled = false;
     bool loose_pickup = false;
@@ -126,6 +133,27 @@ struct FirewallTables {
 
     FirewallTables() = default;
     FirewallTables(const FirewallTables&) = delete;
+
+    const AclClassifier* acl(IpFamily family) const {
+        return family == IpFamily::ipv4 ? acl_v4.get() : acl_v6.get();
+    }
+    const std::vector<uint32_t>& rule_ids(IpFamily family) const {
+        return family == IpFamily::ipv4 ? v4_rule_ids : v6_rule_ids;
+    }
+    // The rule -> action mapping, for a result of acl(family)->classify (kNoMatch: the default).
+    RuleVerdict verdict(IpFamily family, uint32_t matched) const {
+        if (matched == AclClassifier::kNoMatch) return {kDefaultRule, default_action};
+        const uint32_t rule = rule_ids(family)[matched];
+        return {rule, actions[rule]};
+    }
+    // The rules' verdict on one tuple that came in on in_port: for the control thread (explain, flow walks); the
+    // stateful stage classifies whole bursts.
+    RuleVerdict classify_one(const FiveTuple& tuple, uint16_t in_port) const {
+        uint32_t matched = AclClassifier::kNoMatch;
+        const FiveTuple* one = &tuple;
+        if (const AclClassifier* classifier = acl(tuple.family)) classifier->classify(&one, &in_port, &matched, 1);
+        return verdict(tuple.family, matched);
+    }
     FirewallTables& operator=(const FirewallTables&) = delete;
 };
 

@@ -111,7 +111,7 @@
 #include "dpdk/mempool.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/dataplane.hpp"
-#include "pipeline/firewall_stage.hpp"
+#include "pipeline/stateful_stage.hpp"
 #include "pipeline/forward_stage.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
@@ -1329,17 +1329,17 @@ void section_established(Dpdk& d, const Options& o, Table& table) {
 
         const std::vector<PacketSpec> stream = random_packets(flows, o.packets, rng);
         const Stage fw_small = [&](rte_mbuf** pkts, uint16_t n) {
-            return firewall_burst(ctx, *snap_small, pkts, n, rte_rdtsc());
+            return stateful_burst(ctx, *snap_small, pkts, n, rte_rdtsc());
         };
         const Stage fw_large = [&](rte_mbuf** pkts, uint16_t n) {
-            return firewall_burst(ctx, *snap_large, pkts, n, rte_rdtsc());
+            return stateful_burst(ctx, *snap_large, pkts, n, rte_rdtsc());
         };
         const Stage forward_only = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
             forward_burst(ctx, *snap_large, pkts, n);
             return 0;
         };
         const Stage fw_forward = [&](rte_mbuf** pkts, uint16_t n) -> uint16_t {
-            const uint16_t kept = firewall_burst(ctx, *snap_large, pkts, n, rte_rdtsc());
+            const uint16_t kept = stateful_burst(ctx, *snap_large, pkts, n, rte_rdtsc());
             if (kept) forward_burst(ctx, *snap_large, pkts, kept);
             return 0;
         };
@@ -1420,7 +1420,7 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
     touch_all_slots(conn_table);
     LcoreContext& ctx = *d.ctx;
     attach_conn_table(d, conn_table);
-    const Stage fw = [&](rte_mbuf** pkts, uint16_t n) { return firewall_burst(ctx, *snap, pkts, n, rte_rdtsc()); };
+    const Stage fw = [&](rte_mbuf** pkts, uint16_t n) { return stateful_burst(ctx, *snap, pkts, n, rte_rdtsc()); };
 
     // Empties the table again (untimed), so every pass opens the same connections into the same, warm, table.
     const auto clear = [&] {
@@ -1515,7 +1515,7 @@ std::vector<PacketSpec> packets_to(const std::vector<FiveTuple>& clients, uint32
 Stage worker_path(LcoreContext& ctx, const Snapshot& snapshot) {
     return [&ctx, &snapshot](rte_mbuf** pkts, uint16_t n) -> uint16_t {
         PacketRoute routes[kBurst];
-        const uint16_t kept = firewall_burst(ctx, snapshot, pkts, n, rte_rdtsc(), routes);
+        const uint16_t kept = stateful_burst(ctx, snapshot, pkts, n, rte_rdtsc(), routes);
         if (kept) forward_burst(ctx, snapshot, pkts, kept, routes);
         return 0;
     };

@@ -1,0 +1,112 @@
+// The stateful stage's per-burst state: what each phase (stateful_stage.cpp) learns of packet i and hands to the
+// next, and the SYN proxy's steps (syn_proxy_steps.cpp) that read and write it. Internal to lib/pipeline; lives on
+// the worker's stack for one call of stateful_burst.
+#pragma once
+
+#include <cstdint>
+
+#include <rte_mbuf.h>
+
+#include "common/drop_reason.hpp"
+#include "conntrack/conn_table.hpp"
+#include "conntrack/tcp_state.hpp"
+#include "packet/packet_meta.hpp"
+#include "pipeline/lcore_context.hpp"
+#include "pipeline/snapshot.hpp"
+
+namespace sluice {
+
+// What becomes of packet i. answer: it became sluice's own packet (a SYN cookie, an echo reply, the SYN proxy's
+// ACK) and leaves by the port it came in on. classify: still waiting for the rules.
+enum class Fate : uint8_t { pass, drop, reject, answer, classify };
+
+// What a syn_proxy service does with a TCP packet that has no connection (docs/architecture.md, "SYN proxy").
+enum class SynProxyStep : uint8_t {
+    none,
+    answer_syn,    // a SYN the rules allow: answered with a cookie, nothing kept
+    open_backend,  // an ACK carrying a valid cookie: the connection opens and the ACK becomes the SYN to the backend
+};
+
+struct StatefulBurst {
+    StatefulBurst(LcoreContext& c, const Snapshot& s, rte_mbuf** p, uint16_t n, uint64_t now)
+        : ctx(c), snapshot(s), fw(*s.firewall), lb(*s.lb), table(*c.conn_table), pkts(p), count(n), now_tsc(now) {}
+
+    LcoreContext& ctx;
+    const Snapshot& snapshot;
+    const FirewallTables& fw;
+    const LbTables& lb;
+    ConnTable& table;
+    rte_mbuf** const pkts;
+    const uint16_t count;
+    const uint64_t now_tsc;
+
+    // Raw storage: tuple_from_meta writes each tuple whole, so zeroing 1.3 KB per burst first is wasted.
+    union Tuples {
+        Tuples() {}
+        FiveTuple of[kBurst];
+    } tuple_storage;
+    FiveTuple* const tuples = tuple_storage.of;
+    uint32_t hashes[kBurst];
+    uint8_t tcp_flags[kBurst];
+    int32_t positions[kBurst];  // the connection lookup's answer: an entry (or its alias), or -1
+    Fate fate[kBurst];
+    DropReason reason[kBurst];
+    PacketRoute route[kBurst];  // a new packet to a service keeps the service index in route.backend until opened
+
+    // Set by triage for the packets the rules decide.
+    ConnState opening[kBurst];
+    tcp::Pickup pickup[kBurst];    // a mid-stream TCP packet to a dsr or tunnel VIP (docs/architecture.md)
+    uint32_t pickup_rule[kBurst];  // pickup == forward: the stable id of the rule that allowed it
+    SynProxyStep proxy[kBurst];
+    bool echo_to_us[kBurst];       // an echo request to one of sluice's addresses: answered once the rules allow it
+    uint8_t cookie_mss[kBurst];    // proxy == open_backend: the kSynCookieMss index the cookie carried
+    uint32_t backend_hashes[kBurst];  // a new packet to a service: stable_flow_hash, Maglev's (computed once)
+
+    // Packets of no connection: first to be triaged, then by family for the rules.
+    uint16_t fresh[kBurst], fresh_count = 0;
+    uint16_t by_family[2][kBurst], family_count[2] = {0, 0};
+    // Packets that cannot open a connection, looked up again once this burst's new connections exist: a flow's
+    // SYN and its next packet often share a burst (dsr and tunnel see no SYN+ACK in between).
+    uint16_t retry[kBurst], retry_count = 0;
+
+    rte_mbuf* mbuf(uint16_t i) const { return pkts[i]; }
+    const PacketMeta& meta(uint16_t i) const { return *packet_meta(pkts[i]); }
+    uint32_t length(uint16_t i) const { return rte_pktmbuf_pkt_len(pkts[i]); }
+    void drop(uint16_t i, DropReason why) {
+        fate[i] = Fate::drop;
+        reason[i] = why;
+    }
+    void drop_and_retry(uint16_t i, DropReason why) {
+        drop(i, why);
+        retry[retry_count++] = i;
+    }
+    // Removes a connection before its time, counted like an expiry (the entry gauge is inserts - expired).
+    void forget(int32_t conn) {
+        table.remove(conn);
+        counter_add(ctx.counters.conn_expired);
+    }
+};
+
+// The SYN proxy's steps (syn_proxy_steps.cpp), each over packet i of the burst.
+namespace syn_proxy {
+
+// A client SYN or ACK to a syn_proxy service, at triage: sets proxy[i] (and cookie_mss[i] for an ACK); false when
+// the packet was dropped (an ACK whose cookie is wrong or expired).
+bool triage(StatefulBurst& b, uint16_t i, tcp::Kind kind);
+
+// A packet of a connection whose backend has not answered sluice's SYN yet (it came by `position`, the entry or
+// its alias). True when it goes on to the normal path (a backend's RST); otherwise fate and reason are final.
+bool settle_pending(StatefulBurst& b, uint16_t i, int32_t conn, int32_t position, bool via_alias);
+
+// The backend's SYN+ACK came again (sluice's ACK was lost): acknowledged again, never shown to the client.
+void acknowledge_again(StatefulBurst& b, uint16_t i, int32_t alias);
+
+// A SYN the rules allowed: answered from the VIP with a cookie as its ISN; nothing kept.
+void answer_with_cookie(StatefulBurst& b, uint16_t i);
+
+// An ACK whose cookie opened connection conn (alias: its NAT key) becomes the SYN sluice sends the backend; the
+// client's packets wait until the backend answers. False when it cannot be written (the caller drops it).
+bool open_towards_backend(StatefulBurst& b, uint16_t i, int32_t conn, int32_t alias);
+
+}  // namespace syn_proxy
+}  // namespace sluice
