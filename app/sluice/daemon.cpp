@@ -30,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/bird_announcer.hpp"
+#include "control/dataplane_plan.hpp"
 #include "control/explain.hpp"
 #include "control/health_checker.hpp"
 #include "control/neighbours.hpp"
@@ -96,34 +97,6 @@ std::map<int, rte_mempool*> create_pools(const Config& config, const std::vector
         }
     }
     return pools;
-}
-
-DataplaneSpec build_dataplane_spec(const Config& config, const std::vector<std::unique_ptr<Port>>& ports) {
-    DataplaneSpec spec;
-    spec.ring_size = config.dataplane.ring_size;
-    spec.idle_sleep_us = config.dataplane.idle_sleep_us;
-    spec.conntrack = config.tracks_connections();
-    spec.nat_port_first = config.load_balancer.nat_port_first;
-    spec.nat_port_last = config.load_balancer.nat_port_last;
-    spec.nat_pool_addresses = config.load_balancer.nat_pool.size();
-    spec.conn_table_size = config.firewall.table_size;
-    spec.conn_table_ipv6_size = config.firewall.ipv6_table_size;
-    spec.conn_timeouts = config.firewall.timeouts;
-    for (const auto& port : ports) spec.tx_port_ids.push_back(port->id());
-    const auto queues = assign_rx_queues(config);
-    for (std::size_t i = 0; i < config.lcores.size(); ++i) {
-        const LcoreConfig& l = config.lcores[i];
-        LcorePlan plan{.lcore_id = l.id, .rx = l.rx, .worker = l.worker, .rx_queues = {}};
-        std::string polled;
-        for (const auto& [port_index, queue] : queues[i]) {
-            plan.rx_queues.push_back({ports[port_index]->id(), queue});
-            polled += " " + ports[port_index]->name() + ":" + std::to_string(queue);
-        }
-        spdlog::info("lcore {} on socket {}: {}{}{}", l.id, rte_lcore_to_socket_id(l.id), l.rx ? "rx " : "",
-                     l.worker ? "worker " : "", polled.empty() ? "" : "polls" + polled);
-        spec.lcores.push_back(std::move(plan));
-    }
-    return spec;
 }
 
 void log_tables(const Snapshot& snapshot) {
@@ -273,7 +246,7 @@ private:
             throw StartupError(std::string("tables: ") + e.what());
         }
         log_tables(*first);
-        DataplaneSpec spec = build_dataplane_spec(config_, ports_);
+        DataplaneSpec spec = dataplane_spec(config_, port_identities_);
         spec.solicitation_pool = pools_.at(ports_.front()->socket());
         dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
         dataplane_->launch();

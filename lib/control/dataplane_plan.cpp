@@ -1,0 +1,37 @@
+#include "control/dataplane_plan.hpp"
+
+#include <rte_lcore.h>
+
+#include <spdlog/spdlog.h>
+
+namespace sluice {
+
+DataplaneSpec dataplane_spec(const Config& config, const std::vector<PortIdentity>& ports) {
+    DataplaneSpec spec;
+    spec.ring_size = config.dataplane.ring_size;
+    spec.idle_sleep_us = config.dataplane.idle_sleep_us;
+    spec.conntrack = config.tracks_connections();
+    spec.nat_port_first = config.load_balancer.nat_port_first;
+    spec.nat_port_last = config.load_balancer.nat_port_last;
+    spec.nat_pool_addresses = config.load_balancer.nat_pool.size();
+    spec.conn_table_size = config.firewall.table_size;
+    spec.conn_table_ipv6_size = config.firewall.ipv6_table_size;
+    spec.conn_timeouts = config.firewall.timeouts;
+    for (const PortIdentity& port : ports) spec.tx_port_ids.push_back(port.id);
+    const auto queues = assign_rx_queues(config);
+    for (std::size_t i = 0; i < config.lcores.size(); ++i) {
+        const LcoreConfig& l = config.lcores[i];
+        LcorePlan plan{.lcore_id = l.id, .rx = l.rx, .worker = l.worker, .rx_queues = {}};
+        std::string polled;
+        for (const auto& [port_index, queue] : queues[i]) {
+            plan.rx_queues.push_back({ports[port_index].id, queue});
+            polled += " " + ports[port_index].name + ":" + std::to_string(queue);
+        }
+        spdlog::info("lcore {} on socket {}: {}{}{}", l.id, rte_lcore_to_socket_id(l.id), l.rx ? "rx " : "",
+                     l.worker ? "worker " : "", polled.empty() ? "" : "polls" + polled);
+        spec.lcores.push_back(std::move(plan));
+    }
+    return spec;
+}
+
+}  // namespace sluice
