@@ -1,0 +1,175 @@
+// Frames for in-process packet tests: Ethernet + IPv4/IPv6 + TCP/UDP/ICMP echo with every checksum right, and the
+// readers a test needs to check what came out. Checksums come from lib/packet/checksum.hpp, the data path's own.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "packet/checksum.hpp"
+
+namespace sluice::test {
+
+using Bytes = std::vector<uint8_t>;
+
+inline constexpr uint8_t kSyn = 0x02, kAck = 0x10, kRst = 0x04, kFin = 0x01;
+
+struct FrameSpec {
+    std::string src;         // IPv4 or IPv6 text; the family follows
+    std::string dst;
+    uint8_t proto = IPPROTO_UDP;
+    uint16_t src_port = 0;   // ICMP echo: the identifier
+    uint16_t dst_port = 0;
+    uint8_t tcp_flags = kSyn;
+    uint32_t seq = 1000;
+    uint32_t ack = 0;
+    uint8_t ttl = 64;
+    std::size_t payload = 0;
+    uint8_t src_mac_last = 0x01;  // 02:00:00:00:00:NN
+    uint8_t dst_mac_last = 0x02;
+};
+
+inline FrameSpec tcp_spec(const char* src, uint16_t sport, const char* dst, uint16_t dport, uint8_t flags = kSyn) {
+    FrameSpec f;
+    f.src = src, f.dst = dst, f.proto = IPPROTO_TCP, f.src_port = sport, f.dst_port = dport, f.tcp_flags = flags;
+    return f;
+}
+
+inline FrameSpec udp_spec(const char* src, uint16_t sport, const char* dst, uint16_t dport) {
+    FrameSpec f = tcp_spec(src, sport, dst, dport, 0);
+    f.proto = IPPROTO_UDP;
+    return f;
+}
+
+inline void put16(uint8_t* p, uint16_t v) {
+    p[0] = static_cast<uint8_t>(v >> 8);
+    p[1] = static_cast<uint8_t>(v);
+}
+inline void put32(uint8_t* p, uint32_t v) {
+    put16(p, static_cast<uint16_t>(v >> 16));
+    put16(p + 2, static_cast<uint16_t>(v));
+}
+inline uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+
+inline bool is_v6(const std::string& address) { return address.find(':') != std::string::npos; }
+
+inline Bytes address_bytes(const std::string& text) {
+    Bytes b(is_v6(text) ? 16 : 4);
+    if (inet_pton(is_v6(text) ? AF_INET6 : AF_INET, text.c_str(), b.data()) != 1) throw std::runtime_error("bad address " + text);
+    return b;
+}
+
+// The L4 checksum over the pseudo-header and segment (RFC 768, 793, 4443; ICMPv4 has no pseudo-header), in the
+// buffer's byte order: stored as is, and 0 over a segment whose checksum is right.
+inline uint16_t l4_checksum(const Bytes& src, const Bytes& dst, uint8_t proto, const uint8_t* l4, std::size_t len) {
+    Bytes sum_over;
+    if (proto != IPPROTO_ICMP) {
+        sum_over.insert(sum_over.end(), src.begin(), src.end());
+        sum_over.insert(sum_over.end(), dst.begin(), dst.end());
+        const uint8_t tail[] = {0, 0, static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len), 0, 0, 0, proto};
+        if (src.size() == 4) sum_over.insert(sum_over.end(), {0, proto, tail[2], tail[3]});
+        else sum_over.insert(sum_over.end(), std::begin(tail), std::end(tail));
+    }
+    sum_over.insert(sum_over.end(), l4, l4 + len);
+    return checksum_compute(sum_over.data(), sum_over.size());
+}
+
+inline Bytes frame(const FrameSpec& f) {
+    const Bytes src = address_bytes(f.src), dst = address_bytes(f.dst);
+    const bool v6 = src.size() == 16;
+    std::size_t l4_len = f.proto == IPPROTO_TCP ? 20 : 8;
+    l4_len += f.payload;
+    Bytes l4(l4_len, 0);
+    if (f.proto == IPPROTO_TCP) {
+        put16(&l4[0], f.src_port);
+        put16(&l4[2], f.dst_port);
+        put32(&l4[4], f.seq);
+        put32(&l4[8], f.ack);
+        l4[12] = 5 << 4;
+        l4[13] = f.tcp_flags;
+        put16(&l4[14], 65535);
+    } else if (f.proto == IPPROTO_UDP) {
+        put16(&l4[0], f.src_port);
+        put16(&l4[2], f.dst_port);
+        put16(&l4[4], static_cast<uint16_t>(l4_len));
+    } else {  // echo request
+        l4[0] = v6 ? 128 : 8;
+        put16(&l4[4], f.src_port);
+        put16(&l4[6], 1);
+    }
+    const std::size_t sum_at = f.proto == IPPROTO_TCP ? 16 : f.proto == IPPROTO_UDP ? 6 : 2;
+    const uint8_t proto = f.proto == IPPROTO_ICMP && v6 ? uint8_t{IPPROTO_ICMPV6} : f.proto;
+    const uint16_t l4_sum = l4_checksum(src, dst, proto, l4.data(), l4.size());
+    std::memcpy(&l4[sum_at], &l4_sum, 2);
+
+    Bytes out(14, 0);
+    out[0] = 0x02, out[5] = f.dst_mac_last;
+    out[6] = 0x02, out[11] = f.src_mac_last;
+    put16(&out[12], v6 ? 0x86dd : 0x0800);
+    Bytes ip(v6 ? 40 : 20, 0);
+    if (v6) {
+        ip[0] = 0x60;
+        put16(&ip[4], static_cast<uint16_t>(l4.size()));
+        ip[6] = proto;
+        ip[7] = f.ttl;
+        std::memcpy(&ip[8], src.data(), 16);
+        std::memcpy(&ip[24], dst.data(), 16);
+    } else {
+        ip[0] = 0x45;
+        put16(&ip[2], static_cast<uint16_t>(20 + l4.size()));
+        ip[6] = 0x40;  // DF
+        ip[8] = f.ttl;
+        ip[9] = proto;
+        std::memcpy(&ip[12], src.data(), 4);
+        std::memcpy(&ip[16], dst.data(), 4);
+        const uint16_t ip_sum = checksum_compute(ip.data(), 20);
+        std::memcpy(&ip[10], &ip_sum, 2);
+    }
+    out.insert(out.end(), ip.begin(), ip.end());
+    out.insert(out.end(), l4.begin(), l4.end());
+    return out;
+}
+
+// What a test reads back from a frame sluice sent (untagged Ethernet, IPv4 or IPv6 without extension headers).
+struct SeenFrame {
+    std::string src, dst;
+    uint8_t proto = 0;
+    uint16_t src_port = 0, dst_port = 0;
+    uint8_t tcp_flags = 0;
+    uint8_t ttl = 0;
+    uint8_t dst_mac_last = 0;
+    bool checksums_ok = false;
+};
+
+inline SeenFrame read_frame(const Bytes& b) {
+    SeenFrame s;
+    const bool v6 = get16(&b[12]) == 0x86dd;
+    const uint8_t* ip = &b[14];
+    char text[INET6_ADDRSTRLEN];
+    const std::size_t alen = v6 ? 16 : 4;
+    const uint8_t* src = ip + (v6 ? 8 : 12);
+    const uint8_t* dst = ip + (v6 ? 24 : 16);
+    s.src = inet_ntop(v6 ? AF_INET6 : AF_INET, src, text, sizeof text);
+    s.dst = inet_ntop(v6 ? AF_INET6 : AF_INET, dst, text, sizeof text);
+    s.proto = ip[v6 ? 6 : 9];
+    s.ttl = ip[v6 ? 7 : 8];
+    s.dst_mac_last = b[5];
+    const std::size_t ihl = v6 ? 40 : (ip[0] & 0x0f) * 4u;
+    const std::size_t l4_len = v6 ? get16(ip + 4) : get16(ip + 2) - ihl;
+    const uint8_t* l4 = ip + ihl;
+    if (s.proto == IPPROTO_TCP || s.proto == IPPROTO_UDP) {
+        s.src_port = get16(l4);
+        s.dst_port = get16(l4 + 2);
+    }
+    if (s.proto == IPPROTO_TCP) s.tcp_flags = l4[13];
+    const bool ip_ok = v6 || checksum_compute(ip, ihl) == 0;
+    const Bytes src_b(src, src + alen), dst_b(dst, dst + alen);
+    s.checksums_ok = ip_ok && l4_checksum(src_b, dst_b, s.proto, l4, l4_len) == 0;
+    return s;
+}
+
+}  // namespace sluice::test

@@ -1,0 +1,134 @@
+#include "pipeline/pipeline_lab.hpp"
+
+#include <stdexcept>
+
+#include <rte_cycles.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+
+#include <spdlog/spdlog.h>
+
+#include "control/dataplane_plan.hpp"
+#include "packet/packet_meta.hpp"
+
+namespace sluice::test {
+namespace {
+
+unsigned g_labs = 0;  // names of rings, ports and pools are process-wide: each lab gets its own
+
+constexpr unsigned kPoolSize = 4095;
+constexpr unsigned kRingSize = 1024;
+
+rte_ring* make_ring(const std::string& name) {
+    rte_ring* r = rte_ring_create(name.c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (!r) throw std::runtime_error("rte_ring_create " + name + ": " + rte_strerror(rte_errno));
+    return r;
+}
+
+}  // namespace
+
+PipelineLab::PipelineLab(const std::string& yaml) {
+    ConfigResult loaded = load_config_text(yaml, "lab.yaml");
+    if (!loaded.config) {
+        std::string errors;
+        for (const ConfigError& e : loaded.errors) errors += "\n" + e.to_string();
+        throw std::runtime_error("the lab's config does not load:" + errors);
+    }
+    config_ = std::move(*loaded.config);
+    spdlog::set_level(spdlog::level::warn);  // the daemon's start-up lines, once per lab, say nothing a test reads
+    if (!register_packet_meta()) throw std::runtime_error("cannot register the PacketMeta dynfield");
+    const std::string lab = "lab" + std::to_string(++g_labs);
+    pool_ = rte_pktmbuf_pool_create((lab + "_pool").c_str(), kPoolSize, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+                                    static_cast<int>(rte_socket_id()));
+    if (!pool_) throw std::runtime_error(std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno));
+
+    std::size_t workers = 0;
+    for (const LcoreConfig& l : config_.lcores) workers += l.worker ? 1 : 0;
+    for (PortSpec& spec : config_.ports) {
+        const std::string name = lab + "_" + spec.name;
+        RingPort& ring = rings_[spec.name];
+        ring.rx = make_ring(name + "_rx");
+        for (std::size_t w = 0; w < workers; ++w) ring.tx.push_back(make_ring(name + "_tx" + std::to_string(w)));
+        const int id = rte_eth_from_rings(name.c_str(), &ring.rx, 1, ring.tx.data(),
+                                          static_cast<unsigned>(ring.tx.size()), static_cast<unsigned>(rte_socket_id()));
+        char ethdev[RTE_ETH_NAME_MAX_LEN];
+        if (id < 0 || rte_eth_dev_get_name_by_port(static_cast<uint16_t>(id), ethdev) != 0)
+            throw std::runtime_error("rte_eth_from_rings " + name + ": " + rte_strerror(rte_errno));
+        spec.device = ethdev;  // the ethdev the daemon's Port finds by its device name
+        ports_.push_back(std::make_unique<Port>(spec));
+        ports_.back()->start(static_cast<uint16_t>(workers), pool_);
+        identities_.push_back({spec.name, ports_.back()->id(), ports_.back()->mac()});
+    }
+    auto first = build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()), workers);
+    // Every lcore of the plan runs on this thread, in plan order.
+    DataplaneSpec spec = dataplane_spec(config_, identities_);
+    for (LcorePlan& plan : spec.lcores) plan.lcore_id = rte_lcore_id();
+    dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
+    tsc_hz_ = rte_get_tsc_hz();
+    now_tsc_ = rte_rdtsc();
+}
+
+PipelineLab::~PipelineLab() {
+    dataplane_.reset();
+    for (auto& port : ports_) port->stop();
+    ports_.clear();
+    for (auto& [name, ring] : rings_) {
+        rte_ring_free(ring.rx);
+        for (rte_ring* r : ring.tx) rte_ring_free(r);
+    }
+    rte_mempool_free(pool_);
+}
+
+uint16_t PipelineLab::port_id(const std::string& name) const {
+    for (const PortIdentity& p : identities_)
+        if (p.name == name) return p.id;
+    throw std::runtime_error("the lab has no port " + name);
+}
+
+void PipelineLab::send(const std::string& port, const std::vector<Bytes>& frames) {
+    for (const Bytes& f : frames) {
+        rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+        if (!m) throw std::runtime_error("the lab's pool is empty");
+        char* data = rte_pktmbuf_append(m, static_cast<uint16_t>(f.size()));
+        std::memcpy(data, f.data(), f.size());
+        m->port = port_id(port);
+        if (rte_ring_enqueue(rings_.at(port).rx, m) != 0) {
+            rte_pktmbuf_free(m);
+            throw std::runtime_error("the RX ring of " + port + " is full");
+        }
+    }
+}
+
+uint32_t PipelineLab::run() {
+    uint32_t moved = 0;
+    for (;;) {
+        const uint32_t n = dataplane_->run_inline(now_tsc_);
+        if (n == 0) return moved;
+        moved += n;
+    }
+}
+
+std::vector<Bytes> PipelineLab::take_sent(const std::string& port) {
+    std::vector<Bytes> out;
+    for (rte_ring* ring : rings_.at(port).tx) {
+        void* obj;
+        while (rte_ring_dequeue(ring, &obj) == 0) {
+            auto* m = static_cast<rte_mbuf*>(obj);
+            const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
+            out.emplace_back(data, data + rte_pktmbuf_data_len(m));
+            rte_pktmbuf_free(m);
+        }
+    }
+    return out;
+}
+
+std::vector<Bytes> PipelineLab::exchange(const std::string& in_port, const std::vector<Bytes>& frames,
+                                         const std::string& out_port) {
+    send(in_port, frames);
+    run();
+    return take_sent(out_port);
+}
+
+}  // namespace sluice::test
