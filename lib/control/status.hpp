@@ -4,13 +4,19 @@
 // by the telemetry and exporter threads under its mutex.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <rte_ethdev.h>
 #include <rte_mempool.h>
+#include <rte_ring.h>
 
+#include "dpdk/mempool.hpp"
 #include "pipeline/dataplane.hpp"
 
 namespace sluice {
@@ -144,5 +150,98 @@ struct StatusView {
     const XdpStats* xdp = nullptr;
     const BgpStats* bgp = nullptr;
 };
+
+// Each port's device counters (rte_eth_stats), declared once: /sluice/stats "port/NAME/hw_<name>", Prometheus
+// sluice_port_<name>_total{port}.
+struct PortDeviceCounterInfo {
+    std::string_view name;
+    uint64_t rte_eth_stats::*member;
+    std::string_view telemetry_key;  // after "port/NAME/"
+    std::string_view family;
+    std::string_view help;
+};
+
+#define SLUICE_PORT_DEVICE_COUNTERS(X)                                                     \
+    X(rx_missed, imissed, "Packets the device dropped for lack of RX descriptors")         \
+    X(rx_nombuf, rx_nombuf, "RX mbuf allocation failures")                                 \
+    X(rx_errors, ierrors, "Erroneous packets received by the device")                      \
+    X(tx_errors, oerrors, "Packets the device failed to transmit")
+
+inline constexpr std::array kPortDeviceCounterInfo = {
+#define SLUICE_PORT_DEVICE_COUNTER_INFO(name, member, help) \
+    PortDeviceCounterInfo{#name, &rte_eth_stats::member, "hw_" #name, "sluice_port_" #name "_total", help},
+    SLUICE_PORT_DEVICE_COUNTERS(SLUICE_PORT_DEVICE_COUNTER_INFO)
+#undef SLUICE_PORT_DEVICE_COUNTER_INFO
+};
+
+// What the outside views (telemetry, Prometheus) read of the data plane at one moment, read once here so that both
+// read it the same way. Any thread that may read the StatusView.
+struct PortReading {
+    std::string name;
+    PortCounters counters;                // summed over the lcores
+    std::optional<rte_eth_stats> device;  // absent when the driver would not answer
+    std::optional<bool> link_up;
+};
+
+struct ConnTableReading {
+    uint64_t capacity = 0;
+    uint64_t ipv6_entries = 0;
+    uint64_t ipv6_capacity = 0;
+};
+
+struct LcoreReading {
+    unsigned lcore_id = 0;
+    std::optional<uint16_t> worker;  // the worker index, for lcores that run the pipeline
+    std::array<uint64_t, kLcoreCounterInfo.size()> counters{};  // in kLcoreCounterInfo's order
+    uint64_t table_full_drops = 0;  // drops as ct_table_full
+    std::optional<ConnTableReading> table;
+    uint64_t ring_packets = 0;  // workers: their input ring's fill and size
+    uint64_t ring_capacity = 0;
+};
+
+struct PoolReading {
+    int socket = 0;
+    uint64_t in_use = 0;
+    uint64_t size = 0;
+};
+
+inline std::vector<PortReading> read_ports(const StatusView& view, const CounterTotals& totals) {
+    std::vector<PortReading> ports;
+    for (const StatusPort& p : view.ports) {
+        PortReading& reading = ports.emplace_back(PortReading{p.name, totals.ports[p.port_id], {}, {}});
+        rte_eth_stats device{};
+        if (rte_eth_stats_get(p.port_id, &device) == 0) reading.device = device;
+        rte_eth_link link{};
+        if (rte_eth_link_get_nowait(p.port_id, &link) == 0) reading.link_up = link.link_status != 0;
+    }
+    return ports;
+}
+
+inline std::vector<LcoreReading> read_lcores(const Dataplane& dataplane) {
+    std::vector<LcoreReading> lcores;
+    dataplane.for_each_lcore([&](const LcoreContext& ctx) {
+        LcoreReading& reading = lcores.emplace_back();
+        reading.lcore_id = ctx.lcore_id;
+        for (std::size_t i = 0; i < kLcoreCounterInfo.size(); ++i)
+            reading.counters[i] = counter_read(ctx.counters.*kLcoreCounterInfo[i].lcore);
+        reading.table_full_drops = counter_read(ctx.counters.drops[static_cast<std::size_t>(DropReason::ct_table_full)]);
+        if (!ctx.worker) return;
+        reading.worker = ctx.worker_index;
+        const rte_ring* ring = ctx.worker_rings[ctx.worker_index];
+        reading.ring_packets = rte_ring_count(ring);
+        reading.ring_capacity = rte_ring_get_capacity(ring);
+        if (ctx.conn_table)
+            reading.table = ConnTableReading{ctx.conn_table->capacity(), ctx.conn_table->ipv6_size(),
+                                             ctx.conn_table->ipv6_capacity()};
+    });
+    return lcores;
+}
+
+inline std::vector<PoolReading> read_pools(const StatusView& view) {
+    std::vector<PoolReading> pools;
+    for (const auto& [socket, pool] : view.pools)
+        pools.push_back(PoolReading{socket, mbufs_in_use(pool), pool->size});
+    return pools;
+}
 
 }  // namespace sluice

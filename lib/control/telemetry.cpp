@@ -5,10 +5,7 @@
 #include <string>
 
 #include <rte_cycles.h>
-#include <rte_ethdev.h>
 #include <rte_telemetry.h>
-
-#include "dpdk/mempool.hpp"
 
 namespace sluice {
 namespace {
@@ -40,66 +37,44 @@ void add_reload_record(rte_tel_data* d, const ReloadRecord& r) {
 int stats_command(const char*, const char*, rte_tel_data* d) {
     std::lock_guard lock(g_mutex);
     if (!g_view || !g_view->dataplane) return -1;
-    const CounterTotals totals = g_view->dataplane->totals();
+    const Dataplane& dataplane = *g_view->dataplane;
+    const CounterTotals totals = dataplane.totals();
+    const auto add = [d](const std::string& key, uint64_t value) { rte_tel_data_add_dict_u64(d, key.c_str(), value); };
     rte_tel_data_start_dict(d);
     uint64_t rx = 0, tx = 0;
-    for (const StatusPort& port : g_view->ports) {
-        const PortCounters& c = totals.ports[port.port_id];
-        rx += c.rx_packets;
-        tx += c.tx_packets;
+    for (const PortReading& port : read_ports(*g_view, totals)) {
+        rx += port.counters.rx_packets;
+        tx += port.counters.tx_packets;
         const std::string prefix = "port/" + port.name + "/";
-        rte_tel_data_add_dict_u64(d, (prefix + "rx_packets").c_str(), c.rx_packets);
-        rte_tel_data_add_dict_u64(d, (prefix + "rx_bytes").c_str(), c.rx_bytes);
-        rte_tel_data_add_dict_u64(d, (prefix + "tx_packets").c_str(), c.tx_packets);
-        rte_tel_data_add_dict_u64(d, (prefix + "tx_bytes").c_str(), c.tx_bytes);
-        rte_eth_stats hw{};
-        if (rte_eth_stats_get(port.port_id, &hw) == 0) {
-            rte_tel_data_add_dict_u64(d, (prefix + "hw_rx_missed").c_str(), hw.imissed);
-            rte_tel_data_add_dict_u64(d, (prefix + "hw_rx_nombuf").c_str(), hw.rx_nombuf);
-            rte_tel_data_add_dict_u64(d, (prefix + "hw_rx_errors").c_str(), hw.ierrors);
-            rte_tel_data_add_dict_u64(d, (prefix + "hw_tx_errors").c_str(), hw.oerrors);
-        }
+        for (const PortCounterInfo& info : kPortCounterInfo)
+            add(prefix + std::string(info.name), port.counters.*info.member);
+        if (!port.device) continue;
+        for (const PortDeviceCounterInfo& info : kPortDeviceCounterInfo)
+            add(prefix + std::string(info.telemetry_key), (*port.device).*info.member);
     }
-    rte_tel_data_add_dict_u64(d, "rx_packets", rx);
-    rte_tel_data_add_dict_u64(d, "tx_packets", tx);
-    rte_tel_data_add_dict_u64(d, "drops", totals.total_drops());
+    add("rx_packets", rx);
+    add("tx_packets", tx);
+    add("drops", totals.total_drops());
     for (std::size_t r = 1; r < kDropReasonCount; ++r)
-        rte_tel_data_add_dict_u64(d, ("drop/" + std::string(kDropReasonInfo[r].name)).c_str(), totals.drops[r]);
-    rte_tel_data_add_dict_u64(d, "polls", totals.polls);
-    rte_tel_data_add_dict_u64(d, "busy_polls", totals.busy_polls);
-    rte_tel_data_add_dict_u64(d, "busy_cycles", totals.busy_cycles);
-    rte_tel_data_add_dict_u64(d, "tsc_hz", rte_get_tsc_hz());
-    rte_tel_data_add_dict_u64(d, "ring_enqueued", totals.ring_enqueued);
-    rte_tel_data_add_dict_u64(d, "ring_dequeued", totals.ring_dequeued);
-    rte_tel_data_add_dict_u64(d, "ring_backlog", g_view->dataplane->ring_backlog());
+        add("drop/" + std::string(kDropReasonInfo[r].name), totals.drops[r]);
+    for (const LcoreCounterInfo& info : kLcoreCounterInfo)
+        if (!info.telemetry_key.empty()) add(std::string(info.telemetry_key), totals.*info.total);
+    add("tsc_hz", rte_get_tsc_hz());
+    add("ring_backlog", dataplane.ring_backlog());
     uint64_t in_use = 0;
-    for (const auto& [socket, pool] : g_view->pools) in_use += mbufs_in_use(pool);
-    rte_tel_data_add_dict_u64(d, "mbufs_in_use", in_use);
-    uint64_t capacity = 0, ipv6_entries = 0, ipv6_capacity = 0;
-    g_view->dataplane->for_each_lcore([&](const LcoreContext& ctx) {
-        if (!ctx.conn_table) return;
-        capacity += ctx.conn_table->capacity();
-        ipv6_entries += ctx.conn_table->ipv6_size();
-        ipv6_capacity += ctx.conn_table->ipv6_capacity();
-    });
-    rte_tel_data_add_dict_u64(d, "conn_entries", totals.conn_inserts - totals.conn_expired);
-    rte_tel_data_add_dict_u64(d, "conn_capacity", capacity);
-    rte_tel_data_add_dict_u64(d, "conn_ipv6_entries", ipv6_entries);
-    rte_tel_data_add_dict_u64(d, "conn_ipv6_capacity", ipv6_capacity);
-    rte_tel_data_add_dict_u64(d, "conn_inserts", totals.conn_inserts);
-    rte_tel_data_add_dict_u64(d, "conn_expired", totals.conn_expired);
-    rte_tel_data_add_dict_u64(d, "rejects_sent", totals.rejects_sent);
-    rte_tel_data_add_dict_u64(d, "too_big_sent", totals.too_big_sent);
-    rte_tel_data_add_dict_u64(d, "error_replies_limited", totals.error_replies_limited);
-    rte_tel_data_add_dict_u64(d, "echo_replies", totals.echo_replies);
-    rte_tel_data_add_dict_u64(d, "time_exceeded_sent", totals.time_exceeded_sent);
-    rte_tel_data_add_dict_u64(d, "neighbour_replies", totals.neighbour_replies);
-    rte_tel_data_add_dict_u64(d, "neighbour_solicitations", totals.neighbour_solicitations);
-    rte_tel_data_add_dict_u64(d, "neighbour_events_lost", totals.neighbour_events_lost);
-    rte_tel_data_add_dict_u64(d, "lb_stateless_adoptions", totals.lb_adoptions);
-    rte_tel_data_add_dict_u64(d, "lb_stateless_forwards", totals.lb_stateless_forwards);
-    rte_tel_data_add_dict_u64(d, "syn_cookies_sent", totals.syn_cookies_sent);
-    rte_tel_data_add_dict_u64(d, "syn_cookies_accepted", totals.syn_cookies_accepted);
+    for (const PoolReading& pool : read_pools(*g_view)) in_use += pool.in_use;
+    add("mbufs_in_use", in_use);
+    ConnTableReading tables;
+    for (const LcoreReading& lcore : read_lcores(dataplane)) {
+        if (!lcore.table) continue;
+        tables.capacity += lcore.table->capacity;
+        tables.ipv6_entries += lcore.table->ipv6_entries;
+        tables.ipv6_capacity += lcore.table->ipv6_capacity;
+    }
+    add("conn_entries", totals.conn_inserts - totals.conn_expired);
+    add("conn_capacity", tables.capacity);
+    add("conn_ipv6_entries", tables.ipv6_entries);
+    add("conn_ipv6_capacity", tables.ipv6_capacity);
     return 0;
 }
 
