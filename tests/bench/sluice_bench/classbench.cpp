@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
@@ -141,77 +142,80 @@ void parse_net(const std::string& token, uint32_t& addr, uint8_t& len, const std
     addr = ntohl(a.s_addr) & prefix_mask(len);
 }
 
-}  // namespace
+// A ClassBench rule line (after the '@'): '<src/len> <dst/len> <lo> : <hi> <lo> : <hi> <proto/mask>'.
+RuleSpec parse_rule(const std::vector<std::string>& t, const std::string& where) {
+    if (t.size() != 9 || t[3] != ":" || t[6] != ":")
+        throw std::runtime_error(where + ": expected '@src/len dst/len lo : hi lo : hi proto/mask'");
+    RuleSpec r;
+    parse_net(t[0], r.src, r.src_len, where);
+    parse_net(t[1], r.dst, r.dst_len, where);
+    r.sport_lo = static_cast<uint16_t>(field_number(t[2], 65535, where));
+    r.sport_hi = static_cast<uint16_t>(field_number(t[4], 65535, where));
+    r.dport_lo = static_cast<uint16_t>(field_number(t[5], 65535, where));
+    r.dport_hi = static_cast<uint16_t>(field_number(t[7], 65535, where));
+    const auto slash = t[8].find('/');
+    if (slash == std::string::npos) throw std::runtime_error(where + ": protocol must be value/mask");
+    r.proto = static_cast<uint8_t>(field_number(t[8].substr(0, slash), 255, where));
+    r.proto_mask = static_cast<uint8_t>(field_number(t[8].substr(slash + 1), 255, where));
+    if (r.proto_mask != 0 && r.proto_mask != 0xff)
+        throw std::runtime_error(where + ": protocol mask must be 0x00 or 0xff for sluice");
+    if (r.sport_lo > r.sport_hi || r.dport_lo > r.dport_hi) throw std::runtime_error(where + ": empty port range");
+    const bool wild_ports = r.sport_lo == 0 && r.sport_hi == 65535 && r.dport_lo == 0 && r.dport_hi == 65535;
+    if (!wild_ports && !(r.proto_mask && has_ports(r.proto)))
+        throw std::runtime_error(where + ": port ranges on a rule that is not TCP/UDP/SCTP: sluice would "
+                                         "ignore them, dpdk-test-acl would not");
+    return r;
+}
 
-std::vector<RuleSpec> read_rules(const std::string& path) {
+std::vector<std::string> tokens(const std::string& text) {
+    std::istringstream in(text);
+    std::vector<std::string> t;
+    for (std::string x; in >> x;) t.push_back(x);
+    return t;
+}
+
+// Calls parse(line, where) on each line of path that is neither blank nor a comment; where is "path:line". The
+// first std::runtime_error it throws fails the run with its message.
+void for_each_record(const std::string& path,
+                     const std::function<void(const std::string& line, const std::string& where)>& parse) {
     std::ifstream f(path);
     if (!f) fail("cannot read " + path);
-    std::vector<RuleSpec> rules;
     int line_no = 0;
     try {
         for (std::string line; std::getline(f, line);) {
             ++line_no;
-            if (skip_line(line)) continue;
-            const std::string where = path + ":" + std::to_string(line_no);
-            const auto at = line.find_first_not_of(" \t");
-            if (line[at] != '@') throw std::runtime_error(where + ": a rule starts with '@'");
-            std::istringstream in(line.substr(at + 1));
-            std::vector<std::string> t;
-            for (std::string x; in >> x;) t.push_back(x);
-            if (t.size() != 9 || t[3] != ":" || t[6] != ":")
-                throw std::runtime_error(where + ": expected '@src/len dst/len lo : hi lo : hi proto/mask'");
-            RuleSpec r;
-            parse_net(t[0], r.src, r.src_len, where);
-            parse_net(t[1], r.dst, r.dst_len, where);
-            r.sport_lo = static_cast<uint16_t>(field_number(t[2], 65535, where));
-            r.sport_hi = static_cast<uint16_t>(field_number(t[4], 65535, where));
-            r.dport_lo = static_cast<uint16_t>(field_number(t[5], 65535, where));
-            r.dport_hi = static_cast<uint16_t>(field_number(t[7], 65535, where));
-            const auto slash = t[8].find('/');
-            if (slash == std::string::npos) throw std::runtime_error(where + ": protocol must be value/mask");
-            r.proto = static_cast<uint8_t>(field_number(t[8].substr(0, slash), 255, where));
-            r.proto_mask = static_cast<uint8_t>(field_number(t[8].substr(slash + 1), 255, where));
-            if (r.proto_mask != 0 && r.proto_mask != 0xff)
-                throw std::runtime_error(where + ": protocol mask must be 0x00 or 0xff for sluice");
-            if (r.sport_lo > r.sport_hi || r.dport_lo > r.dport_hi)
-                throw std::runtime_error(where + ": empty port range");
-            const bool wild_ports = r.sport_lo == 0 && r.sport_hi == 65535 && r.dport_lo == 0 && r.dport_hi == 65535;
-            if (!wild_ports && !(r.proto_mask && has_ports(r.proto)))
-                throw std::runtime_error(where + ": port ranges on a rule that is not TCP/UDP/SCTP: sluice would "
-                                                 "ignore them, dpdk-test-acl would not");
-            rules.push_back(r);
+            if (!skip_line(line)) parse(line, path + ":" + std::to_string(line_no));
         }
     } catch (const std::runtime_error& e) {
         fail(e.what());
     }
+}
+
+}  // namespace
+
+std::vector<RuleSpec> read_rules(const std::string& path) {
+    std::vector<RuleSpec> rules;
+    for_each_record(path, [&](const std::string& line, const std::string& where) {
+        const auto at = line.find_first_not_of(" \t");
+        if (line[at] != '@') throw std::runtime_error(where + ": a rule starts with '@'");
+        rules.push_back(parse_rule(tokens(line.substr(at + 1)), where));
+    });
     return rules;
 }
 
 std::vector<TraceTuple> read_trace(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) fail("cannot read " + path);
     std::vector<TraceTuple> trace;
-    int line_no = 0;
-    try {
-        for (std::string line; std::getline(f, line);) {
-            ++line_no;
-            if (skip_line(line)) continue;
-            const std::string where = path + ":" + std::to_string(line_no);
-            std::istringstream in(line);
-            std::vector<std::string> t;
-            for (std::string x; in >> x;) t.push_back(x);
-            if (t.size() < 5) throw std::runtime_error(where + ": expected 'src dst sport dport proto'");
-            TraceTuple tt;
-            tt.src = static_cast<uint32_t>(field_number(t[0], UINT32_MAX, where));
-            tt.dst = static_cast<uint32_t>(field_number(t[1], UINT32_MAX, where));
-            tt.sport = static_cast<uint16_t>(field_number(t[2], 65535, where));
-            tt.dport = static_cast<uint16_t>(field_number(t[3], 65535, where));
-            tt.proto = static_cast<uint8_t>(field_number(t[4], 255, where));
-            trace.push_back(tt);
-        }
-    } catch (const std::runtime_error& e) {
-        fail(e.what());
-    }
+    for_each_record(path, [&](const std::string& line, const std::string& where) {
+        const std::vector<std::string> t = tokens(line);
+        if (t.size() < 5) throw std::runtime_error(where + ": expected 'src dst sport dport proto'");
+        TraceTuple tt;
+        tt.src = static_cast<uint32_t>(field_number(t[0], UINT32_MAX, where));
+        tt.dst = static_cast<uint32_t>(field_number(t[1], UINT32_MAX, where));
+        tt.sport = static_cast<uint16_t>(field_number(t[2], 65535, where));
+        tt.dport = static_cast<uint16_t>(field_number(t[3], 65535, where));
+        tt.proto = static_cast<uint8_t>(field_number(t[4], 255, where));
+        trace.push_back(tt);
+    });
     if (trace.empty()) fail(path + ": no trace records");
     return trace;
 }

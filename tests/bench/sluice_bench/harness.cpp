@@ -100,7 +100,8 @@ void start_eal(Dpdk& d, const Options& o, const char* argv0) {
         args.insert(args.end(), o.eal.begin(), o.eal.end());
         d.hugepages = std::none_of(o.eal.begin(), o.eal.end(), [](const std::string& a) { return a == "--no-huge"; });
     }
-    if (std::none_of(args.begin(), args.end(), [](const std::string& a) { return a.find("net_null") != std::string::npos; }))
+    const auto names_null = [](const std::string& a) { return a.find("net_null") != std::string::npos; };
+    if (std::none_of(args.begin(), args.end(), names_null))
         args.emplace_back("--vdev=net_null0,no-rx=1");
     for (std::size_t i = 1; i < args.size(); ++i) d.eal_line += (i > 1 ? " " : "") + args[i];
     std::vector<char*> argv;
@@ -111,7 +112,8 @@ void start_eal(Dpdk& d, const Options& o, const char* argv0) {
     const std::string runtime_dir = rte_eal_get_runtime_dir();
     if (d.own_prefix && runtime_dir.find("/bench-" + std::to_string(getpid())) != std::string::npos)
         g_runtime_dir = runtime_dir;
-    if (!register_packet_meta()) fail(std::string("cannot register the PacketMeta dynfield: ") + rte_strerror(rte_errno));
+    if (!register_packet_meta())
+        fail(std::string("cannot register the PacketMeta dynfield: ") + rte_strerror(rte_errno));
     d.tsc_hz = rte_get_tsc_hz();
 }
 

@@ -88,7 +88,8 @@ rte_acl_ctx* build_reference_acl(const std::vector<ReferenceAclRule>& rules, uin
     param.max_rule_num = static_cast<uint32_t>(rules.size());
     rte_acl_ctx* ctx = rte_acl_create(&param);
     if (!ctx) fail("rte_acl_create: " + std::string(rte_strerror(rte_errno)));
-    int rc = rte_acl_add_rules(ctx, reinterpret_cast<const rte_acl_rule*>(rules.data()), static_cast<uint32_t>(rules.size()));
+    int rc = rte_acl_add_rules(ctx, reinterpret_cast<const rte_acl_rule*>(rules.data()),
+                               static_cast<uint32_t>(rules.size()));
     if (rc == 0) rc = rte_acl_build(ctx, &cfg);
     cycles = rte_rdtsc() - t0;
     if (rc != 0) fail("reference rte_acl_add_rules/build: " + std::string(rte_strerror(-rc)));

@@ -94,7 +94,8 @@ std::string ordinal_count(uint64_t n) {
 }
 
 void Table::print() const {
-    std::printf("\n%-58s %-44s %10s %10s %7s  %s\n", "measurement", "reference", "reference", "sluice", "ratio", "unit");
+    std::printf("\n%-58s %-44s %10s %10s %7s  %s\n", "measurement", "reference", "reference", "sluice", "ratio",
+                "unit");
     for (const Row& r : rows_) {
         const std::string ratio = r.has_ref && r.ref.median > 0 ? fmt(r.sluice.median / r.ref.median) : "-";
         std::printf("%-58s %-44s %10s %10s %7s  %s\n", r.measurement.c_str(), r.reference.c_str(),

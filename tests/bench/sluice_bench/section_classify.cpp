@@ -64,29 +64,15 @@ public:
     ClassifyRun& operator=(const ClassifyRun&) = delete;
 
     double pass_wrapped() {
-        bursts_.clear();
-        for (std::size_t off = 0; off < n_; off += kBurst) {
-            const auto count = static_cast<uint32_t>(std::min<std::size_t>(kBurst, n_ - off));
-            warm(&tuples_[off], count * sizeof(FiveTuple));
-            warm(&tuple_ptrs_[off], count * sizeof(tuple_ptrs_[0]));
-            const uint64_t t0 = rte_rdtsc_precise();
+        return pass(tuples_, tuple_ptrs_, [&](std::size_t off, uint32_t count) {
             acl_->classify(&tuple_ptrs_[off], in_ports_.data(), &wrapped_[off], count);
-            bursts_.emplace_back(timed_cycles(d_, t0, rte_rdtsc_precise()), count);
-        }
-        return cycles_per_item(d_, bursts_);
+        });
     }
 
     double pass_raw() {
-        bursts_.clear();
-        for (std::size_t off = 0; off < n_; off += kBurst) {
-            const auto count = static_cast<uint32_t>(std::min<std::size_t>(kBurst, n_ - off));
-            warm(&keys_[off], count * sizeof(Ipv4AclKey));
-            warm(&key_ptrs_[off], count * sizeof(key_ptrs_[0]));
-            const uint64_t t0 = rte_rdtsc_precise();
+        return pass(keys_, key_ptrs_, [&](std::size_t off, uint32_t count) {
             rte_acl_classify(ctx_, &key_ptrs_[off], &raw_[off], count, 1);
-            bursts_.emplace_back(timed_cycles(d_, t0, rte_rdtsc_precise()), count);
-        }
-        return cycles_per_item(d_, bursts_);
+        });
     }
 
     // Correctness first: AclClassifier against a linear first-match on a sample, and against raw rte_acl. Returns
@@ -128,6 +114,21 @@ public:
     bool set_method(enum rte_acl_classify_alg a) { return rte_acl_set_ctx_classify(ctx_, a) == 0; }
 
 private:
+    // Each burst's inputs and the pointers to them are warmed (untimed), then classify_burst(offset, count) is timed.
+    template <typename Input, typename Pointer, typename ClassifyBurst>
+    double pass(const std::vector<Input>& inputs, const std::vector<Pointer>& pointers, ClassifyBurst classify_burst) {
+        bursts_.clear();
+        for (std::size_t off = 0; off < n_; off += kBurst) {
+            const auto count = static_cast<uint32_t>(std::min<std::size_t>(kBurst, n_ - off));
+            warm(&inputs[off], count * sizeof(Input));
+            warm(&pointers[off], count * sizeof(Pointer));
+            const uint64_t t0 = rte_rdtsc_precise();
+            classify_burst(off, count);
+            bursts_.emplace_back(timed_cycles(d_, t0, rte_rdtsc_precise()), count);
+        }
+        return cycles_per_item(d_, bursts_);
+    }
+
     void build() {
         std::vector<Rule> rules;
         for (std::size_t i = 0; i < specs_.size(); ++i) rules.push_back(to_rule(specs_[i], i));

@@ -214,10 +214,10 @@ void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& pla
                     k.conns->size(), shares.c_str());
         if (established != live || k.conns->size() != live * k.entries_per_conn)
             std::printf("WARNING: lb %s: connections failed to open (drops so far {%s})\n", k.name,
-                        drops_since(d, std::array<uint64_t, kDropReasonCount>{}).c_str());
+                        drops_since(d, DropCounts{}).c_str());
     }
     std::printf("lb: %u connections per kind opened through the worker path in %.1f s\n", live,
-                static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz));
+                seconds_since(d, t0));
 
     // The measured streams: random connections, one packet each.
     const auto stream_of = [&](const Kind& k, uint32_t reply_percent) {
@@ -276,8 +276,7 @@ void section_lb(Dpdk& d, const Options& o, Table& table) {
     const auto balanced = make_snapshot(d, rules, true);              // the same rules and three services
     const auto balanced_open = make_snapshot(d, {}, true, false);     // the services, firewall off
     std::printf("lb: snapshots (1k rules; %zu services of %u backends, Maglev %u) built in %.2f s\n",
-                balanced->lb->services.size(), kLbBackends, kLbMaglevSize,
-                static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(d.tsc_hz));
+                balanced->lb->services.size(), kLbBackends, kLbMaglevSize, seconds_since(d, t0));
     // The worker's NAT ports, as the Dataplane gives worker 0 of 1 (config/sluice.yaml's nat_ports: 1024-65535).
     NatPortPool ports(1024, 65535, 0, 1, balanced->lb->pool.size());
     d.ctx->nat_ports = &ports;

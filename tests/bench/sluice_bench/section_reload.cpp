@@ -81,7 +81,9 @@ std::vector<Prefix> random_prefixes(std::size_t count, Rng& rng, const std::func
     return out;
 }
 
-std::string prefix_text(const Prefix& p) { return to_string(p.address, IpFamily::ipv4) + "/" + std::to_string(p.length); }
+std::string prefix_text(const Prefix& p) {
+    return to_string(p.address, IpFamily::ipv4) + "/" + std::to_string(p.length);
+}
 
 std::string ports_text(uint16_t lo, uint16_t hi) {
     return lo == hi ? std::to_string(lo) : "\"" + std::to_string(lo) + "-" + std::to_string(hi) + "\"";
@@ -128,7 +130,8 @@ std::string write_reload_config(const std::string& dir, const std::vector<RuleSp
     }
     y << "load_balancer:\n  nat_pool: [";
     for (std::size_t i = 0; i < lb.load_balancer.nat_pool.size(); ++i)
-        y << (i ? ", " : "") << "\"" << to_string(lb.load_balancer.nat_pool[i].address, lb.load_balancer.nat_pool_families[i]) << "\"";
+        y << (i ? ", " : "") << "\""
+          << to_string(lb.load_balancer.nat_pool[i].address, lb.load_balancer.nat_pool_families[i]) << "\"";
     y << "]\n  tunnel_source: " << to_string(*lb.load_balancer.tunnel_source_v4, IpFamily::ipv4) << "\nservices:\n";
     for (const ServiceConfig& s : lb.services) {
         y << "  - name: " << s.name << "\n    vip: " << to_string(s.vip, s.family) << "\n    port: " << s.port
