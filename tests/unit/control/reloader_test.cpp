@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "control/reloader.hpp"
+#include "fake_dataplane.hpp"
 
 using namespace sluice;
 
@@ -19,29 +20,6 @@ lcores:
 forward:
   - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:02"}
 )";
-
-// The data plane reduced to its snapshot slot: counts publications; no worker tracks connections.
-class FakeDataplane final : public LiveDataplane {
-public:
-    explicit FakeDataplane(std::unique_ptr<Snapshot> first) : running_(std::move(first)) {}
-    const Snapshot& snapshot() const override { return *running_; }
-    std::unique_ptr<Snapshot> publish(std::unique_ptr<Snapshot> next) override {
-        ++publications;
-        std::swap(next, running_);
-        return next;
-    }
-    uint16_t worker_count() const override { return 1; }
-    std::vector<std::unique_ptr<FlowWalk>> rejudge(const Snapshot&, std::chrono::milliseconds) override {
-        ++rejudged;
-        return {};
-    }
-    uint64_t connections_opened() const override { return 0; }
-    int publications = 0;
-    int rejudged = 0;
-
-private:
-    std::unique_ptr<Snapshot> running_;
-};
 
 std::vector<PortIdentity> ports() { return {{"lan", 0, {}}, {"wan", 1, {}}}; }
 
