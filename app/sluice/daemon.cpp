@@ -406,6 +406,29 @@ private:
         xdp_stats_.write(std::move(record));
     }
 
+    // Every control-loop turn: link changes, the published records, ARP/ND, BGP, the decision log and the watchdog.
+    void loop_turn() {
+        for (std::size_t i = 0; i < ports_.size(); ++i) {
+            rte_eth_link link{};
+            if (rte_eth_link_get_nowait(ports_[i]->id(), &link) != 0) continue;
+            if (link.link_status != link_up_[i]) {
+                link_up_[i] = link.link_status;
+                ports_[i]->log_link();
+            }
+        }
+        stats_->refresh();
+        publish_steering();
+        run_neighbours();
+        update_announcements();
+        stats_->write_decision_log();
+        std::vector<uint64_t> heartbeats;
+        dataplane_->for_each_lcore(
+            [&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
+        for (std::size_t stalled : systemd_.tick(heartbeats))
+            spdlog::error("lcore {} is stalled (its poll counter stopped); withholding the systemd watchdog ping",
+                          config().lcores[stalled].id);
+    }
+
     // Waits for signals, reload requests and config file changes; logs link changes.
     void control_loop() {
         sigset_t signals;
@@ -424,26 +447,7 @@ private:
         bool file_changed = false;
         auto file_changed_at = std::chrono::steady_clock::now();
         for (;;) {
-            for (std::size_t i = 0; i < ports_.size(); ++i) {
-                rte_eth_link link{};
-                if (rte_eth_link_get_nowait(ports_[i]->id(), &link) != 0) continue;
-                if (link.link_status != link_up_[i]) {
-                    link_up_[i] = link.link_status;
-                    ports_[i]->log_link();
-                }
-            }
-            stats_->refresh();
-            publish_steering();
-            run_neighbours();
-            update_announcements();
-            stats_->write_decision_log();
-            std::vector<uint64_t> heartbeats;
-            dataplane_->for_each_lcore(
-                [&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
-            for (std::size_t stalled : systemd_.tick(heartbeats))
-                spdlog::error("lcore {} is stalled (its poll counter stopped); withholding the systemd watchdog ping",
-                              config().lcores[stalled].id);
-
+            loop_turn();
             pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0},
                             {health_transitions_.fd(), POLLIN, 0}};
             int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
