@@ -22,6 +22,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/unique_fd.hpp"
 #include "control/bird_announcer.hpp"
 #include "control/control_mailbox.hpp"
 #include "control/dataplane_plan.hpp"
@@ -109,16 +110,6 @@ void log_totals(const CounterTotals& totals, const std::vector<std::unique_ptr<P
 }
 
 // A file descriptor closed when it goes.
-struct Fd {
-    int fd = -1;
-    explicit Fd(int f) : fd(f) {}
-    ~Fd() {
-        if (fd >= 0) close(fd);
-    }
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-};
-
 class Daemon {
 public:
     Daemon(const Config& config, std::string program, std::vector<std::string> extra_eal_args)
@@ -407,12 +398,12 @@ private:
         sigset_t signals;
         sigemptyset(&signals);
         for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
-        Fd signal_fd(signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
+        UniqueFd signal_fd(signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
         // Watch the directory: editors that write a new file and rename it over the old one replace the inode.
         const std::filesystem::path path = std::filesystem::absolute(config().path);
         const std::string file_name = path.filename();
-        Fd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
-        if (inotify_add_watch(inotify.fd, path.parent_path().c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0)
+        UniqueFd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+        if (inotify_add_watch(inotify.get(), path.parent_path().c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0)
             spdlog::warn("cannot watch {} for changes ({}); reload with SIGHUP", path.parent_path().string(),
                          std::strerror(errno));
 
@@ -421,7 +412,7 @@ private:
         auto file_changed_at = std::chrono::steady_clock::now();
         for (;;) {
             loop_turn();
-            pollfd fds[] = {{signal_fd.fd, POLLIN, 0}, {inotify.fd, POLLIN, 0}, {mailbox_.fd(), POLLIN, 0},
+            pollfd fds[] = {{signal_fd.get(), POLLIN, 0}, {inotify.get(), POLLIN, 0}, {mailbox_.fd(), POLLIN, 0},
                             {health_transitions_.fd(), POLLIN, 0}};
             int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
             if (drain_ends_) {
@@ -433,7 +424,7 @@ private:
             if (fds[3].revents & POLLIN) reloader_->apply_health_transitions();
 
             signalfd_siginfo info;
-            while (read(signal_fd.fd, &info, sizeof info) == sizeof info) {
+            while (read(signal_fd.get(), &info, sizeof info) == sizeof info) {
                 const char* name = info.ssi_signo == SIGINT    ? "SIGINT"
                                    : info.ssi_signo == SIGTERM ? "SIGTERM"
                                                                : "SIGHUP";
@@ -449,7 +440,7 @@ private:
             }
             alignas(inotify_event) char events[4096];
             ssize_t n;
-            while ((n = read(inotify.fd, events, sizeof events)) > 0) {
+            while ((n = read(inotify.get(), events, sizeof events)) > 0) {
                 for (char* p = events; p < events + n;) {
                     const auto* event = reinterpret_cast<const inotify_event*>(p);
                     if (event->len && file_name == event->name) {

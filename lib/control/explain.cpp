@@ -9,6 +9,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "common/ip_proto.hpp"
 #include "pipeline/early_drop.hpp"
 
 namespace sluice {
@@ -49,10 +50,10 @@ bool parse_explain_query(const std::string& text, ExplainQuery& query, std::stri
     std::string proto, src, dst;
     in >> proto >> src >> dst >> query.in_port;
     query.tuple = FiveTuple{};
-    if (proto == "tcp") query.tuple.proto = IPPROTO_TCP;
-    else if (proto == "udp") query.tuple.proto = IPPROTO_UDP;
-    else if (proto == "icmp") query.tuple.proto = IPPROTO_ICMP;
-    else if (proto == "icmpv6") query.tuple.proto = IPPROTO_ICMPV6;
+    if (proto == "tcp") query.tuple.proto = kIpProtoTcp;
+    else if (proto == "udp") query.tuple.proto = kIpProtoUdp;
+    else if (proto == "icmp") query.tuple.proto = kIpProtoIcmp;
+    else if (proto == "icmpv6") query.tuple.proto = kIpProtoIcmpv6;
     else if (!proto.empty() && proto.size() <= 3 && proto.find_first_not_of("0123456789") == std::string::npos && std::stoul(proto) < 256)
         query.tuple.proto = static_cast<uint8_t>(std::stoul(proto));
     else return error = "protocol '" + proto + "' is not tcp, udp, icmp, icmpv6 or a number", false;
@@ -104,7 +105,7 @@ NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t
     }
     if (d.verdict.action == RuleAction::deny) return drop(DropReason::rule_deny);
     if (service && d.backend == kNoBackend) return drop(DropReason::lb_no_backend);
-    if (service && service->syn_proxy && t.proto == IPPROTO_TCP) d.fate = NewPacketFate::answered_with_cookie;
+    if (service && service->syn_proxy && t.proto == kIpProtoTcp) d.fate = NewPacketFate::answered_with_cookie;
     return d;
 }
 
@@ -121,10 +122,10 @@ void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacket
         if (id < fw.limits.size() && fw.limits[id].tokens_per_tsc > 0) line += " (rate limited)";
         lines.push_back(line);
         if (d.verdict.action == RuleAction::reject)
-            lines.push_back(t.proto == IPPROTO_TCP ? "  a TCP RST goes back out of the ingress port"
+            lines.push_back(t.proto == kIpProtoTcp ? "  a TCP RST goes back out of the ingress port"
                                                    : "  an ICMP unreachable goes back out of the ingress port");
     }
-    if (t.proto == IPPROTO_TCP) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
+    if (t.proto == kIpProtoTcp) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
 }
 
 void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDecision& d, std::vector<std::string>& lines) {

@@ -8,6 +8,8 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "common/ip_proto.hpp"
+
 namespace sluice {
 namespace {
 
@@ -21,9 +23,9 @@ bool parse_port(const std::string& word, uint16_t& port) {
 
 const char* protocol_name(uint8_t proto) {
     switch (proto) {
-    case IPPROTO_TCP: return "tcp";
-    case IPPROTO_UDP: return "udp";
-    case IPPROTO_ICMP: return "icmp";
+    case kIpProtoTcp: return "tcp";
+    case kIpProtoUdp: return "udp";
+    case kIpProtoIcmp: return "icmp";
     default: return "ip";
     }
 }
@@ -32,7 +34,7 @@ const char* protocol_name(uint8_t proto) {
 
 bool parse_flow_filter(const std::string& text, FlowFilter& filter, std::string& error) {
     static const std::map<std::string, uint8_t> kProtocols = {
-        {"tcp", IPPROTO_TCP}, {"udp", IPPROTO_UDP}, {"icmp", IPPROTO_ICMP}, {"icmpv6", IPPROTO_ICMPV6}};
+        {"tcp", kIpProtoTcp}, {"udp", kIpProtoUdp}, {"icmp", kIpProtoIcmp}, {"icmpv6", kIpProtoIcmpv6}};
     filter = FlowFilter{};
     std::istringstream words(text);
     for (std::string word; words >> word;) {

@@ -12,6 +12,7 @@
 #include <rte_fib.h>
 #include <rte_lpm6.h>
 
+#include "common/ip_proto.hpp"
 #include "lb/maglev.hpp"
 
 namespace sluice {
@@ -43,8 +44,8 @@ Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::
 }
 
 bool matches_family(const FirewallRuleConfig& rule, IpFamily family) {
-    if (rule.protocol == IPPROTO_ICMP && family == IpFamily::ipv6) return false;
-    if (rule.protocol == IPPROTO_ICMPV6 && family == IpFamily::ipv4) return false;
+    if (rule.protocol == kIpProtoIcmp && family == IpFamily::ipv6) return false;
+    if (rule.protocol == kIpProtoIcmpv6 && family == IpFamily::ipv4) return false;
     const auto allows = [&](const AddressMatch& m) { return m.any || !(family == IpFamily::ipv4 ? m.v4 : m.v6).empty(); };
     return allows(rule.source) && allows(rule.destination);
 }

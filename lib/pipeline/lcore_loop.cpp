@@ -7,6 +7,7 @@
 #include <rte_cycles.h>
 #include <rte_pause.h>
 
+#include "common/ip_proto.hpp"
 #include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/early_drop.hpp"
@@ -100,7 +101,7 @@ inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, con
     const uint8_t proto = v4 ? q[9] : q[6];
     uint16_t fragment_be = 0, port_be;
     if (v4) std::memcpy(&fragment_be, q + 6, 2);
-    if ((proto != 6 && proto != 17) || avail < header + 4 || (rte_be_to_cpu_16(fragment_be) & 0x1fff))
+    if ((proto != kIpProtoTcp && proto != kIpProtoUdp) || avail < header + 4 || (rte_be_to_cpu_16(fragment_be) & 0x1fff))
         return worker_for_hash(meta.flow_hash, workers);  // no ports quoted: not a NAT connection's
     IpAddress src{};
     std::memcpy(src.bytes, q + (v4 ? 12 : 8), v4 ? 4 : 16);
@@ -116,7 +117,7 @@ inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const L
     // ICMP errors go on their quote; fragments on addresses alone, unless the RX lcore gave them their datagram's
     // ports (fragments.hpp): then as the datagram would.
     const bool fragment_ports = meta.flags & kMetaFragmentPorts;
-    if (lb.pool.empty() || (meta.l4_proto != 6 && meta.l4_proto != 17) || (meta.flags & kMetaIcmpError) ||
+    if (lb.pool.empty() || (meta.l4_proto != kIpProtoTcp && meta.l4_proto != kIpProtoUdp) || (meta.flags & kMetaIcmpError) ||
         (meta.l4_offset == 0 && !fragment_ports) || ((meta.flags & kMetaFragment) && !fragment_ports))
         return worker_for_hash(meta.flow_hash, workers);
     const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);

@@ -1,11 +1,10 @@
 #include "pipeline/stateful_stage.hpp"
 
-#include <netinet/in.h>
-
 #include <algorithm>
 
 #include <rte_cycles.h>
 
+#include "common/ip_proto.hpp"
 #include "lb/lb_decision.hpp"
 #include "packet/reject.hpp"
 #include "pipeline/stateful_burst.hpp"
@@ -170,7 +169,7 @@ void settle_known_connections(StatefulBurst& b) {
 // was dropped. The drops are retried: an earlier packet of this burst may open the connection it belongs to.
 bool triage_opening(StatefulBurst& b, uint16_t i, int32_t service) {
     const FiveTuple& tuple = b.tuples[i];
-    const bool tcp = tuple.proto == IPPROTO_TCP;
+    const bool tcp = tuple.proto == kIpProtoTcp;
     const tcp::Kind kind = tcp ? tcp::classify(b.tcp_flags[i]) : tcp::Kind::bad;
     b.pickup[i] = service >= 0 && tcp ? tcp::one_way_pickup(kind) : tcp::Pickup::none;
     if (SLUICE_UNLIKELY(service >= 0 && b.lb.services[service].syn_proxy && tcp &&
@@ -199,7 +198,7 @@ bool triage_opening(StatefulBurst& b, uint16_t i, int32_t service) {
 // whether it can open a connection at all; those that can wait for the rules of their family.
 void triage(StatefulBurst& b, uint16_t i) {
     const FiveTuple& tuple = b.tuples[i];
-    const bool echo = SLUICE_UNLIKELY(tuple.proto == IPPROTO_ICMP || tuple.proto == IPPROTO_ICMPV6) &&
+    const bool echo = SLUICE_UNLIKELY(tuple.proto == kIpProtoIcmp || tuple.proto == kIpProtoIcmpv6) &&
                       is_echo_request(b.mbuf(i), b.meta(i)) &&
                       owns(b.snapshot, tuple.family, tuple.dst, OwnedAddress::kAnyPort);
     const NewPacketDestination destination = new_packet_destination(b.snapshot, tuple, echo);
