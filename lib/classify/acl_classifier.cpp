@@ -285,9 +285,7 @@ rte_acl_ctx* build_context(const std::vector<AclRule<F>>& acl_rules, int socket_
 }
 
 // rte_acl reads the key in 4-byte words right after it is written, so each word is written by one store: a load
-// that narrower stores just before must make up cannot take their data and waits for them to retire. The protocol's
-// and the ports' words were four and two stores. (AclClassifier stays 10-25 cycles a packet over raw rte_acl with
-// warm input, mostly this fill loop; the share of the stalls in that could not be resolved on the VM.)
+// that narrower stores just before must make up cannot take their data and waits for them to retire.
 template <IpFamily F>
 void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port) {
     using Key = typename Layout<F>::Key;
@@ -376,14 +374,13 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
 
 // Times every method this CPU offers on a sample of keys, in calls of 32 keys, and leaves the context on the
 // one choose_classify_method takes (the fastest, or `keep` within 5 % of it); returns it (0 when none of them can
-// be set: rte_acl_create's pick stays), and writes the figures to report. rte_acl_create picks the widest method, but which is fastest depends on the CPU and the rule set
-// (tests/bench/firewall.sh, cycles per packet: on the Intel VM sse beat avx512x16 at 10 and 1k rules and lost at
-// 10k; on an AMD VM avx512x16 won at every size; sse and avx2 changed places between runs of another). The Linux
-// kernel picks its raid6 and xor routines the same way at boot. Calls of 32 are what a worker makes when every
+// be set: rte_acl_create's pick stays), and writes the figures to report. rte_acl_create picks the widest method,
+// but which is fastest depends on the CPU and the rule set (docs/benchmarks.md); the Linux kernel picks its raid6
+// and xor routines the same way at boot. Calls of 32 are what a worker makes when every
 // packet of its burst opens a connection (a flood, a busy front end): where classification costs the most. With a
 // few new connections per burst, its calls are short and rte_acl's wide methods fall back to narrower code, but then
 // classification is a small share of the burst whichever method runs. Best of five rounds, each method once per
-// round, so a preempted round does not decide it; about 1 ms at 10k rules. `keep` (the method the running context
+// round, so a preempted round does not decide it. `keep` (the method the running context
 // uses, or 0) stays unless another is more than 5 % faster: methods that time within noise of each other would
 // otherwise take turns from one reload to the next.
 template <IpFamily F>

@@ -131,11 +131,10 @@ inline __m128i scramble(const IpAddress& a, unsigned first) {
 }
 
 // The keyed mix: AES rounds under the process's random key, as Go's runtime hashes its maps against flooding.
-// CRC32C costs about 3.6 cycles less per parsed packet, but it is linear: a sender can compute as many tuples with
-// one CRC as it likes, whatever the seed (two inputs of one length collide under every seed or none), and fill one
-// bucket of the connection table or one worker. SipHash-1-3 (siphash.hpp's family) took 33-43 cycles per IPv4
-// tuple where these rounds took 17-18 and CRC32C 15-16 (a loop over 64k tuples; docs/benchmarks.md). Not a MAC:
-// it only has to keep senders from choosing collisions.
+// CRC32C is a little cheaper but linear: a sender can compute as many tuples with one CRC as it likes, whatever
+// the seed (two inputs of one length collide under every seed or none), and fill one bucket of the connection table
+// or one worker. SipHash-1-3 costs about twice these rounds (docs/benchmarks.md, docs/adr/0003). Not a MAC: it only
+// has to keep senders from choosing collisions.
 struct KeyedMix {
     static uint32_t v4(uint32_t low, uint32_t high, uint32_t ports, uint32_t seed) {
         return finish(_mm_set_epi32(static_cast<int>(seed), static_cast<int>(ports), static_cast<int>(high),

@@ -8,9 +8,8 @@ namespace sluice {
 // rte_acl's build reads its calloc'ed blocks before it writes them, so each page faults twice (the zero page, then
 // a copy) and the second fault flushes the TLB of every CPU the process runs on: an IPI that interrupts the worker
 // lcores. The settings are the process's (mallopt), but they matter for the main arena, the control thread's:
-// builds run there. Measured (sluice_bench --only reload, 10k rules, 3 runs alternated with --trimmed-heap):
-// rte_acl_build alone 646-808 -> 356-418 ms, the whole reload 1149-1621 -> 855-1076 ms, the same peak RSS. The
-// cost: the heap stays at its largest build's size between reloads. False when glibc refused a setting.
+// builds run there (docs/benchmarks.md has the reload's figures with and without it). The cost: the heap stays at
+// its largest build's size between reloads. False when glibc refused a setting.
 bool retain_freed_heap();
 
 }  // namespace sluice

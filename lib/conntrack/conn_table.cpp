@@ -447,8 +447,7 @@ uint32_t ConnTable::expire(uint64_t now_tsc, uint32_t budget) {
     }
     expire_cursor_ = cursor;
     // The next call goes on from the cursor, one poll later: start its lines now. Each call reads too few of them
-    // for the hardware prefetcher to keep ahead, so every slot read was a miss (3 % of a worker's time at 100k
-    // connections).
+    // for the hardware prefetcher to keep ahead, so every slot read would be a miss.
     for (uint64_t ahead = std::min<uint64_t>(uint64_t{budget} * 4, slots_); ahead > 0; --ahead) {
         rte_prefetch0(&entries_[cursor]);
         if (++cursor == slots_) cursor = 0;

@@ -23,9 +23,7 @@ uint16_t* l4_checksum(uint8_t* l4, uint8_t proto, IpFamily family) {
 
 // Writes an IP header's source and destination (ip: its first byte), updating an IPv4 header's checksum; returns
 // the addresses' checksum delta, which a TCP/UDP checksum (its pseudo-header holds them) takes too. One template
-// per family, so that the address length is a constant and the sums and copies unroll (with it a runtime value,
-// nat_rewrite took about 120 instructions a packet, 280 before the sums went by 32-bit words; callgrind,
-// sluice_bench --only lb).
+// per family, so that the address length is a constant and the sums and copies unroll.
 template <IpFamily F>
 uint64_t rewrite_addresses(uint8_t* ip, const IpAddress& src, const IpAddress& dst) {
     constexpr bool kV4 = F == IpFamily::ipv4;

@@ -42,7 +42,7 @@ void rewrite_hop(rte_mbuf* m, const PacketMeta& meta, const ForwardEntry& entry)
         auto* ip = reinterpret_cast<rte_ipv4_hdr*>(l3);
         // TTL shares a 16-bit word with the protocol; update the checksum for that word only. The new word is made
         // in a register and stored whole: reading it back after a byte store stalls the load until the store
-        // retires (no store-to-load forwarding from a narrower store), which cost 15 % of a forwarding lcore.
+        // retires (no store-to-load forwarding from a narrower store).
         uint16_t old_word;
         std::memcpy(&old_word, &ip->time_to_live, 2);
         const uint16_t new_word = static_cast<uint16_t>(old_word - RTE_BE16(0x0100));  // TTL > 1: no borrow

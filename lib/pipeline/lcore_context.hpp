@@ -119,8 +119,8 @@ struct alignas(kCacheLine) LcoreContext {
     uint16_t worker_index = 0;  // this lcore's worker slot, when worker
     uint16_t worker_count = 0;
     // RX: parse_burst fills each meta.flow_hash, because something reads it: the steering to one of several
-    // workers, or the connection table. Plain forwarding with one worker skips it (about 15 of parse_burst's 45
-    // cycles per packet, sluice_bench --only parse). Both are fixed for the dataplane's life.
+    // workers, or the connection table. Plain forwarding with one worker skips it (a third of the parse's cost,
+    // docs/benchmarks.md). Both are fixed for the dataplane's life.
     bool hash_flows = true;
     uint16_t tx_queue = 0;
     uint16_t rx_queue_count = 0;
