@@ -108,9 +108,9 @@ rte_acl_config make_config() {
     def(kFieldProto, RTE_ACL_FIELD_TYPE_BITMASK, 1, input++, offsetof(Key, proto));
     def(kFieldInPort, RTE_ACL_FIELD_TYPE_BITMASK, 4, input++, offsetof(Key, in_port));
     for (uint32_t w = 0; w < words; ++w)
-        def(kFieldSrc + w, RTE_ACL_FIELD_TYPE_MASK, 4, input++, offsetof(Key, src) + 4 * w);
+        def(kFieldSrc + w, RTE_ACL_FIELD_TYPE_MASK, 4, input++, offsetof(Key, src) + std::size_t{4} * w);
     for (uint32_t w = 0; w < words; ++w)
-        def(field_dst<F>() + w, RTE_ACL_FIELD_TYPE_MASK, 4, input++, offsetof(Key, dst) + 4 * w);
+        def(field_dst<F>() + w, RTE_ACL_FIELD_TYPE_MASK, 4, input++, offsetof(Key, dst) + std::size_t{4} * w);
     // Both ports share one input group.
     def(field_src_port<F>(), RTE_ACL_FIELD_TYPE_RANGE, 2, input, offsetof(Key, src_port));
     def(field_src_port<F>() + 1, RTE_ACL_FIELD_TYPE_RANGE, 2, input, offsetof(Key, dst_port));

@@ -110,7 +110,7 @@ namespace flow_hash_detail {
 inline uint32_t seed(uint8_t proto, IpFamily family) { return (uint32_t{proto} << 8) | static_cast<uint32_t>(family); }
 
 inline __m128i round_key(unsigned i) {
-    return _mm_load_si128(reinterpret_cast<const __m128i*>(&process_key.words[2 * i]));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(&process_key.words[std::size_t{2} * i]));
 }
 
 // Three AES rounds over one block under the process's keys 0-3: every output bit depends on every input bit.

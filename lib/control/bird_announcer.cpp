@@ -21,7 +21,7 @@ namespace {
 constexpr auto kFirstBackoff = std::chrono::milliseconds(500);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
 constexpr auto kFailureLogInterval = std::chrono::seconds(30);
-constexpr std::size_t kMaxReplyBytes = 64 * 1024;  // a configure answer is a few lines; a runaway one is cut off
+constexpr std::size_t kMaxReplyBytes = std::size_t{64} * 1024;  // a configure answer is a few lines; a runaway one is cut off
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 

@@ -4,7 +4,7 @@
 
 namespace sluice {
 
-void NeighbourTable::set_targets(std::vector<NeighbourTarget> targets) {
+void NeighbourTable::set_targets(const std::vector<NeighbourTarget>& targets) {
     std::map<Key, Entry> next;
     for (const NeighbourTarget& t : targets) {
         Entry& e = next[key(t.family, t.address)];

@@ -31,7 +31,7 @@ public:
     static constexpr int kProbes = 3;                             // unanswered probes before an entry is dropped
 
     // The addresses to resolve; learned MACs of targets that remain are kept.
-    void set_targets(std::vector<NeighbourTarget> targets);
+    void set_targets(const std::vector<NeighbourTarget>& targets);
 
     // A worker saw `address` at `mac`. True when a target's MAC changed (the snapshot must be rebuilt).
     bool learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac, Clock::time_point now);

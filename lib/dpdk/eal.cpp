@@ -36,6 +36,7 @@ std::vector<std::string> build_eal_args(const std::string& program, const std::v
 
 EalGuard::EalGuard(const std::vector<std::string>& args) {
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     std::vector<std::string> storage = args;  // rte_eal_init may permute argv
     for (std::string& a : storage) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -31,11 +31,11 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
     uint8_t* l3 = frame + meta.l3_offset;
     if (meta.family == IpFamily::ipv4) {
         const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(l3);
-        payload = rte_be_to_cpu_16(ip->total_length) - (meta.l4_offset - meta.l3_offset) - (tcp->data_off >> 4) * 4u;
+        payload = rte_be_to_cpu_16(ip->total_length) - (meta.l4_offset - meta.l3_offset) - (tcp->data_off >> 4) * uint32_t{4};
     } else {
         const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
         payload = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr) - (meta.l4_offset - meta.l3_offset) -
-                  (tcp->data_off >> 4) * 4u;
+                  (tcp->data_off >> 4) * uint32_t{4};
     }
     // RFC 9293 3.10.7.1: with an ACK, <SEQ=SEG.ACK><CTL=RST>; without, <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
     const bool had_ack = tcp->tcp_flags & RTE_TCP_ACK_FLAG;
