@@ -2,9 +2,17 @@
 # Runs every test of sluice: installs what is missing, builds (release, and ASan+UBSan in build-asan), runs the
 # unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports), a 2-minute soak, the lab
 # demo, the end-to-end tests (tests/e2e) and the fuzzers, and ends with the single line "N passed, N failed".
+#   tests/run.sh --fast   the fast tier alone: install, release build, unit tests (a few minutes on 2 CPUs). The
+#                         whole run starts with the same tier, so a change that breaks it fails early.
 #   SLUICE_SANITIZE=0 skips the sanitizer build.
 #   SLUICE_FUZZ=0 skips the fuzzers (tests/fuzz, built with clang in build-fuzz); SLUICE_FUZZ_SECONDS (60) per target.
 set -uo pipefail
+fast=0
+case "${1:-}" in
+    --fast) fast=1 ;;
+    "") ;;
+    *) echo "usage: tests/run.sh [--fast]" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 results="$root/build/test-results"
@@ -67,6 +75,12 @@ run_integration() {  # run_integration NAME SLUICE_BINARY
 }
 
 run_unit unit build
+if [ "$fast" = 1 ]; then
+    step "summary (fast tier)"
+    "$python" "$root/tests/summarize.py" "$results"
+    exit
+fi
+
 run_integration integration "$root/build/app/sluice/sluice"
 
 step "soak, 2 minutes (tests/bench/soak.sh: 30 minutes)"
@@ -95,8 +109,11 @@ SLUICE_BIN="$root/build/app/sluice/sluice" "$python" -m pytest -q -p no:cachepro
 if [ "${SLUICE_SANITIZE:-1}" != 0 ]; then
     step "build (address + undefined sanitizers)"
     # -Dwerror=false: GCC 12 warns falsely under sanitizers; the release build keeps -Werror. -O1: what sanitizers
-    # are usually run at, and it keeps the build within a few minutes on 2 CPUs.
-    if build build-asan "" -Dbuildtype=debug -Doptimization=1 -Db_sanitize=address,undefined -Db_lundef=false -Dwerror=false; then
+    # are usually run at, and it keeps the build within a few minutes on 2 CPUs. Only what runs below is built (the
+    # benchmark is not: the release build compiled it already).
+    asan_targets="app/sluice/sluice tests/unit/unit_tests tests/unit/dpdk_unit_tests tests/integration/sluice_pool_hog"
+    if build build-asan "$asan_targets" -Dbuildtype=debug -Doptimization=1 -Db_sanitize=address,undefined \
+        -Db_lundef=false -Dwerror=false; then
         # DPDK keeps some allocations until exit by design; leaks are checked by the mbuf accounting instead.
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
         run_unit unit-asan build-asan

@@ -1,7 +1,5 @@
 #include "classify/acl_classifier.hpp"
 
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
@@ -21,6 +19,7 @@
 
 #include "classify/acl_method.hpp"
 #include "common/compiler.hpp"
+#include "common/ip_proto.hpp"
 
 namespace sluice {
 
@@ -119,7 +118,7 @@ rte_acl_config make_config() {
 }
 
 bool has_ports(uint16_t protocol) {
-    return protocol == IPPROTO_TCP || protocol == IPPROTO_UDP || protocol == IPPROTO_SCTP;
+    return protocol == kIpProtoTcp || protocol == kIpProtoUdp || protocol == kIpProtoSctp;
 }
 
 std::string rule_label(const Rule& rule, std::size_t index) {
@@ -347,7 +346,7 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
         t.family = F;
         uint16_t in_port = 0;
         if (i % 10 == 9) {
-            t.proto = static_cast<uint8_t>(rng() % 2 ? IPPROTO_TCP : IPPROTO_UDP);
+            t.proto = static_cast<uint8_t>(rng() % 2 ? kIpProtoTcp : kIpProtoUdp);
             for (uint32_t w = 0; w < words; ++w) {
                 t.src.words[w] = static_cast<uint32_t>(rng());
                 t.dst.words[w] = static_cast<uint32_t>(rng());
@@ -357,7 +356,7 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
         } else {
             const rte_acl_field* f = rules[rng() % rules.size()].field;
             t.proto = f[kFieldProto].mask_range.u8 ? f[kFieldProto].value.u8
-                                                          : static_cast<uint8_t>(rng() % 2 ? IPPROTO_TCP : IPPROTO_UDP);
+                                                          : static_cast<uint8_t>(rng() % 2 ? kIpProtoTcp : kIpProtoUdp);
             if (f[kFieldInPort].mask_range.u32) in_port = static_cast<uint16_t>(f[kFieldInPort].value.u32);
             for (uint32_t w = 0; w < words; ++w) {
                 t.src.words[w] = rte_cpu_to_be_32(inside(f[kFieldSrc + w], rng));

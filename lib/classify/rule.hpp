@@ -32,7 +32,7 @@ struct Rule {
     std::vector<uint16_t> in_ports;               // DPDK port ids; empty: any
     std::vector<Prefix> sources;                  // empty: any
     std::vector<Prefix> destinations;             // empty: any
-    uint16_t protocol = kAnyProtocol;             // IPPROTO_* or kAnyProtocol
+    uint16_t protocol = kAnyProtocol;             // kIpProto* (common/ip_proto.hpp) or kAnyProtocol
     std::vector<PortRange> source_ports;          // empty: any. Only meaningful for TCP/UDP/SCTP rules
     std::vector<PortRange> destination_ports;     // empty: any
     RuleAction action = RuleAction::allow;

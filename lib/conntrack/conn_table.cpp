@@ -15,6 +15,7 @@
 #include <rte_malloc.h>
 #include <rte_prefetch.h>
 
+#include "common/ip_proto.hpp"
 #include "conntrack/tcp_state.hpp"
 
 namespace sluice {
@@ -33,11 +34,6 @@ constexpr uint32_t kMinHashEntries = 8;
 // load, and 5 M delete+insert operations at 95.4% load (1,000,000 in 2^20 slots) never failed. Above it the
 // table asks for rte_hash's extendable buckets, which cost 9 B per connection but always fit.
 constexpr uint32_t kPlainCuckooLoadPercent = 96;
-
-constexpr uint8_t kIpProtoTcp = 6;
-constexpr uint8_t kIpProtoUdp = 17;
-constexpr uint8_t kIpProtoIcmp = 1;
-constexpr uint8_t kIpProtoIcmpv6 = 58;
 
 // The last 8 bytes of both families' keys: the ports in key order, protocol, family and a zero reserved field, as
 // FiveTuple lays them out. Written with one store (store_as_one_word): rte_hash reads keys in words at once.
@@ -322,9 +318,9 @@ int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t p
     ConnEntry& e = entries_[pos];
     if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return -1;  // the tuple belongs to another connection
     e = ConnEntry{};
+    e.alias = ConnAlias{};
     e.expires_tsc = UINT64_MAX;  // expiry skips aliases: they go with their connection
     e.peer = static_cast<uint32_t>(primary);
-    e.rule_index = UINT32_MAX;
     e.initiator_is_low = low ? 0 : 1;  // the tuple is the reply direction
     e.flags = kConnFlagLive | kConnFlagAlias;
     entries_[primary].peer = static_cast<uint32_t>(pos);

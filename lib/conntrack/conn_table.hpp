@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -52,23 +53,43 @@ struct ConnTimeouts {
     friend bool operator==(const ConnTimeouts&, const ConnTimeouts&) = default;
 };
 
+// What a NAT alias slot (kConnFlagAlias: the backend-side key of a connection, see insert_alias) holds instead of a
+// connection's counters: where the replies go back to, so that rewriting a reply reads the alias's own cache line
+// rather than looking up the connection's key; and for a syn_proxy connection, its sequence numbers' shift.
+struct ConnAlias {
+    IpAddress client;
+    IpAddress vip;
+    uint16_t client_port;     // host order, as the VIP's
+    uint16_t vip_port;
+    uint32_t seq_shift;       // syn_proxy: the backend's ISN minus the cookie; while pending, the cookie itself
+    uint16_t pending_window;  // syn_proxy, while pending: the client's receive window, for the backend's handshake
+};
+
 // One cache line. The key (the canonical tuple) lives in the rte_hash of its family; the entry sits in a parallel
-// array at the key's position (IPv6 positions follow the IPv4 ones).
+// array at the key's position (IPv6 positions follow the IPv4 ones). A slot is a connection or, with kConnFlagAlias,
+// a connection's second key: the fields outside the union are both kinds'.
 struct alignas(kCacheLine) ConnEntry {
-    uint64_t expires_tsc;
-    uint64_t packets[2];   // [0] initiator -> responder, [1] replies
-    uint64_t bytes[2];
-    uint32_t rule_index;   // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
-    uint32_t backend;      // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
+    uint64_t expires_tsc;  // UINT64_MAX for an alias: it goes with its connection
+    union {
+        struct {  // a connection
+            uint64_t packets[2];   // [0] initiator -> responder, [1] replies
+            uint64_t bytes[2];
+            uint32_t rule_index;   // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
+            uint32_t backend;      // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
+            uint16_t nat_port;     // NAT: the pool port (host order) the connection holds, 0 when none
+            uint8_t nat_address;   // NAT: index of its pool address
+            uint16_t in_port;      // the port the opening packet came in on (reload --dry-run re-judges it)
+        };
+        ConnAlias alias;  // kConnFlagAlias
+    };
     uint32_t peer;         // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
-    uint16_t nat_port;     // NAT: the pool port (host order) the connection holds, 0 when none
-    uint8_t nat_address;   // NAT: index of its pool address
-    uint16_t in_port;      // the port the opening packet came in on (reload --dry-run re-judges it with the rules)
     ConnState state;
     uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
     uint8_t flags;             // kConnFlagLive, kConnFlagAlias, plus the TCP state table's sub-state bits
 };
-static_assert(sizeof(ConnEntry) == kCacheLine);
+static_assert(sizeof(ConnEntry) == kCacheLine && alignof(ConnEntry) == kCacheLine);
+static_assert(sizeof(ConnAlias) <= offsetof(ConnEntry, peer) - offsetof(ConnEntry, alias));
+static_assert(offsetof(ConnEntry, alias) == offsetof(ConnEntry, packets) && offsetof(ConnEntry, peer) == 56);
 
 // The slot holds a connection (expiry scans the entry array, not the hash, and skips free slots with this bit).
 inline constexpr uint8_t kConnFlagLive = 0x01;
@@ -159,31 +180,28 @@ public:
         release_arg_ = arg;
     }
 
-    // An alias entry counts nothing: its counter space holds where the replies go back to (the client and the VIP),
-    // so rewriting a reply reads the alias's own cache line instead of looking up the connection's key.
+    // Where the replies of an alias's connection go back to (ConnAlias).
     void set_origin(int32_t alias, const IpAddress& client, uint16_t client_port, const IpAddress& vip, uint16_t vip_port) {
-        ConnEntry& e = entries_[alias];
-        static_assert(sizeof e.packets + sizeof e.bytes == 2 * sizeof(IpAddress));
-        std::memcpy(e.packets, client.bytes, 16);
-        std::memcpy(e.bytes, vip.bytes, 16);
-        e.rule_index = uint32_t{client_port} << 16 | vip_port;
+        ConnAlias& a = entries_[alias].alias;
+        a.client = client;
+        a.client_port = client_port;
+        a.vip = vip;
+        a.vip_port = vip_port;
     }
     void origin(int32_t alias, IpAddress& client, uint16_t& client_port, IpAddress& vip, uint16_t& vip_port) const {
-        const ConnEntry& e = entries_[alias];
-        std::memcpy(client.bytes, e.packets, 16);
-        std::memcpy(vip.bytes, e.bytes, 16);
-        client_port = static_cast<uint16_t>(e.rule_index >> 16);
-        vip_port = static_cast<uint16_t>(e.rule_index);
+        const ConnAlias& a = entries_[alias].alias;
+        client = a.client;
+        client_port = a.client_port;
+        vip = a.vip;
+        vip_port = a.vip_port;
     }
 
-    // A syn_proxy connection's alias keeps its sequence shift (or, while pending, the cookie) in the backend slot,
-    // which an alias does not otherwise use: the reply rewrite reads the alias's cache line anyway.
-    void set_seq_shift(int32_t alias, uint32_t shift) { entries_[alias].backend = shift; }
-    uint32_t seq_shift(int32_t alias) const { return entries_[alias].backend; }
-    // ... and, while pending, the client's receive window (for the ACK that completes the backend's handshake) in
-    // the nat_port slot.
-    void set_pending_window(int32_t alias, uint16_t window) { entries_[alias].nat_port = window; }
-    uint16_t pending_window(int32_t alias) const { return entries_[alias].nat_port; }
+    // A syn_proxy connection's sequence shift (or, while pending, the cookie), kept on its alias.
+    void set_seq_shift(int32_t alias, uint32_t shift) { entries_[alias].alias.seq_shift = shift; }
+    uint32_t seq_shift(int32_t alias) const { return entries_[alias].alias.seq_shift; }
+    // ... and, while pending, the client's receive window (for the ACK that completes the backend's handshake).
+    void set_pending_window(int32_t alias, uint16_t window) { entries_[alias].alias.pending_window = window; }
+    uint16_t pending_window(int32_t alias) const { return entries_[alias].alias.pending_window; }
 
     // The canonical key stored for an index (a lookup in rte_hash's key store; not for every packet).
     bool key_at(int32_t index, FiveTuple& key) const;

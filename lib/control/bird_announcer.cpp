@@ -13,6 +13,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/unique_fd.hpp"
+
 namespace sluice {
 namespace {
 
@@ -46,25 +48,25 @@ std::string render_bird_include(const std::vector<std::string>& vips) {
 
 bool write_file_atomically(const std::string& path, const std::string& text, std::string& error) {
     const std::string tmp = path + ".tmp";
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    UniqueFd file(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!file.valid()) {
         error = errno_text(("cannot create " + tmp).c_str());
         return false;
     }
     std::size_t done = 0;
     while (done < text.size()) {
-        const ssize_t n = write(fd, text.data() + done, text.size() - done);
+        const ssize_t n = write(file.get(), text.data() + done, text.size() - done);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             error = errno_text(("cannot write " + tmp).c_str());
-            close(fd);
+            file.reset();
             unlink(tmp.c_str());
             return false;
         }
         done += static_cast<std::size_t>(n);
     }
     // No fsync: the file lives in /run (tmpfs) and is rewritten at every start.
-    if (close(fd) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+    if (!file.close() || rename(tmp.c_str(), path.c_str()) != 0) {
         error = errno_text(("cannot replace " + path).c_str());
         unlink(tmp.c_str());
         return false;
@@ -82,15 +84,12 @@ BirdReply bird_request(const std::string& socket_path, const std::string& comman
         return reply;
     }
     std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size());
-    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const UniqueFd connection(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const int fd = connection.get();
     if (fd < 0) {
         reply.error = errno_text("socket");
         return reply;
     }
-    struct Closer {
-        int fd;
-        ~Closer() { close(fd); }
-    } closer{fd};
     // A unix stream connect completes at once or fails (ENOENT, ECONNREFUSED); EAGAIN: BIRD's backlog is full.
     if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
         reply.error = errno_text(("cannot connect to " + socket_path).c_str());

@@ -108,28 +108,19 @@ std::optional<std::string> check_status_line(std::string_view line, int expect_s
     return std::nullopt;
 }
 
-// One target's check as the checker thread sees it: scheduling, and the socket of the check in flight. Owns its fd.
+// One target's check as the checker thread sees it: scheduling, and the socket of the check in flight.
 struct Probe {
     enum class Phase : uint8_t { idle, connecting, sending, reading };
 
     Probe(uint64_t generation_in, const HealthCheckSpec& spec_in, Clock::time_point first_due)
         : generation(generation_in), spec(spec_in), endpoint(parse_endpoint(spec.address, spec.port)),
           request(spec.kind == HealthCheckKind::http ? http_request(spec) : std::string()), next_due(first_due) {}
-    ~Probe() { close_socket(); }
-    Probe(const Probe&) = delete;
-    Probe& operator=(const Probe&) = delete;
-
-    void close_socket() {
-        if (fd >= 0) ::close(fd);
-        fd = -1;
-    }
-
     uint64_t generation;
     HealthCheckSpec spec;
     std::optional<Endpoint> endpoint;  // set_targets validated the address; nullopt only if that ever changes
     std::string request;               // http only
     Clock::time_point next_due, started, deadline;
-    int fd = -1;
+    UniqueFd socket;
     Phase phase = Phase::idle;
     std::size_t sent = 0;
     std::string response;
@@ -148,7 +139,7 @@ Outcome try_read(Probe& p) {
     char buf[512];
     for (;;) {
         const std::size_t room = std::min(sizeof buf, kMaxStatusLine - p.response.size());
-        const ssize_t n = ::recv(p.fd, buf, room, 0);
+        const ssize_t n = ::recv(p.socket.get(), buf, room, 0);
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return kPending;
@@ -172,7 +163,7 @@ Outcome try_read(Probe& p) {
 Outcome try_send(Probe& p) {
     while (p.sent < p.request.size()) {
         // MSG_NOSIGNAL: a backend that closed must fail the check, not SIGPIPE the daemon.
-        const ssize_t n = ::send(p.fd, p.request.data() + p.sent, p.request.size() - p.sent, MSG_NOSIGNAL);
+        const ssize_t n = ::send(p.socket.get(), p.request.data() + p.sent, p.request.size() - p.sent, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return kPending;
@@ -196,10 +187,10 @@ Outcome start(Probe& p, Clock::time_point now) {
     p.sent = 0;
     p.response.clear();
     if (!p.endpoint) return failed("address '" + p.spec.address + "' is not an IPv4 or IPv6 literal");
-    p.fd = ::socket(p.endpoint->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (p.fd < 0) return failed("cannot open a socket: " + errno_words(errno));
+    p.socket.reset(::socket(p.endpoint->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!p.socket.valid()) return failed("cannot open a socket: " + errno_words(errno));
     p.phase = Probe::Phase::connecting;
-    if (::connect(p.fd, reinterpret_cast<const sockaddr*>(&p.endpoint->addr), p.endpoint->len) == 0)
+    if (::connect(p.socket.get(), reinterpret_cast<const sockaddr*>(&p.endpoint->addr), p.endpoint->len) == 0)
         return on_connected(p);
     if (errno == EINPROGRESS || errno == EINTR) return kPending;  // EINTR: the connect still goes on (connect(2))
     return failed(errno_words(errno));
@@ -210,7 +201,7 @@ Outcome advance(Probe& p, short revents) {
     case Probe::Phase::connecting: {
         int err = 0;
         socklen_t len = sizeof err;
-        if (::getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (::getsockopt(p.socket.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         if (err != 0) return failed(errno_words(err));
         if ((revents & (POLLERR | POLLHUP)) != 0) return failed("connection closed while connecting");
         return on_connected(p);
@@ -254,14 +245,9 @@ std::optional<std::string> health_check_spec_error(const HealthCheckSpec& spec) 
 }
 
 HealthChecker::HealthChecker(TransitionCallback on_transition) : on_transition_(std::move(on_transition)) {
-    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "health checker: eventfd");
-    try {
-        thread_ = std::thread([this] { run(); });
-    } catch (...) {
-        ::close(wake_fd_);
-        throw;
-    }
+    wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!wake_fd_.valid()) throw std::system_error(errno, std::generic_category(), "health checker: eventfd");
+    thread_ = std::thread([this] { run(); });
 }
 
 HealthChecker::~HealthChecker() {
@@ -271,13 +257,12 @@ HealthChecker::~HealthChecker() {
     }
     wake();
     thread_.join();
-    ::close(wake_fd_);
 }
 
 void HealthChecker::wake() const {
     const uint64_t one = 1;
     // EAGAIN means the counter is saturated, so the thread is due to wake anyway.
-    if (::write(wake_fd_, &one, sizeof one) < 0) {
+    if (::write(wake_fd_.get(), &one, sizeof one) < 0) {
     }
 }
 
@@ -365,7 +350,7 @@ void HealthChecker::run() noexcept {
     std::vector<Result> results;
 
     const auto finish = [&](uint32_t id, Probe& p, Outcome outcome, Clock::time_point now) {
-        p.close_socket();
+        p.socket.reset();
         p.phase = Probe::Phase::idle;
         // One interval after the start, not the end, so checks keep their spacing; a check that outlived its
         // interval (timeout_ms > interval_ms) is followed by the next one straight away.
@@ -400,7 +385,7 @@ void HealthChecker::run() noexcept {
             }
 
             // Start what is due, then wait on every check in flight at once.
-            fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+            fds.assign(1, pollfd{wake_fd_.get(), POLLIN, 0});
             polled.clear();
             auto wake_at = Clock::time_point::max();
             for (auto& [id, p] : probes) {
@@ -413,7 +398,7 @@ void HealthChecker::run() noexcept {
                 } else {
                     wake_at = std::min(wake_at, p.deadline);
                     const short events = p.phase == Probe::Phase::reading ? POLLIN : POLLOUT;
-                    fds.push_back(pollfd{p.fd, events, 0});
+                    fds.push_back(pollfd{p.socket.get(), events, 0});
                     polled.emplace_back(id, &p);
                 }
             }
@@ -431,7 +416,7 @@ void HealthChecker::run() noexcept {
             }
             if ((fds[0].revents & POLLIN) != 0) {
                 uint64_t count;
-                if (::read(wake_fd_, &count, sizeof count) < 0) {
+                if (::read(wake_fd_.get(), &count, sizeof count) < 0) {
                 }  // EAGAIN: someone else drained it; nothing to do
             }
 

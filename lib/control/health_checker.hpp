@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/unique_fd.hpp"
+
 namespace sluice {
 
 enum class HealthCheckKind : uint8_t { tcp, http };
@@ -90,7 +92,7 @@ private:
     void wake() const;
 
     TransitionCallback on_transition_;
-    int wake_fd_ = -1;  // eventfd in the thread's poll set: set_targets and the destructor write it
+    UniqueFd wake_fd_;  // eventfd in the thread's poll set: set_targets and the destructor write it
 
     mutable std::mutex mutex_;
     std::unordered_map<uint32_t, Entry> entries_;

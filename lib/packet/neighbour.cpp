@@ -8,10 +8,11 @@
 #include <rte_ip.h>
 #include <rte_mempool.h>
 
+#include "common/ip_proto.hpp"
+
 namespace sluice {
 namespace {
 
-constexpr uint8_t kIcmpv6 = 58;
 constexpr uint8_t kNdRouterSolicitation = 133;  // the first ND type (RFC 4861 4.1) ...
 constexpr uint8_t kNdSolicitation = 135;
 constexpr uint8_t kNdAdvertisement = 136;
@@ -55,8 +56,8 @@ DropReason classify_neighbour(const uint8_t* frame, uint32_t length, DropReason 
         meta.flags = kMetaNeighbour;
         return DropReason::none;  // flow_hash 0: every ARP frame goes to worker 0
     }
-    if (verdict != DropReason::none || meta.family != IpFamily::ipv6 || meta.l4_proto != kIcmpv6 || meta.l4_offset == 0 ||
-        (meta.flags & kMetaIcmpError) || meta.l4_offset >= length)
+    if (verdict != DropReason::none || meta.family != IpFamily::ipv6 || meta.l4_proto != kIpProtoIcmpv6 ||
+        meta.l4_offset == 0 || (meta.flags & kMetaIcmpError) || meta.l4_offset >= length)
         return verdict;
     const uint8_t type = frame[meta.l4_offset];
     if (type < kNdRouterSolicitation || type > kNdRedirect) return verdict;
@@ -142,7 +143,7 @@ bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMe
     auto* ip = reinterpret_cast<rte_ipv6_hdr*>(frame + sizeof(rte_ether_hdr));
     ip->vtc_flow = RTE_BE32(6u << 28);
     ip->payload_len = RTE_BE16(kNdHeader + 8);
-    ip->proto = kIcmpv6;
+    ip->proto = kIpProtoIcmpv6;
     ip->hop_limits = kNdHopLimit;
     std::memcpy(ip->src_addr, message.target.bytes, 16);
     std::memcpy(ip->dst_addr, message.sender.bytes, 16);
@@ -192,7 +193,7 @@ rte_mbuf* make_neighbour_solicitation(rte_mempool* pool, IpFamily family, const 
     auto* ip = reinterpret_cast<rte_ipv6_hdr*>(eth + 1);
     ip->vtc_flow = RTE_BE32(6u << 28);
     ip->payload_len = RTE_BE16(kNdHeader + 8);
-    ip->proto = kIcmpv6;
+    ip->proto = kIpProtoIcmpv6;
     ip->hop_limits = kNdHopLimit;
     std::memcpy(ip->src_addr, sender.bytes, 16);
     std::memcpy(ip->dst_addr, group, 16);

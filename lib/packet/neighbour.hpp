@@ -9,13 +9,11 @@
 #include <rte_mbuf.h>
 
 #include "common/five_tuple.hpp"
-#include "packet/parse.hpp"
+#include "packet/packet_meta.hpp"
 
 struct rte_mempool;
 
 namespace sluice {
-
-inline constexpr uint8_t kMetaNeighbour = 4;  // PacketMeta flag: an ARP frame, or an ICMPv6 NS/NA
 
 struct NeighbourMessage {
     bool solicitation = false;    // ARP request / NS (else ARP reply / NA)

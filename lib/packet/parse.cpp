@@ -1,7 +1,5 @@
 #include "packet/parse.hpp"
 
-#include <netinet/in.h>
-
 #include <rte_byteorder.h>
 #include <rte_ether.h>
 #include <rte_icmp.h>
@@ -10,7 +8,9 @@
 #include <rte_udp.h>
 
 #include "common/compiler.hpp"
+#include "common/ip_proto.hpp"
 #include "packet/checksum.hpp"
+#include "packet/packet_meta.hpp"
 
 namespace sluice {
 namespace {
@@ -34,13 +34,13 @@ uint16_t load_raw16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1]
 
 // The identifier is the flow's "port" only for the echo types of the packet's own ICMP protocol.
 bool is_icmp_echo(uint8_t proto, uint8_t type) {
-    if (proto == IPPROTO_ICMP) return type == kIcmpEchoRequest || type == kIcmpEchoReply;
-    return proto == IPPROTO_ICMPV6 && (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
+    if (proto == kIpProtoIcmp) return type == kIcmpEchoRequest || type == kIcmpEchoReply;
+    return proto == kIpProtoIcmpv6 && (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
 }
 
 bool is_icmp_error(uint8_t proto, uint8_t type) {
-    if (proto == IPPROTO_ICMP) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
-    return proto == IPPROTO_ICMPV6 && type >= 1 && type <= 4;
+    if (proto == kIpProtoIcmp) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+    return proto == kIpProtoIcmpv6 && type >= 1 && type <= 4;
 }
 
 // The flow an ICMP error quotes: the IP header and at least 8 bytes of L4 header (RFC 792, RFC 4443) that the
@@ -66,10 +66,10 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
     }
     const uint8_t* l4 = q + header_length;
     const uint32_t l4_avail = avail - header_length;
-    if (tuple.proto == IPPROTO_TCP || tuple.proto == IPPROTO_UDP || tuple.proto == IPPROTO_SCTP) {
+    if (tuple.proto == kIpProtoTcp || tuple.proto == kIpProtoUdp || tuple.proto == kIpProtoSctp) {
         if (l4_avail < 8) return false;
         set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2));
-    } else if (tuple.proto == IPPROTO_ICMP || tuple.proto == IPPROTO_ICMPV6) {
+    } else if (tuple.proto == kIpProtoIcmp || tuple.proto == kIpProtoIcmpv6) {
         if (l4_avail < 8) return false;
         if (is_icmp_echo(tuple.proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
     }
@@ -104,13 +104,13 @@ DropReason check_ipv4_options(const uint8_t* options, uint32_t length) {
 bool l4_header_cut(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto) {
     const uint32_t avail = end - l4;
     switch (proto) {
-    case IPPROTO_TCP:
+    case kIpProtoTcp:
         return avail < sizeof(rte_tcp_hdr) || (frame[l4 + 12] >> 4) * 4u > avail || (frame[l4 + 12] >> 4) < 5;
-    case IPPROTO_UDP:
-    case IPPROTO_ICMP:
-    case IPPROTO_ICMPV6:
+    case kIpProtoUdp:
+    case kIpProtoIcmp:
+    case kIpProtoIcmpv6:
         return avail < 8;
-    case IPPROTO_SCTP:
+    case kIpProtoSctp:
         return avail < 12;
     default:
         return false;
@@ -123,29 +123,29 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
     const uint32_t avail = end - l4;
     const uint8_t* h = frame + l4;
     switch (proto) {
-    case IPPROTO_TCP: {
+    case kIpProtoTcp: {
         if (avail < sizeof(rte_tcp_hdr)) return DropReason::l4_truncated;
         const uint32_t data_offset = (h[12] >> 4) * 4u;
         if (data_offset < sizeof(rte_tcp_hdr) || data_offset > avail) return DropReason::tcp_bad_offset;
         set_ports(tuple, load_raw16(h), load_raw16(h + 2));
         return DropReason::none;
     }
-    case IPPROTO_UDP: {
+    case kIpProtoUdp: {
         if (avail < sizeof(rte_udp_hdr)) return DropReason::l4_truncated;
         const uint32_t udp_length = load_be16(h + 4);
         if (udp_length < sizeof(rte_udp_hdr) || udp_length > avail) return DropReason::udp_bad_length;
         set_ports(tuple, load_raw16(h), load_raw16(h + 2));
         return DropReason::none;
     }
-    case IPPROTO_SCTP: {
+    case kIpProtoSctp: {
         // RFC 9260 3.1: a 12-byte common header whose first two fields are the ports (rules match on them).
         constexpr uint32_t kSctpCommonHeader = 12;
         if (avail < kSctpCommonHeader) return DropReason::l4_truncated;
         set_ports(tuple, load_raw16(h), load_raw16(h + 2));
         return DropReason::none;
     }
-    case IPPROTO_ICMP:
-    case IPPROTO_ICMPV6: {
+    case kIpProtoIcmp:
+    case kIpProtoIcmpv6: {
         if (avail < sizeof(rte_icmp_hdr)) return DropReason::l4_truncated;
         const uint8_t type = h[0];
         if (is_icmp_echo(proto, type)) {  // the identifier in both slots keeps request and reply on one flow
@@ -224,26 +224,26 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
     for (int i = 0;; ++i) {
         uint32_t ext_length;
         switch (next) {
-        case IPPROTO_HOPOPTS:
+        case kIpProtoHopByHop:
             // RFC 8200 4.1: hop-by-hop options come right after the IPv6 header or not at all.
             if (i != 0) return DropReason::ipv6_bad_ext_header;
             [[fallthrough]];
-        case IPPROTO_DSTOPTS:
+        case kIpProtoDestOpts:
             if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
             ext_length = (frame[offset + 1] + 1u) * 8u;
             break;
-        case IPPROTO_ROUTING:
+        case kIpProtoRouting:
             if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
             // RFC 5095: a type 0 header still to be processed (segments left) is an amplification and filter-bypass
             // tool; with none left it is ignored like any unrecognised type.
             if (frame[offset + 2] == kIpv6RoutingType0 && frame[offset + 3] != 0) return DropReason::ipv6_routing_type0;
             ext_length = (frame[offset + 1] + 1u) * 8u;
             break;
-        case IPPROTO_AH:
+        case kIpProtoAh:
             if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
             ext_length = (frame[offset + 1] + 2u) * 4u;
             break;
-        case IPPROTO_FRAGMENT: {
+        case kIpProtoFragment: {
             if (end - offset < 8) return DropReason::ipv6_bad_ext_header;
             ext_length = 8;
             const uint16_t fragment = load_be16(frame + offset + 2);
@@ -299,21 +299,21 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         // (pipeline/fragments.hpp). A first fragment with its whole L4 header has them itself.
         if (meta.flags & kMetaFragmentPorts) {
             set_ports(tuple, meta.fragment_src_port, meta.fragment_dst_port);
-            if (l4 && meta.l4_proto == IPPROTO_TCP) tcp_flags = l4[13];
+            if (l4 && meta.l4_proto == kIpProtoTcp) tcp_flags = l4[13];
         }
         return;  // as parse_frame left it: ports 0 until the RX lcore gave the datagram's
     }
     if (!l4) return;
     switch (meta.l4_proto) {
-    case IPPROTO_TCP:
+    case kIpProtoTcp:
         tcp_flags = l4[13];
         [[fallthrough]];
-    case IPPROTO_UDP:
-    case IPPROTO_SCTP:
+    case kIpProtoUdp:
+    case kIpProtoSctp:
         set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2));
         break;
-    case IPPROTO_ICMP:
-    case IPPROTO_ICMPV6:
+    case kIpProtoIcmp:
+    case kIpProtoIcmpv6:
         if (is_icmp_echo(meta.l4_proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
         break;
     default:
@@ -325,14 +325,14 @@ void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t
     const uint8_t* l4 = frame + meta.l4_offset;
     src_port = dst_port = 0;
     switch (meta.l4_proto) {
-    case IPPROTO_TCP:
-    case IPPROTO_UDP:
-    case IPPROTO_SCTP:
+    case kIpProtoTcp:
+    case kIpProtoUdp:
+    case kIpProtoSctp:
         src_port = load_raw16(l4);
         dst_port = load_raw16(l4 + 2);
         break;
-    case IPPROTO_ICMP:
-    case IPPROTO_ICMPV6:
+    case kIpProtoIcmp:
+    case kIpProtoIcmpv6:
         if (is_icmp_echo(meta.l4_proto, l4[0])) src_port = dst_port = load_raw16(l4 + 4);  // as parse_frame does
         break;
     default:
@@ -349,8 +349,8 @@ FragmentInfo fragment_info(const uint8_t* frame, const PacketMeta& meta) {
     // parse_frame walked this chain already and found a fragment header in it.
     uint8_t next = ip[6];
     const uint8_t* header = ip + sizeof(rte_ipv6_hdr);
-    for (int i = 0; i <= kMaxIpv6ExtHeaders && next != IPPROTO_FRAGMENT; ++i) {
-        const uint32_t length = next == IPPROTO_AH ? (header[1] + 2u) * 4u : (header[1] + 1u) * 8u;
+    for (int i = 0; i <= kMaxIpv6ExtHeaders && next != kIpProtoFragment; ++i) {
+        const uint32_t length = next == kIpProtoAh ? (header[1] + 2u) * 4u : (header[1] + 1u) * 8u;
         next = header[0];
         header += length;
     }

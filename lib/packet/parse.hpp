@@ -9,26 +9,7 @@
 
 namespace sluice {
 
-// What the RX lcore learned about a frame, carried to the worker in the mbuf (see packet_meta.hpp) so the worker
-// never parses again.
-struct PacketMeta {
-    uint32_t flow_hash;   // symmetric_flow_hash of the tuple
-    uint16_t l3_offset;   // from the start of the frame to the IP header (14, 18 or 22)
-    uint16_t l4_offset;   // from the start of the frame to the L4 header, 0 when there is none (non-first fragment)
-    IpFamily family;
-    uint8_t l4_proto;     // IPPROTO_* after the IPv6 extension headers
-    uint8_t flags;        // kMeta*
-    uint8_t reserved;
-    uint16_t fragment_src_port;  // kMetaFragmentPorts: the datagram's ports, from its first fragment (network order)
-    uint16_t fragment_dst_port;
-};
-static_assert(sizeof(PacketMeta) == 16);
-
-inline constexpr uint8_t kMetaFragment = 1;   // an IPv4 or IPv6 fragment (hashed on addresses and protocol only)
-inline constexpr uint8_t kMetaIcmpError = 2;  // an ICMP/ICMPv6 error: the tuple and hash are those of the quoted flow
-// (4 is kMetaNeighbour, neighbour.hpp)
-inline constexpr uint8_t kMetaFragmentTiny = 8;    // a first fragment that ends inside its L4 header (RFC 1858)
-inline constexpr uint8_t kMetaFragmentPorts = 16;  // fragment_*_port hold the ports (fragments.hpp); flow_hash has them
+struct PacketMeta;  // packet_meta.hpp
 
 // ICMP echo types: the identifier is an echo's flow "port"; sluice answers requests to its own addresses.
 inline constexpr uint8_t kIcmpEchoRequest = 8, kIcmpEchoReply = 0;

@@ -1,13 +1,12 @@
 #include "packet/reject.hpp"
 
-#include <netinet/in.h>
-
 #include <cstring>
 
 #include <rte_icmp.h>
 #include <rte_ip.h>
 #include <rte_tcp.h>
 
+#include "common/ip_proto.hpp"
 #include "packet/checksum.hpp"
 
 namespace sluice {
@@ -77,7 +76,7 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
             // pseudo-header takes the payload length and next header from the IPv6 header alone).
             std::memmove(l3 + sizeof(rte_ipv6_hdr), tcp, sizeof(rte_tcp_hdr));
             tcp = reinterpret_cast<rte_tcp_hdr*>(l3 + sizeof(rte_ipv6_hdr));
-            ip->proto = IPPROTO_TCP;
+            ip->proto = kIpProtoTcp;
             l4_from_l3 = sizeof(rte_ipv6_hdr);
         }
         uint8_t tmp[16];
@@ -134,7 +133,7 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
         ip->packet_id = 0;
         ip->fragment_offset = 0;
         ip->time_to_live = kReplyTtl;
-        ip->next_proto_id = IPPROTO_ICMP;
+        ip->next_proto_id = kIpProtoIcmp;
         ip->dst_addr = original->src_addr;
         ip->src_addr = original->dst_addr;  // answered as the destination, unless sluice has an address of its own here
         if (source) std::memcpy(&ip->src_addr, source->bytes, 4);
@@ -147,7 +146,7 @@ bool icmp_error(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_m
         const auto* original = reinterpret_cast<const rte_ipv6_hdr*>(quote);
         ip->vtc_flow = rte_cpu_to_be_32(6u << 28);
         ip->payload_len = rte_cpu_to_be_16(static_cast<uint16_t>(8 + quoted));
-        ip->proto = IPPROTO_ICMPV6;
+        ip->proto = kIpProtoIcmpv6;
         ip->hop_limits = kReplyTtl;
         std::memcpy(ip->dst_addr, original->src_addr, 16);
         std::memcpy(ip->src_addr, source ? source->bytes : original->dst_addr, 16);
@@ -189,8 +188,8 @@ bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta) {
     // A tiny first fragment may end before its ICMP header (the RX lcore drops those, but this must not read past).
     if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError) || rte_pktmbuf_data_len(m) < meta.l4_offset + 8u) return false;
     const uint8_t type = *rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
-    return meta.family == IpFamily::ipv4 ? meta.l4_proto == IPPROTO_ICMP && type == kIcmpEchoRequest
-                                         : meta.l4_proto == IPPROTO_ICMPV6 && type == kIcmp6EchoRequest;
+    return meta.family == IpFamily::ipv4 ? meta.l4_proto == kIpProtoIcmp && type == kIcmpEchoRequest
+                                         : meta.l4_proto == kIpProtoIcmpv6 && type == kIcmp6EchoRequest;
 }
 
 bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
@@ -237,7 +236,7 @@ bool make_reject(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_
         // No error about an error (RFC 1122 3.2.2); a fragment is refused silently (the first one carries the tuple).
         return false;
     }
-    if (meta.l4_proto == IPPROTO_TCP && meta.l4_offset) return tcp_rst(m, meta, own_mac);
+    if (meta.l4_proto == kIpProtoTcp && meta.l4_offset) return tcp_rst(m, meta, own_mac);
     const bool v4 = meta.family == IpFamily::ipv4;
     return icmp_error(m, meta, own_mac, v4 ? 3 : 1, v4 ? 13 : 1, 0);  // unreachable: administratively prohibited
 }

@@ -9,7 +9,7 @@
 #include <rte_ether.h>
 #include <rte_mbuf.h>
 
-#include "packet/parse.hpp"
+#include "packet/packet_meta.hpp"
 
 namespace sluice {
 

@@ -5,16 +5,12 @@
 #include <rte_ether.h>
 #include <rte_ip.h>
 
+#include "common/ip_proto.hpp"
 #include "packet/checksum.hpp"
 
 namespace sluice {
 namespace {
 
-constexpr uint8_t kIpProtoTcp = 6;
-constexpr uint8_t kIpProtoUdp = 17;
-constexpr uint8_t kIpProtoIpip = 4;
-constexpr uint8_t kIpProtoIpv6 = 41;
-constexpr uint8_t kIpProtoIcmpv6 = 58;
 constexpr uint8_t kOuterTtl = 64;
 
 // The checksum field of the packet's L4 header, or null when it has none to update (UDP over IPv4 without one).

@@ -8,7 +8,7 @@
 #include <rte_mbuf.h>
 
 #include "common/five_tuple.hpp"
-#include "packet/parse.hpp"
+#include "packet/packet_meta.hpp"
 
 namespace sluice {
 

@@ -1,12 +1,11 @@
 #include "packet/syn_proxy.hpp"
 
-#include <netinet/in.h>
-
 #include <cstring>
 
 #include <rte_ip.h>
 #include <rte_tcp.h>
 
+#include "common/ip_proto.hpp"
 #include "packet/checksum.hpp"
 
 namespace sluice {
@@ -134,7 +133,7 @@ bool write_tcp_segment(rte_mbuf* m, PacketMeta& meta, const TcpSegment& segment,
         ip->packet_id = 0;
         ip->fragment_offset = RTE_BE16(RTE_IPV4_HDR_DF_FLAG);
         ip->time_to_live = kSegmentTtl;
-        ip->next_proto_id = IPPROTO_TCP;
+        ip->next_proto_id = kIpProtoTcp;
         std::memcpy(&ip->src_addr, segment.src.bytes, 4);
         std::memcpy(&ip->dst_addr, segment.dst.bytes, 4);
         ip->hdr_checksum = 0;
@@ -144,7 +143,7 @@ bool write_tcp_segment(rte_mbuf* m, PacketMeta& meta, const TcpSegment& segment,
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
         ip->vtc_flow = rte_cpu_to_be_32(6u << 28);
         ip->payload_len = rte_cpu_to_be_16(tcp_length);
-        ip->proto = IPPROTO_TCP;
+        ip->proto = kIpProtoTcp;
         ip->hop_limits = kSegmentTtl;
         std::memcpy(ip->src_addr, segment.src.bytes, 16);
         std::memcpy(ip->dst_addr, segment.dst.bytes, 16);
@@ -153,7 +152,7 @@ bool write_tcp_segment(rte_mbuf* m, PacketMeta& meta, const TcpSegment& segment,
     meta.l3_offset = sizeof(rte_ether_hdr);
     meta.l4_offset = static_cast<uint16_t>(sizeof(rte_ether_hdr) + ip_length);
     meta.family = segment.family;
-    meta.l4_proto = IPPROTO_TCP;
+    meta.l4_proto = kIpProtoTcp;
     meta.flags &= static_cast<uint8_t>(~(kMetaFragment | kMetaFragmentTiny | kMetaFragmentPorts | kMetaIcmpError));
     return true;
 }

@@ -14,7 +14,7 @@
 
 #include "common/five_tuple.hpp"
 #include "common/siphash.hpp"
-#include "packet/parse.hpp"
+#include "packet/packet_meta.hpp"
 
 namespace sluice {
 

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
 
+#include "common/unique_fd.hpp"
 #include "dpdk/startup_error.hpp"
 #include "xdp/steer_maps.h"
 
@@ -34,12 +34,11 @@ steer_key to_key(const SteeringEntry& entry) {
 uint32_t attached_program(int ifindex, std::string& name) {
     uint32_t id = 0;
     if (bpf_xdp_query_id(ifindex, 0, &id) != 0 || id == 0) return 0;
-    const int fd = bpf_prog_get_fd_by_id(id);
-    if (fd < 0) return id;
+    const UniqueFd program(bpf_prog_get_fd_by_id(id));
+    if (!program.valid()) return id;
     bpf_prog_info info{};
     uint32_t length = sizeof info;
-    if (bpf_obj_get_info_by_fd(fd, &info, &length) == 0) name = info.name;
-    close(fd);
+    if (bpf_obj_get_info_by_fd(program.get(), &info, &length) == 0) name = info.name;
     return id;
 }
 
@@ -142,38 +141,30 @@ XdpSteering::XdpSteering(std::string port, std::string iface) : port_(std::move(
     const uint32_t id = attached_program(interface_index(iface_), name);
     if (id == 0 || name != kProgramName)
         throw StartupError("port '" + port_ + "': sluice's XDP program is not attached to " + iface_);
-    const int program = bpf_prog_get_fd_by_id(id);
-    if (program < 0) throw StartupError("port '" + port_ + "': cannot open XDP program " + std::to_string(id));
+    const UniqueFd program(bpf_prog_get_fd_by_id(id));
+    if (!program.valid()) throw StartupError("port '" + port_ + "': cannot open XDP program " + std::to_string(id));
     bpf_prog_info info{};
     uint32_t length = sizeof info;
     std::vector<uint32_t> map_ids(16);
     info.nr_map_ids = static_cast<uint32_t>(map_ids.size());
     info.map_ids = reinterpret_cast<uint64_t>(map_ids.data());
-    const int got = bpf_obj_get_info_by_fd(program, &info, &length);
-    close(program);
-    if (got != 0) throw StartupError("port '" + port_ + "': cannot read XDP program " + std::to_string(id) + "'s maps");
+    if (bpf_obj_get_info_by_fd(program.get(), &info, &length) != 0) throw StartupError("port '" + port_ + "': cannot read XDP program " + std::to_string(id) + "'s maps");
     for (uint32_t i = 0; i < std::min<uint32_t>(info.nr_map_ids, map_ids.size()); ++i) {
-        const int fd = bpf_map_get_fd_by_id(map_ids[i]);
-        if (fd < 0) continue;
+        UniqueFd fd(bpf_map_get_fd_by_id(map_ids[i]));
+        if (!fd.valid()) continue;
         bpf_map_info map{};
         uint32_t map_length = sizeof map;
-        int* slot = nullptr;
-        if (bpf_obj_get_info_by_fd(fd, &map, &map_length) == 0) {
+        UniqueFd* slot = nullptr;
+        if (bpf_obj_get_info_by_fd(fd.get(), &map, &map_length) == 0) {
             const std::string_view map_name = map.name;
             if (map_name == "steer_prefixes") slot = &prefixes_fd_;
             else if (map_name == "steer_mode") slot = &mode_fd_;
             else if (map_name == "steer_stats") slot = &stats_fd_;
         }
-        if (slot && *slot < 0) *slot = fd;
-        else close(fd);
+        if (slot && !slot->valid()) *slot = std::move(fd);
     }
-    if (prefixes_fd_ < 0 || mode_fd_ < 0 || stats_fd_ < 0)
+    if (!prefixes_fd_.valid() || !mode_fd_.valid() || !stats_fd_.valid())
         throw StartupError("port '" + port_ + "': the XDP program on " + iface_ + " lacks sluice's maps (an old build?)");
-}
-
-XdpSteering::~XdpSteering() {
-    for (int fd : {prefixes_fd_, mode_fd_, stats_fd_})
-        if (fd >= 0) close(fd);
 }
 
 bool XdpSteering::publish(XdpSteeringMode mode, const std::vector<SteeringEntry>& entries) {
@@ -181,14 +172,14 @@ bool XdpSteering::publish(XdpSteeringMode mode, const std::vector<SteeringEntry>
     for (const SteeringEntry& entry : entries) {
         const steer_key key = to_key(entry);
         const uint32_t verdict = static_cast<uint32_t>(entry.verdict);
-        if (bpf_map_update_elem(prefixes_fd_, &key, &verdict, BPF_ANY) != 0) {
+        if (bpf_map_update_elem(prefixes_fd_.get(), &key, &verdict, BPF_ANY) != 0) {
             spdlog::error("port '{}': XDP steering: cannot add a prefix on {}: {}", port_, iface_, std::strerror(errno));
             ok = false;
         }
     }
     const uint32_t zero = 0;
     const uint32_t mode_value = mode == XdpSteeringMode::services ? STEER_MODE_SERVICES : STEER_MODE_ALL;
-    if (bpf_map_update_elem(mode_fd_, &zero, &mode_value, BPF_ANY) != 0) ok = false;
+    if (bpf_map_update_elem(mode_fd_.get(), &zero, &mode_value, BPF_ANY) != 0) ok = false;
     for (const SteeringEntry& old : published_) {
         if (std::find(entries.begin(), entries.end(), old) != entries.end()) continue;
         const bool replaced = std::any_of(entries.begin(), entries.end(), [&](const SteeringEntry& e) {
@@ -196,7 +187,7 @@ bool XdpSteering::publish(XdpSteeringMode mode, const std::vector<SteeringEntry>
         });
         if (replaced) continue;
         const steer_key key = to_key(old);
-        bpf_map_delete_elem(prefixes_fd_, &key);
+        bpf_map_delete_elem(prefixes_fd_.get(), &key);
     }
     published_ = entries;
     return ok;
@@ -208,7 +199,7 @@ SteeringCounters XdpSteering::counters() const {
     if (cpus <= 0) return totals;
     std::vector<uint64_t> values(static_cast<std::size_t>(cpus));
     for (uint32_t counter : {STEER_COUNT_SLUICE, STEER_COUNT_KERNEL, STEER_COUNT_OTHER}) {
-        if (bpf_map_lookup_elem(stats_fd_, &counter, values.data()) != 0) continue;
+        if (bpf_map_lookup_elem(stats_fd_.get(), &counter, values.data()) != 0) continue;
         uint64_t sum = 0;
         for (uint64_t v : values) sum += v;
         (counter == STEER_COUNT_SLUICE ? totals.to_sluice : counter == STEER_COUNT_KERNEL ? totals.to_kernel : totals.other) = sum;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.hpp"
 #include "control/config.hpp"
 #include "dpdk/port.hpp"
 
@@ -53,9 +54,6 @@ class XdpSteering {
 public:
     // Opens the maps of sluice's program attached to iface. Throws StartupError when it is not attached.
     XdpSteering(std::string port, std::string iface);
-    ~XdpSteering();
-    XdpSteering(const XdpSteering&) = delete;
-    XdpSteering& operator=(const XdpSteering&) = delete;
 
     // Makes the program's prefixes exactly `entries` and sets its mode: new entries first, stale ones removed last,
     // so an address in both the old and the new set never falls through. Returns false (and logs) on a map error.
@@ -67,9 +65,9 @@ public:
 private:
     std::string port_;
     std::string iface_;
-    int prefixes_fd_ = -1;
-    int mode_fd_ = -1;
-    int stats_fd_ = -1;
+    UniqueFd prefixes_fd_;  // the program's maps; closed when a constructor's check throws, too
+    UniqueFd mode_fd_;
+    UniqueFd stats_fd_;
     std::vector<SteeringEntry> published_;
 };
 

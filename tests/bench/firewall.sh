@@ -12,7 +12,7 @@
 #    where sluice_bench leaves preempted bursts out). Each tool runs on the CPU that was idlest just before.
 # 3. sluice_bench --rules/--trace on the same files: AclClassifier::classify (and raw rte_acl_classify on the same
 #    context) for every algorithm; sluice's figure is the algorithm AclClassifier runs (AclClassifier::classify_method).
-# 4. sluice_bench for the rest: parse_burst vs rte_net_get_ptype; firewall_burst on packets of tracked
+# 4. sluice_bench for the rest: parse_burst vs rte_net_get_ptype; stateful_burst on packets of tracked
 #    connections with 10k rules vs 10 rules (and firewall + forward vs forward alone) at 1k, 100k and 1M
 #    connections; new connections per second vs the 2 M/s per-worker target; bytes per tracked connection vs
 #    conn_table.hpp's estimate.

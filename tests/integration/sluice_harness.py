@@ -144,14 +144,32 @@ class Sluice:
                                f"kernel-side losses {kernel_missed(s)}") from None
 
     def stop(self, timeout=30):
+        """SIGTERM, then waits up to timeout (systemd's TimeoutStopSec) for the exit code. A stop that overruns is
+        killed, and the error names what each of sluice's threads was waiting in and the end of its log."""
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.returncode = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            threads = self.threads()
             self.kill()
-            raise
+            tail = "\n".join(self.log().splitlines()[-15:])
+            raise TimeoutError(f"sluice did not stop within {timeout}s of SIGTERM; its threads:\n{threads}\n"
+                               f"the end of its log:\n{tail}") from None
         self._remove_runtime_dir()
         return self.returncode
+
+    def threads(self):
+        """One line per thread of the running process: name, state, kernel wait channel, user CPU ticks."""
+        lines = []
+        for task in sorted(Path(f"/proc/{self.proc.pid}/task").glob("*")):
+            try:
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                wchan = (task / "wchan").read_text().strip() or "-"
+            except OSError:
+                continue
+            lines.append(f"  {task.name} {name}: state {fields[0]}, wchan {wchan}, utime {fields[11]}")
+        return "\n".join(lines) or "  (gone)"
 
     def kill(self):
         if self.proc and self.proc.poll() is None:

@@ -15,6 +15,10 @@ PAYLOAD = bytes(range(256)) * 11  # 2816 bytes: three fragments of a 1500-byte l
 # wait_out parses every pcap again on each poll (scapy), and the pcaps grow round by round: on a loaded machine
 # that alone has taken longer than wait_out's default 15 s (seen once, while a sanitizer build ran alongside).
 FRAMES_OUT_TIMEOUT = 45
+# The NAT round's service port. Not 53: scapy dissects UDP port 53 as DNS, PAYLOAD as such a message takes seconds
+# to build and read back for each IPv6 first fragment, and a round slower than udp_unreplied (30 s) sends its
+# replies to connections that have expired.
+SERVICE_PORT = 5300
 
 
 def udp_checksum_ok(ip_layer):
@@ -45,19 +49,20 @@ def reassemble(frames, family):
 
 
 def test_fragmented_udp_through_a_nat_service_both_ways_on_two_workers(tmp_path, ns):
-    services = [service("dns4", VIP4, 53, "udp", "nat", [backend(b) for b in B4[:3]]),
-                service("dns6", VIP6, 53, "udp", "nat", [backend(b) for b in B6[:3]])]
+    services = [service("dns4", VIP4, SERVICE_PORT, "udp", "nat", [backend(b) for b in B4[:3]]),
+                service("dns6", VIP6, SERVICE_PORT, "udp", "nat", [backend(b) for b in B6[:3]])]
     with Lab(tmp_path, ns, services, workers=2) as lab:
         for family, vip, client_net, pool in ((4, VIP4, "203.0.113.", POOL4), (6, VIP6, "2001:db8:f::", POOL6)):
             # Each client first sends a small datagram (it opens the connection), then a big one, fragmented.
             clients = [f"{client_net}{10 + i}" for i in range(12)]
             ip = IP if family == 4 else IPv6
-            small = [from_client(ip(src=c, dst=vip) / UDP(sport=40000 + i, dport=53) / Raw(b"hello"))
+            small = [from_client(ip(src=c, dst=vip) / UDP(sport=40000 + i, dport=SERVICE_PORT) / Raw(b"hello"))
                      for i, c in enumerate(clients)]
             big = []
             for i, c in enumerate(clients):
                 datagram = (IP(src=c, dst=vip, id=7000 + i) if family == 4 else IPv6(src=c, dst=vip) / IPv6ExtHdrFragment(id=7000 + i))
-                big += [from_client(f) for f in fragments_of(datagram / UDP(sport=40000 + i, dport=53) / Raw(PAYLOAD))]
+                udp = UDP(sport=40000 + i, dport=SERVICE_PORT)
+                big += [from_client(f) for f in fragments_of(datagram / udp / Raw(PAYLOAD))]
             already = len(lab.out("server"))
             lab.send("cl0", small)
             lab.send("cl0", big)
@@ -78,7 +83,7 @@ def test_fragmented_udp_through_a_nat_service_both_ways_on_two_workers(tmp_path,
             for d in whole:
                 assert norm(d.src) == norm(pool)
                 assert (norm(d.dst), d[UDP].sport) in hello, "the fragments went to another backend or NAT port"
-                assert d[UDP].dport == 53 and udp_checksum_ok(d), d.summary()
+                assert d[UDP].dport == SERVICE_PORT and udp_checksum_ok(d), d.summary()
             queues_per_datagram = {}  # fragment id -> the TX queues (workers) its fragments left by
             for queue, frame in out:
                 if family == 4 and (frame[IP].flags.MF or frame[IP].frag):
@@ -93,14 +98,15 @@ def test_fragmented_udp_through_a_nat_service_both_ways_on_two_workers(tmp_path,
             for n, (backend_address, port) in enumerate(hello):
                 datagram = (IP(src=backend_address, dst=pool, id=9000 + n) if family == 4
                             else IPv6(src=backend_address, dst=pool) / IPv6ExtHdrFragment(id=9000 + n))
-                replies += [from_server(f) for f in fragments_of(datagram / UDP(sport=53, dport=port) / Raw(PAYLOAD))]
+                udp = UDP(sport=SERVICE_PORT, dport=port)
+                replies += [from_server(f) for f in fragments_of(datagram / udp / Raw(PAYLOAD))]
             already = len(lab.out("client"))
             lab.send("sv0", replies)
             back = reassemble([f for _, f in lab.wait_out("client", already + len(replies), timeout=FRAMES_OUT_TIMEOUT) if f.haslayer(ip)], family)
             assert len(back) == len(clients)
             assert {(norm(d.dst), d[UDP].dport) for d in back} == {(norm(c), 40000 + i) for i, c in enumerate(clients)}
             for d in back:
-                assert norm(d.src) == norm(vip) and d[UDP].sport == 53 and bytes(d[UDP].payload) == PAYLOAD
+                assert norm(d.src) == norm(vip) and d[UDP].sport == SERVICE_PORT and bytes(d[UDP].payload) == PAYLOAD
                 assert udp_checksum_ok(d), d.summary()
         stats = lab.sluice.stats()
         assert stats["drops"] == 0, {k: v for k, v in stats.items() if k.startswith("drop/") and v}

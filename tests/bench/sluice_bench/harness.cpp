@@ -162,7 +162,7 @@ void start_port(Dpdk& d) {
     rte_eth_tx_buffer_set_err_callback(buffer, count_tx_drops, &ctx.tx_drop_sinks[port]);
     ctx.tx_buffers[port] = buffer;
     ctx.tx_ports[ctx.tx_port_count++] = port;
-    // A tracking worker's counters (firewall_burst counts every allowed packet under its rule, and every packet of
+    // A tracking worker's counters (stateful_burst counts every allowed packet under its rule, and every packet of
     // a balanced connection under its backend). The NAT port pool is per section (see section_lb); the connection
     // tables get release_connection as their release hook (attach_conn_table).
     ctx.rule_traffic = static_cast<RuleTraffic*>(

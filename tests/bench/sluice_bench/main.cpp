@@ -1,6 +1,6 @@
 // In-process benchmark of sluice's firewall and load-balancer path, in one invocation: parse, classify (rte_acl
 // behind AclClassifier), the firewall stage for packets of tracked connections and for new connections, the load
-// balancer's new connections and established packets (nat, dsr, tunnel: firewall_burst + forward_burst with
+// balancer's new connections and established packets (nat, dsr, tunnel: stateful_burst + forward_burst with
 // routes, beside the same path for connections of no service), the memory a tracked connection takes, a config
 // reload as the control thread does it (YAML text to published snapshot, beside rte_acl_build alone, and the
 // forwarded rate of a worker meanwhile), and the worker path on one lcore against two at once. Every figure is

@@ -1,4 +1,4 @@
-// Section established: firewall_burst on packets of tracked connections (1k, 100k and 1M live: --conns), where the
+// Section established: stateful_burst on packets of tracked connections (1k, 100k and 1M live: --conns), where the
 // connection lookup alone must settle them so the rule count should not matter; and firewall + forward beside
 // forward_burst alone.
 #include <cinttypes>
@@ -60,7 +60,7 @@ void section_established(Dpdk& d, const Options& o, Table& table) {
         const std::string drops = drops_since(d, drops_before);
         const std::string conns = ordinal_count(live) + " conns";
         table.add(Row{.id = "established-" + ordinal_count(live),
-                      .measurement = "established, " + conns + ": firewall_burst, 10k rules",
+                      .measurement = "established, " + conns + ": stateful_burst, 10k rules",
                       .unit = "cycles/pkt",
                       .reference = "the same with 10 rules",
                       .ref = stat_of(r[0]),

@@ -1,4 +1,4 @@
-// Section lb: the load balancer. The worker's whole stateful path, firewall_burst then forward_burst with the
+// Section lb: the load balancer. The worker's whole stateful path, stateful_burst then forward_burst with the
 // routes the first hands the second, for the services of add_services (nat, dsr, tunnel), each beside the same path
 // for connections of no service: new connections (and their removal, expiry's share), and packets of established
 // connections.

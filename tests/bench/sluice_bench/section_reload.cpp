@@ -289,7 +289,7 @@ private:
     }
 
     // A worker on the second lcore forwards packets of established connections (no service, half replies, through
-    // firewall_burst + forward_burst) on whatever snapshot is current, counting them per window.
+    // stateful_burst + forward_burst) on whatever snapshot is current, counting them per window.
     void start_worker() {
         worker_lcore_ = second_lcore();
         with_worker_ = worker_lcore_ < RTE_MAX_LCORE;

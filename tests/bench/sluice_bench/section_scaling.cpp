@@ -2,7 +2,7 @@
 // the Dataplane builds for it (its own connection table, NAT ports, counters, TX queue) and its own connections. In
 // process: this machine has 2 vCPUs, no room for a traffic generator and RX lcores beside two workers, so each
 // worker writes and parses its own frames (an RX lcore's share, not timed in the stage figures) and runs
-// firewall_burst + forward_burst with the snapshot of section lb (1k rules, three services).
+// stateful_burst + forward_burst with the snapshot of section lb (1k rules, three services).
 #include <unistd.h>
 
 #include <array>

@@ -1,5 +1,5 @@
 // The streams the sections send and the connections they set up: distinct flows, packets of them, the worker's
-// stateful path (firewall_burst then forward_burst) and connections opened through it.
+// stateful path (stateful_burst then forward_burst) and connections opened through it.
 #pragma once
 
 #include <cstddef>
@@ -50,7 +50,7 @@ std::vector<int32_t> positions_of(const ConnTable& table, const std::vector<Pack
 // Removes the stream's connections that the table holds (untimed); returns how many it removed.
 uint32_t remove_connections(ConnTable& table, const std::vector<PacketSpec>& stream);
 
-// The stateful path of a worker: firewall_burst, then forward_burst on what it kept, with its routes.
+// The stateful path of a worker: stateful_burst, then forward_burst on what it kept, with its routes.
 Stage worker_path(LcoreContext& ctx, const Snapshot& snapshot);
 
 // One connection from each client to dst (host order), opened through the worker's own path, untimed: the SYN, the

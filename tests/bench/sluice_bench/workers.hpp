@@ -26,7 +26,7 @@ std::unique_ptr<Dataplane> bench_dataplane(const Dpdk& d, const std::vector<unsi
 std::vector<LcoreContext*> worker_contexts(const Dataplane& dataplane);
 
 // One worker's run on an lcore: bursts of the stream, round and round (or once), each written and parsed (an RX
-// lcore's share, untimed), then firewall_burst + forward_burst on the snapshot that is current, read once per
+// lcore's share, untimed), then stateful_burst + forward_burst on the snapshot that is current, read once per
 // burst and released with a quiescent state at the end of the iteration, as lcore_main does.
 struct WorkerRun {
     Dpdk* d = nullptr;

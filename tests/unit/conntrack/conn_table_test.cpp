@@ -189,6 +189,45 @@ TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]"
     }
 }
 
+TEST_CASE("ConnTable: a NAT alias keeps its origin, shift and window apart and leaves the connection's counters",
+          "[conntrack]") {
+    ConnTable table(unique_table_name(), 64, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
+    const FiveTuple client_side = v4_tuple(IPPROTO_TCP, 0x0a000001, 40000, 0xc6336401, 443);  // client -> VIP
+    const FiveTuple backend_side = v4_tuple(IPPROTO_TCP, 0x0a010002, 8443, 0xcb007101, 1025);  // backend -> pool
+    const int32_t conn = table.insert(client_side, symmetric_flow_hash(client_side), ConnState::tcp_syn_sent, 7, 0);
+    REQUIRE(conn >= 0);
+    REQUIRE(table.track(conn, client_side, 0x02, 60, 0) == TrackVerdict::ok);
+    const int32_t alias = table.insert_alias(backend_side, symmetric_flow_hash(backend_side), conn);
+    REQUIRE(alias >= 0);
+
+    table.set_origin(alias, client_side.src, 40000, client_side.dst, 443);
+    table.set_seq_shift(alias, 0xdeadbeef);
+    table.set_pending_window(alias, 29200);
+    IpAddress client{}, vip{};
+    uint16_t client_port = 0, vip_port = 0;
+    table.origin(alias, client, client_port, vip, vip_port);
+    CHECK(client == client_side.src);
+    CHECK(vip == client_side.dst);
+    CHECK(client_port == 40000);
+    CHECK(vip_port == 443);
+    CHECK(table.seq_shift(alias) == 0xdeadbeef);
+    CHECK(table.pending_window(alias) == 29200);
+
+    bool via_alias = false;
+    CHECK(table.resolve(alias, via_alias) == conn);
+    CHECK(via_alias);
+    const ConnEntry& e = table.entry(conn);
+    CHECK(e.packets[0] == 1);
+    CHECK(e.bytes[0] == 60);
+    CHECK(e.rule_index == 7);
+    CHECK(e.backend == 0);
+    CHECK(e.nat_port == 0);
+
+    table.remove(conn);  // the alias goes with its connection
+    CHECK(table.size() == 0);
+    CHECK(lookup_all(table, {backend_side})[0] < 0);
+}
+
 TEST_CASE("ConnTable: a full table refuses new connections and keeps the old ones", "[conntrack]") {
     // 5 is below rte_hash's minimum of 8 entries; 1000 fits plain cuckoo buckets (1024 slots); 1024 and 4096 are
     // powers of two, where the table needs rte_hash's extendable buckets to hold every one of them.

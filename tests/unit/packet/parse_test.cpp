@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "packet/checksum.hpp"
+#include "packet/packet_meta.hpp"
 #include "packet/parse.hpp"
 
 using namespace sluice;

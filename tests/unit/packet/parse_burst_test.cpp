@@ -13,6 +13,7 @@
 
 #include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
+#include "packet/parse_burst.hpp"
 
 using namespace sluice;
 
@@ -125,7 +126,7 @@ struct Pool {
 
 }  // namespace
 
-TEST_CASE("parse_burst: a frame longer than its IP datagram is trimmed to it", "[packet_meta][trailer]") {
+TEST_CASE("parse_burst: a frame longer than its IP datagram is trimmed to it", "[parse_burst][trailer]") {
     Pool p;
     const Bytes datagram = ipv4_udp(5);
     Bytes with_trailer = datagram;
@@ -159,7 +160,7 @@ TEST_CASE("parse_burst: a frame longer than its IP datagram is trimmed to it", "
     CHECK(rte_mempool_in_use_count(p.pool) == 0);
 }
 
-TEST_CASE("parse_burst: the flow hash is filled in only when the RX lcore asks for it", "[packet_meta]") {
+TEST_CASE("parse_burst: the flow hash is filled in only when the RX lcore asks for it", "[parse_burst]") {
     Pool p;
     FiveTuple flow;
     flow.family = IpFamily::ipv4;
@@ -178,7 +179,7 @@ TEST_CASE("parse_burst: the flow hash is filled in only when the RX lcore asks f
 }
 
 TEST_CASE("parse_burst: a chained frame keeps its first segment, cut to the datagram, and frees the rest",
-          "[packet_meta][trailer]") {
+          "[parse_burst][trailer]") {
     Pool p;
     const Bytes datagram = ipv4_udp(100);
     Bytes frame = datagram;
@@ -201,7 +202,7 @@ TEST_CASE("parse_burst: a chained frame keeps its first segment, cut to the data
     CHECK(rte_mempool_in_use_count(p.pool) == 0);
 }
 
-TEST_CASE("parse_burst: ND messages fragmented or with a hop limit below 255 are nd_invalid", "[packet_meta][nd]") {
+TEST_CASE("parse_burst: ND messages fragmented or with a hop limit below 255 are nd_invalid", "[parse_burst][nd]") {
     Pool p;
     const auto verdict_and_flags = [&](const Bytes& frame) {
         rte_mbuf* m = p.mbuf(frame);

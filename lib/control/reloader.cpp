@@ -1,0 +1,297 @@
+#include "control/reloader.hpp"
+
+#include <chrono>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "pipeline/lcore_context.hpp"
+
+namespace sluice {
+namespace {
+
+constexpr auto kRejudgeTimeout = std::chrono::seconds(30);
+
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int64_t ms_since(std::chrono::steady_clock::time_point started) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+}
+
+HealthCheckSpec health_check_spec(const ServiceConfig& service, const BackendConfig& backend) {
+    HealthCheckSpec spec;
+    spec.kind = backend.health.type == HealthCheckType::http ? HealthCheckKind::http : HealthCheckKind::tcp;
+    spec.address = to_string(backend.address, backend.family);
+    spec.port = backend.health.port ? backend.health.port : backend.port ? backend.port : service.port;
+    spec.http_path = backend.health.path;
+    spec.expect_status = backend.health.expect_status;
+    spec.interval_ms = backend.health.interval_ms;
+    spec.timeout_ms = backend.health.timeout_ms;
+    spec.rise = backend.health.rise;
+    spec.fall = backend.health.fall;
+    return spec;
+}
+
+// What a reload kept of the running tables instead of building them again.
+void log_kept_tables(const Snapshot& built, const Snapshot& running) {
+    const FirewallTables& next = *built.firewall;
+    const FirewallTables& now = *running.firewall;
+    if (next.blocklist && next.blocklist == now.blocklist)
+        spdlog::info("reload: the early-drop sets are unchanged: their tables are kept, not built again");
+    if ((next.acl_v4 || next.acl_v6) && next.acl_v4 == now.acl_v4 && next.acl_v6 == now.acl_v6)
+        spdlog::info("reload: the rules match as before: their rte_acl contexts are kept, not built again");
+}
+
+std::vector<std::string> rule_changes(const Config& running, const Config& candidate) {
+    std::set<std::string> old_rules, new_rules;
+    for (const FirewallRuleConfig& r : running.firewall.rules) old_rules.insert(r.name);
+    for (const FirewallRuleConfig& r : candidate.firewall.rules) new_rules.insert(r.name);
+    std::vector<std::string> lines;
+    for (const std::string& r : new_rules)
+        if (!old_rules.count(r)) lines.push_back("rule added: " + r);
+    for (const std::string& r : old_rules)
+        if (!new_rules.count(r)) lines.push_back("rule removed: " + r);
+    return lines;
+}
+
+}  // namespace
+
+void log_tables(const Snapshot& snapshot) {
+    const FirewallTables& fw = *snapshot.firewall;
+    if (!fw.enabled) return;
+    spdlog::info(
+        "firewall: {} rule(s) ({} IPv4 / {} IPv6 rte_acl rules after expansion), default {}, {} early-drop prefix(es)",
+        fw.actions.size(), fw.acl_v4 ? fw.acl_v4->expanded_rule_count() : 0,
+        fw.acl_v6 ? fw.acl_v6->expanded_rule_count() : 0, fw.default_action == RuleAction::allow ? "allow" : "deny",
+        fw.blocklist_prefixes);
+    for (const AclClassifier* acl : {fw.acl_v4.get(), fw.acl_v6.get()})
+        if (acl && acl->expanded_rule_count() != 0)
+            spdlog::info("firewall: {} rte_acl classify method {}", acl->family() == IpFamily::ipv4 ? "IPv4" : "IPv6",
+                         acl->method_report());
+}
+
+std::vector<HealthTarget> health_targets(const Config& config, const BackendRegistry& backends) {
+    std::vector<HealthTarget> targets;
+    for (const ServiceConfig& service : config.services) {
+        for (const BackendConfig& backend : service.backends) {
+            if (backend.health.type == HealthCheckType::none) continue;
+            const auto id = backends.ids.find(service.name + "/" + backend.name());
+            if (id != backends.ids.end()) targets.push_back({id->second, health_check_spec(service, backend)});
+        }
+    }
+    return targets;
+}
+
+Reloader::Reloader(Config running, ReloaderSetup setup) : config_(std::move(running)), setup_(std::move(setup)) {
+    status_.update([&](ReloadRecord& r) {
+        r.running_hash = config_.hash;
+        r.running_path = config_.path;
+    });
+}
+
+std::optional<uint32_t> Reloader::backend_id(const std::string& service, const BackendConfig& backend) const {
+    const auto id = backends_.ids.find(service + "/" + backend.name());
+    if (id == backends_.ids.end()) return std::nullopt;
+    return id->second;
+}
+
+std::string Reloader::backend_name(uint32_t id) const {
+    for (const auto& [name, known] : backends_.ids)
+        if (known == id) return name;
+    return "backend #" + std::to_string(id);
+}
+
+LiveState Reloader::live_state(StableRuleIds* ids, BackendRegistry* backends) const {
+    BackendHealth healthy = [health = setup_.health](uint32_t id) { return !health || health->is_up(id); };
+    return LiveState{ids, backends, std::move(healthy), setup_.neighbours, nullptr, nullptr, nullptr};
+}
+
+std::unique_ptr<Snapshot> Reloader::build_first(std::size_t workers) {
+    return build_snapshot(config_, setup_.ports, setup_.lcore_count, setup_.socket, workers,
+                          live_state(&rule_ids_, &backends_));
+}
+
+void Reloader::attach(LiveDataplane& dataplane) { dataplane_ = &dataplane; }
+
+// The running snapshot lets the candidate keep its early-drop tables and rte_acl contexts (or their methods).
+std::unique_ptr<Snapshot> Reloader::build_candidate(const Config& candidate, StableRuleIds& ids,
+                                                    BackendRegistry& backends) const {
+    LiveState live = live_state(&ids, &backends);
+    const FirewallTables& running = *dataplane_->snapshot().firewall;
+    live.blocklist = running.blocklist;
+    live.acl_v4 = running.acl_v4;
+    live.acl_v6 = running.acl_v6;
+    return build_snapshot(candidate, setup_.ports, setup_.lcore_count, setup_.socket, dataplane_->worker_count(), live);
+}
+
+std::vector<std::string> Reloader::refusals(const ConfigResult& candidate) const {
+    std::vector<std::string> errors;
+    for (const ConfigError& e : candidate.errors) errors.push_back(e.to_string());
+    if (candidate.config)
+        for (const std::string& change : restart_required_changes(config_, *candidate.config))
+            errors.push_back(config_.path + ": " + change + ": a restart is needed to apply it");
+    return errors;
+}
+
+bool Reloader::log_transitions() {
+    if (!setup_.transitions) return false;
+    const std::vector<HealthTransition> transitions = setup_.transitions->take();
+    for (const HealthTransition& t : transitions) {
+        if (t.up) spdlog::info("backend {} is up: {}", backend_name(t.backend_id), t.reason);
+        else spdlog::warn("backend {} is down: {}", backend_name(t.backend_id), t.reason);
+    }
+    return !transitions.empty();
+}
+
+void Reloader::refuse(const std::vector<std::string>& errors) {
+    for (const std::string& e : errors) spdlog::error("reload refused: {}", e);
+    spdlog::error("reload refused: the running config ({}) stays in force", config_.hash);
+    status_.update([&](ReloadRecord& r) {
+        ++r.failures;
+        r.last_ok = false;
+        r.last_attempt_unix = unix_now();
+        r.last_errors = errors;
+    });
+}
+
+bool Reloader::apply(const char* trigger) {
+    spdlog::info("reload ({}): reading {}", trigger, config_.path);
+    ConfigResult candidate = load_config_file(config_.path);
+    std::vector<std::string> errors = refusals(candidate);
+    std::unique_ptr<Snapshot> snapshot;
+    StableRuleIds ids = rule_ids_;  // committed only if the reload goes through
+    BackendRegistry backends = backends_;
+    if (errors.empty()) {
+        log_transitions();  // the build reads the health they reported
+        try {
+            const auto started = std::chrono::steady_clock::now();
+            snapshot = build_candidate(*candidate.config, ids, backends);
+            if (ids.size() > kMaxCountedRules)
+                spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
+                             kMaxCountedRules);
+            spdlog::info("reload: tables built in {} ms", ms_since(started));
+            log_tables(*snapshot);
+            log_kept_tables(*snapshot, dataplane_->snapshot());
+        } catch (const std::exception& e) {
+            errors.push_back(config_.path + ": " + e.what());
+        }
+    }
+    if (!errors.empty()) {
+        refuse(errors);
+        return false;
+    }
+    publish_reload(std::move(snapshot), *candidate.config, backends);
+    rule_ids_ = std::move(ids);
+    backends_ = std::move(backends);
+    if (candidate.config->log.level != config_.log.level)
+        spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
+    const std::string previous = config_.hash;
+    config_ = std::move(*candidate.config);
+    if (setup_.applied) setup_.applied();
+    status_.update([&](ReloadRecord& r) {
+        ++r.successes;
+        r.last_ok = true;
+        r.last_attempt_unix = unix_now();
+        r.last_errors.clear();
+        r.running_hash = config_.hash;
+    });
+    spdlog::info("reload applied: config {} replaces {}", config_.hash, previous);
+    return true;
+}
+
+// One publication per reload: health that changed while the tables were built (a transition, or a down backend
+// whose check the candidate changes, up again) is folded into the candidate's Maglev tables before it goes out.
+void Reloader::publish_reload(std::unique_ptr<Snapshot> snapshot, const Config& candidate, BackendRegistry& backends) {
+    const char* why = log_transitions() ? "health transition" : nullptr;
+    try {
+        if (setup_.health && !setup_.health->set_targets(health_targets(candidate, backends)).empty())
+            why = "health checks changed";
+    } catch (const std::exception& e) {
+        spdlog::error("health checks not updated: {}", e.what());
+    }
+    if (why) {
+        try {
+            const auto started = std::chrono::steady_clock::now();
+            snapshot = rebuild_live(*snapshot, candidate, setup_.ports, setup_.socket, live_state(nullptr, &backends));
+            spdlog::info("load balancer tables rebuilt ({}) in {} ms", why, ms_since(started));
+        } catch (const std::exception& e) {
+            spdlog::error("load balancer tables not rebuilt ({}): {}", why, e.what());
+        }
+    }
+    rule_hits_.fold(*dataplane_->publish(std::move(snapshot)));  // the retired snapshot is unreachable now
+}
+
+void Reloader::apply_health_targets() {
+    if (!setup_.health) return;
+    try {
+        // A down backend whose check changed (or went away) is up again: its Maglev slots must come back.
+        if (!setup_.health->set_targets(health_targets(config_, backends_)).empty())
+            republish_lb_tables("health checks changed");
+    } catch (const std::exception& e) {
+        spdlog::error("health checks not updated: {}", e.what());
+    }
+}
+
+void Reloader::apply_health_transitions() {
+    if (log_transitions()) republish_lb_tables("health transition");
+}
+
+void Reloader::republish_lb_tables(const char* why) {
+    try {
+        const auto started = std::chrono::steady_clock::now();
+        BackendRegistry backends = backends_;
+        auto next = rebuild_live(dataplane_->snapshot(), config_, setup_.ports, setup_.socket,
+                                 live_state(nullptr, &backends));
+        // The retired snapshot shares its rule counters with the new one: nothing to fold.
+        dataplane_->publish(std::move(next));
+        backends_ = std::move(backends);
+        spdlog::info("load balancer tables rebuilt ({}) in {} ms", why, ms_since(started));
+    } catch (const std::exception& e) {
+        spdlog::error("load balancer tables not rebuilt ({}): {}", why, e.what());
+    }
+}
+
+std::vector<std::string> Reloader::dry_run(const std::string& path) {
+    ConfigResult candidate = load_config_file(path.empty() ? config_.path : path);
+    std::vector<std::string> lines;
+    for (const ConfigError& e : candidate.errors) lines.push_back("error: " + e.to_string());
+    if (!candidate.config) return lines;
+    for (const std::string& change : restart_required_changes(config_, *candidate.config))
+        lines.push_back("restart needed: " + change);
+    std::unique_ptr<Snapshot> next;
+    try {
+        StableRuleIds ids = rule_ids_;
+        BackendRegistry backends = backends_;
+        next = build_candidate(*candidate.config, ids, backends);
+    } catch (const std::exception& e) {
+        lines.push_back(std::string("error: ") + e.what());
+        return lines;
+    }
+    for (std::string& line : rule_changes(config_, *candidate.config)) lines.push_back(std::move(line));
+    for (std::string& line : rejudge_lines(*next)) lines.push_back(std::move(line));
+    return lines;
+}
+
+std::vector<std::string> Reloader::rejudge_lines(const Snapshot& candidate) {
+    const auto walks = dataplane_->rejudge(candidate, kRejudgeTimeout);
+    if (walks.empty() && dataplane_->connections_opened() > 0)
+        return {"error: the workers did not finish re-judging their connections in time"};
+    uint64_t examined = 0, deny = 0, gone_drop = 0, gone_keep = 0, moves = 0;
+    for (const auto& w : walks) {
+        examined += w->examined;
+        deny += w->would_deny;
+        gone_drop += w->backend_gone_drop;
+        gone_keep += w->backend_gone_keep;
+        moves += w->maglev_moves;
+    }
+    return {fmt::format("tracked connections: {}", examined),
+            fmt::format("would be denied as new connections (they keep their verdict): {}", deny),
+            fmt::format("backend removed, connection dropped (removed_backends: drop): {}", gone_drop),
+            fmt::format("backend removed, connection kept until it ends: {}", gone_keep),
+            fmt::format("would get another backend if new (they stay where they are): {}", moves),
+            "nothing was applied"};
+}
+
+}  // namespace sluice
