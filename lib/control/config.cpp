@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -10,14 +9,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/stat.h>
 
 #include <yaml-cpp/yaml.h>
 
-#include "classify/acl_method.hpp"
+#include "control/config_decoder.hpp"
 #include "dpdk/mempool.hpp"
-#include "lb/maglev.hpp"
-#include "lb/nat_ports.hpp"
 #include "pipeline/lcore_context.hpp"
 
 namespace sluice {
@@ -39,129 +35,7 @@ const PortSpec* Config::find_port(const std::string& name) const {
     return nullptr;
 }
 
-namespace {
-
-constexpr uint16_t kMaxRxQueuesPerPort = 64;
-const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-
-// Decodes YAML nodes into config values and collects every error with its position, so one run of --check-config
-// reports all that is wrong.
-class Decoder {
-public:
-    explicit Decoder(std::string file) : file_(std::move(file)) {}
-
-    std::vector<ConfigError>& errors() { return errors_; }
-
-    void error(const YAML::Mark& mark, std::string message) {
-        errors_.push_back({file_, mark.line + 1, mark.column + 1, std::move(message)});
-    }
-    void error(const YAML::Node& at, std::string message) { error(at.Mark(), std::move(message)); }
-
-    // `node` must be a map whose keys are all in `allowed`.
-    bool map(const YAML::Node& node, const std::string& what, std::initializer_list<std::string_view> allowed) {
-        if (!node.IsMap()) {
-            error(node, what + " must be a mapping");
-            return false;
-        }
-        for (const Field& f : fields(node)) {
-            if (std::find(allowed.begin(), allowed.end(), f.key) == allowed.end()) {
-                std::string known;
-                for (std::string_view k : allowed) known += (known.empty() ? "" : ", ") + std::string(k);
-                error(f.key_mark, "unknown key '" + f.key + "' in " + what + " (known keys: " + known + ")");
-            }
-        }
-        return true;
-    }
-
-    bool sequence(const YAML::Node& node, const std::string& what) {
-        if (node.IsSequence()) return true;
-        error(node, what + " must be a list");
-        return false;
-    }
-
-    bool string(const YAML::Node& node, const std::string& what, std::string& out) {
-        if (!node.IsScalar() || node.Scalar().empty()) {
-            error(node, what + " must be a non-empty string");
-            return false;
-        }
-        out = node.Scalar();
-        return true;
-    }
-
-    template <typename T>
-    bool integer(const YAML::Node& node, const std::string& what, T& out, long long min, long long max) {
-        long long value = 0;
-        try {
-            if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
-            value = node.as<long long>();
-        } catch (const YAML::Exception&) {
-            error(node, what + " must be an integer, not '" + (node.IsScalar() ? node.Scalar() : "a structure") + "'");
-            return false;
-        }
-        if (value < min || value > max) {
-            error(node, what + " must be between " + std::to_string(min) + " and " + std::to_string(max) + ", not " +
-                            std::to_string(value));
-            return false;
-        }
-        out = static_cast<T>(value);
-        return true;
-    }
-
-    bool boolean(const YAML::Node& node, const std::string& what, bool& out) {
-        try {
-            if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
-            out = node.as<bool>();
-            return true;
-        } catch (const YAML::Exception&) {
-            error(node, what + " must be true or false");
-            return false;
-        }
-    }
-
-    // Reads key into out with `read` when present; reports it missing when required.
-    template <typename Read>
-    void field(const YAML::Node& map, const char* key, const std::string& what, bool required, Read read) {
-        if (const YAML::Node* found = find(map, key)) {
-            const YAML::Node value = *found;  // read's own fields() walk other maps, over what found points into
-            read(value);
-        } else if (required) {
-            error(map, what + " needs '" + key + "'");
-        }
-    }
-
-private:
-    struct Field {
-        std::string key;  // empty for a key that is not a scalar: no lookup names it
-        YAML::Mark key_mark;
-        YAML::Node value;
-    };
-
-    // The entries of a map, walked once for map()'s check and all of field()'s lookups. yaml-cpp's const
-    // operator[] compares a key with each of the map's keys by decoding that key into a new string (about 2,000
-    // instructions a lookup, 27,000 for a firewall rule's ten optional fields, 8 % of loading 10k rules).
-    const std::vector<Field>& fields(const YAML::Node& map) {
-        if (!fields_of_ || !fields_of_.is(map)) {
-            fields_of_.reset(map);  // not operator=, which would write map's contents into the previous one
-            fields_.clear();
-            for (const auto& kv : map)
-                fields_.push_back({kv.first.IsScalar() ? kv.first.Scalar() : std::string(), kv.first.Mark(), kv.second});
-        }
-        return fields_;
-    }
-
-    // map's value for key (the first, as yaml-cpp's operator[] finds), or null.
-    const YAML::Node* find(const YAML::Node& map, std::string_view key) {
-        if (!map.IsMap()) return nullptr;
-        for (const Field& f : fields(map))
-            if (!f.key.empty() && f.key == key) return &f.value;
-        return nullptr;
-    }
-
-    std::string file_;
-    std::vector<ConfigError> errors_;
-    YAML::Node fields_of_{YAML::NodeType::Undefined};  // the map fields_ holds
-    std::vector<Field> fields_;
-};
+namespace config_detail {
 
 bool parse_mac(const std::string& text, rte_ether_addr& mac) {
     unsigned b[6];
@@ -171,6 +45,24 @@ bool parse_mac(const std::string& text, rte_ether_addr& mac) {
     for (int i = 0; i < 6; ++i) mac.addr_bytes[i] = static_cast<uint8_t>(b[i]);
     return true;
 }
+
+bool address_on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {
+    for (const PortAddress& a : config.port_addresses) {
+        if (a.port != port || a.family != family) continue;
+        unsigned bits = a.length, i = 0;
+        for (; bits >= 8; bits -= 8, ++i)
+            if (a.address.bytes[i] != address.bytes[i]) break;
+        if (bits >= 8) continue;
+        const uint8_t mask = static_cast<uint8_t>(0xff00u >> bits);
+        if (bits == 0 || ((a.address.bytes[i] ^ address.bytes[i]) & mask) == 0) return true;
+    }
+    return false;
+}
+
+namespace {
+
+constexpr uint16_t kMaxRxQueuesPerPort = 64;
+const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
 
 bool is_power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 
@@ -328,336 +220,6 @@ void decode_forward(Decoder& d, const YAML::Node& node, Config& config) {
     }
 }
 
-// "10.0.0.0/8", "10.1.2.3" (a /32), "2001:db8::/32". Host bits are cleared.
-bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family) {
-    const auto slash = text.find('/');
-    const std::string address = text.substr(0, slash);
-    prefix = Prefix{};
-    if (inet_pton(AF_INET, address.c_str(), prefix.address.bytes) == 1) {
-        family = IpFamily::ipv4;
-    } else if (inet_pton(AF_INET6, address.c_str(), prefix.address.bytes) == 1) {
-        family = IpFamily::ipv6;
-    } else {
-        return false;
-    }
-    const unsigned max = family == IpFamily::ipv4 ? 32 : 128;
-    unsigned length = max;
-    if (slash != std::string::npos) {
-        const std::string digits = text.substr(slash + 1);
-        if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
-        length = static_cast<unsigned>(std::stoul(digits));
-        if (length > max) return false;
-    }
-    prefix.length = static_cast<uint8_t>(length);
-    for (unsigned bit = length; bit < max; ++bit) prefix.address.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
-    return true;
-}
-
-void add_prefix(std::vector<Prefix>& v4, std::vector<Prefix>& v6, const Prefix& p, IpFamily family) {
-    (family == IpFamily::ipv4 ? v4 : v6).push_back(p);
-}
-
-// One prefix per line, '#' starts a comment. Errors name the file and line.
-void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& config_path, PrefixSetConfig& set) {
-    std::filesystem::path path = set.file;
-    if (path.is_relative()) path = std::filesystem::path(config_path).parent_path() / path;
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
-    // The size limit means nothing for a device or a FIFO (/dev/zero never ends, a FIFO may never answer).
-    if (!S_ISREG(st.st_mode)) return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is not a regular file");
-    if (static_cast<std::size_t>(st.st_size) > kMaxPrefixFileBytes)
-        return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is " + std::to_string(st.st_size) +
-                               " bytes, over the limit of " + std::to_string(kMaxPrefixFileBytes));
-    std::ifstream in(path);
-    if (!in) return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
-    std::string line;
-    int number = 0, reported = 0;
-    while (std::getline(in, line)) {
-        ++number;
-        const auto hash = line.find('#');
-        if (hash != std::string::npos) line.resize(hash);
-        const auto first = line.find_first_not_of(" \t\r");
-        if (first == std::string::npos) continue;
-        const auto last = line.find_last_not_of(" \t\r");
-        const std::string text = line.substr(first, last - first + 1);
-        Prefix prefix;
-        IpFamily family;
-        if (parse_prefix(text, prefix, family)) {
-            add_prefix(set.v4, set.v6, prefix, family);
-        } else if (++reported <= 10) {  // a broken file should not print a million lines
-            d.errors().push_back({path.string(), number, static_cast<int>(first) + 1, "'" + text + "' is not an IPv4 or IPv6 prefix"});
-        }
-    }
-    if (reported > 10)
-        d.errors().push_back({path.string(), 0, 0, std::to_string(reported) + " lines are not prefixes (first 10 shown)"});
-}
-
-void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.sequence(node, "firewall prefix_sets")) return;
-    for (const YAML::Node& s : node) {
-        if (!d.map(s, "a prefix set", {"name", "prefixes", "file", "early_drop"})) continue;
-        PrefixSetConfig set;
-        const std::size_t errors_before = d.errors().size();
-        d.field(s, "name", "a prefix set", true, [&](const YAML::Node& v) { d.string(v, "prefix set name", set.name); });
-        const std::string what = "prefix set '" + set.name + "'";
-        for (const PrefixSetConfig& other : config.firewall.prefix_sets)
-            if (other.name == set.name && !set.name.empty()) d.error(s["name"], what + " is defined twice");
-        if (s["prefixes"] && s["file"]) d.error(s, what + ": give either prefixes or file, not both");
-        if (!s["prefixes"] && !s["file"]) d.error(s, what + " needs 'prefixes' (a list) or 'file'");
-        d.field(s, "prefixes", what, false, [&](const YAML::Node& v) {
-            if (!d.sequence(v, what + " prefixes")) return;
-            for (const YAML::Node& p : v) {
-                Prefix prefix;
-                IpFamily family;
-                if (p.IsScalar() && parse_prefix(p.Scalar(), prefix, family)) add_prefix(set.v4, set.v6, prefix, family);
-                else d.error(p, what + ": '" + (p.IsScalar() ? p.Scalar() : "") + "' is not an IPv4 or IPv6 prefix");
-            }
-        });
-        d.field(s, "file", what, false, [&](const YAML::Node& v) {
-            if (d.string(v, what + " file", set.file)) load_prefix_file(d, v, config.path, set);
-        });
-        d.field(s, "early_drop", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " early_drop", set.early_drop); });
-        if (set.v4.empty() && set.v6.empty() && (s["prefixes"] || s["file"]) && d.errors().size() == errors_before)
-            d.error(s, what + " is empty");
-        config.firewall.prefix_sets.push_back(std::move(set));
-    }
-}
-
-// A value that may be written once or as a list (`80` or `[80, 443]`); an empty list is an error.
-std::vector<YAML::Node> one_or_list(Decoder& d, const YAML::Node& node, const std::string& what) {
-    std::vector<YAML::Node> items;
-    if (!node.IsSequence()) return {node};
-    for (const YAML::Node& n : node) items.push_back(n);
-    if (items.empty()) d.error(node, what + " is an empty list");
-    return items;
-}
-
-// A rule's source or destination: a prefix, "@set", or a list of them.
-AddressMatch decode_address(Decoder& d, const YAML::Node& node, const std::string& what, const Config& config) {
-    AddressMatch match;
-    match.any = false;
-    const std::vector<YAML::Node> items = one_or_list(d, node, what);
-    for (const YAML::Node& item : items) {
-        const std::string text = item.IsScalar() ? item.Scalar() : "";
-        if (text.starts_with("@")) {
-            const std::string set_name = text.substr(1);
-            const auto set = std::find_if(config.firewall.prefix_sets.begin(), config.firewall.prefix_sets.end(),
-                                          [&](const PrefixSetConfig& s) { return s.name == set_name; });
-            if (set == config.firewall.prefix_sets.end()) {
-                d.error(item, what + ": unknown prefix set '" + set_name + "'");
-                continue;
-            }
-            match.v4.insert(match.v4.end(), set->v4.begin(), set->v4.end());
-            match.v6.insert(match.v6.end(), set->v6.begin(), set->v6.end());
-            continue;
-        }
-        Prefix prefix;
-        IpFamily family;
-        if (parse_prefix(text, prefix, family)) add_prefix(match.v4, match.v6, prefix, family);
-        else d.error(item, what + ": '" + text + "' is not a prefix or @set");
-    }
-    return match;
-}
-
-// 80, "1000-2000", or a list of those.
-std::vector<PortRange> decode_ports(Decoder& d, const YAML::Node& node, const std::string& what) {
-    std::vector<PortRange> ranges;
-    const std::vector<YAML::Node> items = one_or_list(d, node, what);
-    for (const YAML::Node& item : items) {
-        const std::string text = item.IsScalar() ? item.Scalar() : "";
-        const auto dash = text.find('-');
-        const auto number = [](const std::string& t, unsigned long& out) {
-            if (t.empty() || t.size() > 5 || t.find_first_not_of("0123456789") != std::string::npos) return false;
-            out = std::stoul(t);
-            return out <= 65535;
-        };
-        unsigned long first = 0, last = 0;
-        if (!number(text.substr(0, dash), first) || (dash != std::string::npos && !number(text.substr(dash + 1), last))) {
-            d.error(item, what + ": '" + text + "' is not a port (0-65535) or range like 1000-2000");
-            continue;
-        }
-        if (dash == std::string::npos) last = first;
-        if (first > last) {
-            d.error(item, what + ": range '" + text + "' is written backwards (did you mean " + std::to_string(last) + "-" +
-                              std::to_string(first) + "?)");
-            continue;
-        }
-        ranges.push_back({static_cast<uint16_t>(first), static_cast<uint16_t>(last)});
-    }
-    return ranges;
-}
-
-void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.sequence(node, "firewall rules")) return;
-    std::set<std::string> names;
-    for (const YAML::Node& r : node) {
-        if (!d.map(r, "a firewall rule", {"name", "in_ports", "source", "destination", "protocol", "source_ports",
-                                          "destination_ports", "action", "rate_limit", "log"}))
-            continue;
-        FirewallRuleConfig rule;
-        const std::size_t errors_before = d.errors().size();
-        d.field(r, "name", "a firewall rule", true, [&](const YAML::Node& v) { d.string(v, "rule name", rule.name); });
-        const std::string what = "rule '" + rule.name + "'";
-        if (!rule.name.empty() && !names.insert(rule.name).second) d.error(r["name"], what + " is defined twice");
-        d.field(r, "in_ports", what, false, [&](const YAML::Node& v) {
-            for (const YAML::Node& p : one_or_list(d, v, what + " in_ports")) {
-                const std::string port = p.IsScalar() ? p.Scalar() : "";
-                if (!config.find_port(port)) d.error(p, what + ": unknown port '" + port + "'");
-                else rule.in_ports.push_back(port);
-            }
-        });
-        d.field(r, "source", what, false, [&](const YAML::Node& v) { rule.source = decode_address(d, v, what + " source", config); });
-        d.field(r, "destination", what, false,
-                [&](const YAML::Node& v) { rule.destination = decode_address(d, v, what + " destination", config); });
-        d.field(r, "protocol", what, false, [&](const YAML::Node& v) {
-            static const std::map<std::string, uint16_t> kNames = {{"tcp", IPPROTO_TCP}, {"udp", IPPROTO_UDP},
-                {"icmp", IPPROTO_ICMP}, {"icmpv6", IPPROTO_ICMPV6}, {"sctp", IPPROTO_SCTP}, {"any", kAnyProtocol}};
-            const std::string text = v.IsScalar() ? v.Scalar() : "";
-            const bool numeric = !text.empty() && text.size() <= 3 && text.find_first_not_of("0123456789") == std::string::npos;
-            if (const auto it = kNames.find(text); it != kNames.end()) rule.protocol = it->second;
-            else if (numeric && std::stoul(text) <= 255) rule.protocol = static_cast<uint16_t>(std::stoul(text));
-            else d.error(v, what + ": protocol '" + text + "' is not tcp, udp, icmp, icmpv6, sctp, any or a number 0-255");
-        });
-        d.field(r, "source_ports", what, false, [&](const YAML::Node& v) { rule.source_ports = decode_ports(d, v, what + " source_ports"); });
-        d.field(r, "destination_ports", what, false,
-                [&](const YAML::Node& v) { rule.destination_ports = decode_ports(d, v, what + " destination_ports"); });
-        d.field(r, "action", what, true, [&](const YAML::Node& v) {
-            const std::string text = v.IsScalar() ? v.Scalar() : "";
-            if (text == "allow") rule.action = RuleAction::allow;
-            else if (text == "deny") rule.action = RuleAction::deny;
-            else if (text == "reject") rule.action = RuleAction::reject;
-            else d.error(v, what + ": action '" + text + "' is not allow, deny or reject");
-        });
-        d.field(r, "rate_limit", what, false, [&](const YAML::Node& v) {
-            if (!d.map(v, what + " rate_limit", {"rate", "burst", "per"})) return;
-            RateLimitConfig& limit = rule.rate_limit;
-            d.field(v, "rate", what + " rate_limit", true,
-                    [&](const YAML::Node& n) { d.integer(n, what + " rate_limit rate (new connections per second)", limit.rate, 1, 100000000); });
-            limit.burst = limit.rate;
-            d.field(v, "burst", what + " rate_limit", false,
-                    [&](const YAML::Node& n) { d.integer(n, what + " rate_limit burst", limit.burst, 1, 100000000); });
-            d.field(v, "per", what + " rate_limit", false, [&](const YAML::Node& n) {
-                const std::string per = n.IsScalar() ? n.Scalar() : "";
-                if (per == "source") limit.per_source = true;
-                else if (per != "rule") d.error(n, what + ": rate_limit per '" + per + "' is not rule or source");
-            });
-            if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
-                d.error(v, what + ": rate_limit goes with action allow only");
-        });
-        d.field(r, "log", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " log", rule.log); });
-        const bool ported = rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
-        if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)
-            d.error(r, what + ": ports need protocol tcp, udp or sctp");
-        // The families this rule can match: each side either gives no address or has one of that family.
-        const auto allows = [](const AddressMatch& m, IpFamily f) { return m.any || !(f == IpFamily::ipv4 ? m.v4 : m.v6).empty(); };
-        bool v4 = allows(rule.source, IpFamily::ipv4) && allows(rule.destination, IpFamily::ipv4);
-        bool v6 = allows(rule.source, IpFamily::ipv6) && allows(rule.destination, IpFamily::ipv6);
-        if (rule.protocol == IPPROTO_ICMP) v6 = false;
-        if (rule.protocol == IPPROTO_ICMPV6) v4 = false;
-        if (!v4 && !v6 && d.errors().size() == errors_before) d.error(r, what + " mixes address families: no IPv4 or IPv6 packet could match both its source and destination (and protocol)");
-        config.firewall.rules.push_back(std::move(rule));
-    }
-}
-
-void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets",
-                                  "rules", "log_default", "log_rate", "acl_method"}))
-        return;
-    FirewallConfig& fw = config.firewall;
-    fw.enabled = true;
-    d.field(node, "default", "firewall", false, [&](const YAML::Node& v) {
-        const std::string text = v.IsScalar() ? v.Scalar() : "";
-        if (text == "allow") fw.default_action = RuleAction::allow;
-        else if (text == "deny") fw.default_action = RuleAction::deny;
-        else d.error(v, "firewall default '" + text + "' is not allow or deny");
-    });
-    d.field(node, "loose_pickup", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "loose_pickup", fw.loose_pickup); });
-    d.field(node, "log_default", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "log_default", fw.log_default); });
-    d.field(node, "log_rate", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "log_rate (lines per second and worker)", fw.log_rate, 1, 10000); });
-    d.field(node, "table_size", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "table_size", fw.table_size, 1024, 1 << 24); });
-    d.field(node, "ipv6_table_size", "firewall", false, [&](const YAML::Node& v) {
-        if (d.integer(v, "ipv6_table_size", fw.ipv6_table_size, 1024, 1 << 24) && fw.ipv6_table_size > fw.table_size)
-            d.error(v, "ipv6_table_size " + std::to_string(fw.ipv6_table_size) + " is above table_size " +
-                           std::to_string(fw.table_size) + " (it is the share of table_size IPv6 connections may take)");
-    });
-    d.field(node, "acl_method", "firewall", false, [&](const YAML::Node& v) {
-        const std::string text = v.IsScalar() ? v.Scalar() : "";
-        const int method = acl_method_by_name(text);
-        if (method < 0) d.error(v, "firewall acl_method '" + text + "' is none of " + acl_method_names());
-        else fw.acl_method = method;
-    });
-    d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {
-        struct Entry { const char* key; uint32_t ConnTimeouts::*field; };
-        static const Entry kEntries[] = {{"tcp_syn_sent", &ConnTimeouts::tcp_syn_sent}, {"tcp_syn_recv", &ConnTimeouts::tcp_syn_recv},
-            {"tcp_established", &ConnTimeouts::tcp_established}, {"tcp_fin_wait", &ConnTimeouts::tcp_fin_wait},
-            {"tcp_close_wait", &ConnTimeouts::tcp_close_wait}, {"tcp_last_ack", &ConnTimeouts::tcp_last_ack},
-            {"tcp_time_wait", &ConnTimeouts::tcp_time_wait}, {"tcp_close", &ConnTimeouts::tcp_close},
-            {"udp_unreplied", &ConnTimeouts::udp_unreplied}, {"udp_replied", &ConnTimeouts::udp_replied},
-            {"icmp", &ConnTimeouts::icmp}, {"other", &ConnTimeouts::other}};
-        if (!v.IsMap()) return d.error(v, "firewall timeouts must be a mapping");
-        for (const auto& kv : v) {
-            const std::string key = kv.first.Scalar();
-            const auto entry = std::find_if(std::begin(kEntries), std::end(kEntries), [&](const Entry& e) { return key == e.key; });
-            if (entry == std::end(kEntries)) {
-                d.error(kv.first, "unknown key '" + key + "' in firewall timeouts");
-                continue;
-            }
-            d.integer(kv.second, "timeout " + key + " (seconds)", fw.timeouts.*(entry->field), 1, 30 * 86400);
-        }
-    });
-    d.field(node, "prefix_sets", "firewall", false, [&](const YAML::Node& v) { decode_prefix_sets(d, v, config); });
-    d.field(node, "rules", "firewall", false, [&](const YAML::Node& v) { decode_rules(d, v, config); });
-}
-
-
-// One host address (no prefix length).
-bool decode_host(Decoder& d, const YAML::Node& v, const std::string& what, IpAddress& address, IpFamily& family) {
-    const std::string text = v.IsScalar() ? v.Scalar() : "";
-    Prefix p;
-    if (text.find('/') != std::string::npos || !parse_prefix(text, p, family)) {
-        d.error(v, what + ": '" + text + "' is not an IPv4 or IPv6 address");
-        return false;
-    }
-    address = p.address;
-    return true;
-}
-
-void decode_load_balancer(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "load_balancer", {"nat_pool", "nat_ports", "tunnel_source"})) return;
-    LoadBalancerConfig& lb = config.load_balancer;
-    d.field(node, "nat_pool", "load_balancer", false, [&](const YAML::Node& v) {
-        for (const YAML::Node& a : one_or_list(d, v, "nat_pool")) {
-            Prefix p;
-            IpFamily family;
-            if (!decode_host(d, a, "nat_pool", p.address, family)) continue;
-            p.length = family == IpFamily::ipv4 ? 32 : 128;
-            for (std::size_t i = 0; i < lb.nat_pool.size(); ++i)
-                if (lb.nat_pool[i].address == p.address && lb.nat_pool_families[i] == family)
-                    d.error(a, "nat_pool: address '" + a.Scalar() + "' is listed twice");
-            lb.nat_pool.push_back(p);
-            lb.nat_pool_families.push_back(family);
-        }
-        if (lb.nat_pool.size() > kMaxNatPoolAddresses) d.error(v, "nat_pool: at most " + std::to_string(kMaxNatPoolAddresses) + " addresses");
-    });
-    d.field(node, "nat_ports", "load_balancer", false, [&](const YAML::Node& v) {
-        const std::vector<PortRange> ranges = decode_ports(d, v, "nat_ports");
-        if (ranges.size() != 1) return d.error(v, "nat_ports must be one range like 1024-65535");
-        if (ranges[0].first == 0) return d.error(v, "nat_ports cannot include port 0");
-        lb.nat_port_first = ranges[0].first;
-        lb.nat_port_last = ranges[0].last;
-    });
-    d.field(node, "tunnel_source", "load_balancer", false, [&](const YAML::Node& v) {
-        for (const YAML::Node& a : one_or_list(d, v, "tunnel_source")) {
-            IpAddress address;
-            IpFamily family;
-            if (!decode_host(d, a, "tunnel_source", address, family)) continue;
-            std::optional<IpAddress>& slot = family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6;
-            if (slot) d.error(a, "tunnel_source: one address per family");
-            slot = address;
-        }
-    });
-}
-
 // ports[].addresses: "10.77.2.1/24" (the host address and its link's prefix), one or a list.
 void decode_port_addresses(Decoder& d, const YAML::Node& ports, Config& config) {
     if (!ports || !ports.IsSequence()) return;
@@ -682,41 +244,6 @@ void decode_port_addresses(Decoder& d, const YAML::Node& ports, Config& config) 
     }
 }
 
-// Whether address is inside one of port's addresses' prefixes (on its link).
-bool address_on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {
-    for (const PortAddress& a : config.port_addresses) {
-        if (a.port != port || a.family != family) continue;
-        unsigned bits = a.length, i = 0;
-        for (; bits >= 8; bits -= 8, ++i)
-            if (a.address.bytes[i] != address.bytes[i]) break;
-        if (bits >= 8) continue;
-        const uint8_t mask = static_cast<uint8_t>(0xff00u >> bits);
-        if (bits == 0 || ((a.address.bytes[i] ^ address.bytes[i]) & mask) == 0) return true;
-    }
-    return false;
-}
-
-// A dsr backend is reached at L2: it needs a mac, or an address on one of sluice's links (resolved with ARP/ND).
-void check_dsr_backends(Decoder& d, const YAML::Node& services, const Config& config) {
-    if (!services || !services.IsSequence()) return;
-    for (const YAML::Node& s : services) {
-        if (!s.IsMap() || !s["mode"] || !s["mode"].IsScalar() || s["mode"].Scalar() != "dsr") continue;
-        if (!s["backends"] || !s["backends"].IsSequence()) continue;
-        const std::string name = s["name"] && s["name"].IsScalar() ? s["name"].Scalar() : "";
-        for (const YAML::Node& b : s["backends"]) {
-            if (!b.IsMap() || b["mac"] || !b["address"] || !b["address"].IsScalar()) continue;
-            Prefix p;
-            IpFamily family;
-            if (!parse_prefix(b["address"].Scalar(), p, family)) continue;  // reported already
-            const bool local = std::any_of(config.ports.begin(), config.ports.end(),
-                                           [&](const PortSpec& port) { return address_on_link(config, port.name, family, p.address); });
-            if (!local)
-                d.error(b, "service '" + name + "': dsr backend " + b["address"].Scalar() +
-                               " needs a mac, or an address on one of sluice's links (ports[].addresses) to resolve it");
-        }
-    }
-}
-
 // forward[].next_hop: an address on the `to` port's link, resolved with ARP/ND.
 void decode_forward_next_hops(Decoder& d, const YAML::Node& forward, Config& config) {
     if (!forward || !forward.IsSequence()) return;
@@ -732,154 +259,6 @@ void decode_forward_next_hops(Decoder& d, const YAML::Node& forward, Config& con
             d.error(f["next_hop"], "forward next_hop " + f["next_hop"].Scalar() + " is inside no address of port '" +
                                        entry->to + "' (give the port an address on that link, or use next_hop_mac)");
     }
-}
-
-void decode_health_check(Decoder& d, const YAML::Node& v, const std::string& what, HealthCheckConfig& hc) {
-    if (!d.map(v, what, {"type", "port", "path", "expect", "interval_ms", "timeout_ms", "rise", "fall"})) return;
-    d.field(v, "type", what, true, [&](const YAML::Node& t) {
-        const std::string text = t.IsScalar() ? t.Scalar() : "";
-        if (text == "tcp") hc.type = HealthCheckType::tcp;
-        else if (text == "http") hc.type = HealthCheckType::http;
-        else d.error(t, what + ": type '" + text + "' is not tcp or http");
-    });
-    d.field(v, "port", what, false, [&](const YAML::Node& n) { d.integer(n, what + " port", hc.port, 1, 65535); });
-    d.field(v, "path", what, false, [&](const YAML::Node& n) {
-        if (d.string(n, what + " path", hc.path) && hc.path[0] != '/') d.error(n, what + ": path must start with /");
-    });
-    d.field(v, "expect", what, false, [&](const YAML::Node& n) { d.integer(n, what + " expect (HTTP status)", hc.expect_status, 100, 599); });
-    d.field(v, "interval_ms", what, false, [&](const YAML::Node& n) { d.integer(n, what + " interval_ms", hc.interval_ms, 10, 3600000); });
-    d.field(v, "timeout_ms", what, false, [&](const YAML::Node& n) { d.integer(n, what + " timeout_ms", hc.timeout_ms, 1, 600000); });
-    d.field(v, "rise", what, false, [&](const YAML::Node& n) { d.integer(n, what + " rise", hc.rise, 1, 100); });
-    d.field(v, "fall", what, false, [&](const YAML::Node& n) { d.integer(n, what + " fall", hc.fall, 1, 100); });
-    if ((v["path"] || v["expect"]) && hc.type == HealthCheckType::tcp) d.error(v, what + ": path and expect go with type http");
-    if (hc.timeout_ms > hc.interval_ms) d.error(v, what + ": timeout_ms must not exceed interval_ms");
-}
-
-void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.sequence(node, "services")) return;
-    std::set<std::string> names;
-    std::map<std::tuple<std::string, uint16_t, uint8_t>, std::string> listeners;
-    const LoadBalancerConfig& lb = config.load_balancer;
-    for (const YAML::Node& s : node) {
-        if (!d.map(s, "a service", {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends",
-                                    "health_check", "min_healthy", "syn_proxy", "backends"}))
-            continue;
-        ServiceConfig service;
-        const std::size_t errors_before = d.errors().size();
-        d.field(s, "name", "a service", true, [&](const YAML::Node& v) { d.string(v, "service name", service.name); });
-        const std::string what = "service '" + service.name + "'";
-        if (!service.name.empty() && !names.insert(service.name).second) d.error(s["name"], what + " is defined twice");
-        d.field(s, "vip", what, true, [&](const YAML::Node& v) { decode_host(d, v, what + " vip", service.vip, service.family); });
-        d.field(s, "port", what, true, [&](const YAML::Node& v) {
-            if (v.IsScalar() && v.Scalar() == "any") service.port = 0;
-            else d.integer(v, what + " port (or any)", service.port, 1, 65535);
-        });
-        d.field(s, "protocol", what, true, [&](const YAML::Node& v) {
-            const std::string text = v.IsScalar() ? v.Scalar() : "";
-            if (text == "tcp") service.protocol = IPPROTO_TCP;
-            else if (text == "udp") service.protocol = IPPROTO_UDP;
-            else d.error(v, what + ": protocol '" + text + "' is not tcp or udp");
-        });
-        d.field(s, "mode", what, true, [&](const YAML::Node& v) {
-            const std::string text = v.IsScalar() ? v.Scalar() : "";
-            if (text == "nat") service.mode = LbMode::nat;
-            else if (text == "dsr") service.mode = LbMode::dsr;
-            else if (text == "tunnel") service.mode = LbMode::tunnel;
-            else d.error(v, what + ": mode '" + text + "' is not nat, dsr or tunnel");
-        });
-        d.field(s, "table_size", what, false, [&](const YAML::Node& v) {
-            if (d.integer(v, what + " table_size", service.table_size, 3, kMaxMaglevTableSize) && !is_prime(service.table_size))
-                d.error(v, what + ": table_size " + std::to_string(service.table_size) + " is not a prime (Maglev needs one; the default is 65537)");
-        });
-        d.field(s, "removed_backends", what, false, [&](const YAML::Node& v) {
-            const std::string text = v.IsScalar() ? v.Scalar() : "";
-            if (text == "drop") service.drop_removed = true;
-            else if (text != "keep") d.error(v, what + ": removed_backends '" + text + "' is not keep or drop");
-        });
-        d.field(s, "min_healthy", what, false,
-                [&](const YAML::Node& v) { d.integer(v, what + " min_healthy", service.min_healthy, 0, 65535); });
-        d.field(s, "syn_proxy", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " syn_proxy", service.syn_proxy); });
-        HealthCheckConfig service_health;
-        d.field(s, "health_check", what, false, [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });
-        d.field(s, "backends", what, true, [&](const YAML::Node& v) {
-            if (!d.sequence(v, what + " backends")) return;
-            if (v.size() == 0) return d.error(v, what + ": backends must list at least one backend (weight 0 drains one)");
-            std::set<std::string> seen;
-            for (const YAML::Node& b : v) {
-                if (!d.map(b, what + " backend", {"address", "port", "weight", "mac", "health_check"})) continue;
-                BackendConfig backend;
-                backend.health = service_health;
-                d.field(b, "address", what + " backend", true, [&](const YAML::Node& a) {
-                    if (decode_host(d, a, what + " backend address", backend.address, backend.family) &&
-                        service.family != IpFamily::none && backend.family != service.family)
-                        d.error(a, what + ": backend " + a.Scalar() + " is not of the vip's address family");
-                });
-                d.field(b, "port", what + " backend", false, [&](const YAML::Node& n) {
-                    if (d.integer(n, what + " backend port", backend.port, 1, 65535) && s["port"] && s["port"].IsScalar() &&
-                        s["port"].Scalar() == "any")
-                        d.error(n, what + ": a backend port needs a service port (with port any the packet's port is kept)");
-                    if (service.mode == LbMode::dsr || service.mode == LbMode::tunnel)
-                        if (s["mode"] && backend.port != 0)
-                            d.error(n, what + ": dsr and tunnel backends keep the vip's port (the packet is not rewritten)");
-                });
-                d.field(b, "weight", what + " backend", false, [&](const YAML::Node& n) { d.integer(n, what + " backend weight", backend.weight, 0, 65535); });
-                d.field(b, "mac", what + " backend", false, [&](const YAML::Node& n) {
-                    std::string text;
-                    if (d.string(n, what + " backend mac", text) && !(backend.has_mac = parse_mac(text, backend.mac)))
-                        d.error(n, what + ": backend mac '" + text + "' is not a MAC address like 02:00:00:00:00:01");
-                });
-                d.field(b, "health_check", what + " backend", false,
-                        [&](const YAML::Node& n) { decode_health_check(d, n, what + " backend health_check", backend.health); });
-                if (backend.family != IpFamily::none && !seen.insert(backend.name()).second)
-                    d.error(b, what + ": backend " + backend.name() + " is listed twice");
-                service.backends.push_back(backend);
-            }
-            if (service.table_size <= service.backends.size())
-                d.error(v, what + ": table_size must be larger than the number of backends");
-            if (s["min_healthy"] && service.min_healthy > service.backends.size())
-                d.error(s["min_healthy"], what + ": min_healthy " + std::to_string(service.min_healthy) + " is more than its " +
-                                              std::to_string(service.backends.size()) + " backend(s): its VIP would never be announced");
-        });
-        if (d.errors().size() == errors_before) {
-            const auto key = std::make_tuple(to_string(service.vip, service.family), service.port, service.protocol);
-            if (const auto [it, fresh] = listeners.emplace(key, service.name); !fresh)
-                d.error(s, what + ": the same vip, port and protocol as service '" + it->second + "'");
-            const auto has_pool = [&](IpFamily f) { return std::find(lb.nat_pool_families.begin(), lb.nat_pool_families.end(), f) != lb.nat_pool_families.end(); };
-            const char* family = service.family == IpFamily::ipv4 ? "IPv4" : "IPv6";
-            if (service.mode == LbMode::nat && !has_pool(service.family))
-                d.error(s["mode"], what + ": mode nat needs an " + std::string(family) + " address in load_balancer nat_pool");
-            if (service.syn_proxy && (service.mode != LbMode::nat || service.protocol != IPPROTO_TCP))
-                d.error(s["syn_proxy"], what + ": syn_proxy needs mode nat and protocol tcp (sluice must see both directions "
-                                                "to translate sequence numbers)");
-            if (service.mode == LbMode::tunnel &&
-                !(service.family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6))
-                d.error(s["mode"], what + ": mode tunnel needs an " + std::string(family) + " load_balancer tunnel_source");
-        }
-        config.services.push_back(std::move(service));
-    }
-}
-
-// An absolute file path that fits a unix socket address (108 bytes with its NUL) when it names a socket.
-void decode_path(Decoder& d, const YAML::Node& v, const std::string& what, std::string& out, bool socket) {
-    if (!d.string(v, what, out)) return;
-    if (out[0] != '/') d.error(v, what + " '" + out + "' must be an absolute path");
-    else if (out.back() == '/') d.error(v, what + " '" + out + "' names a directory, not a file");
-    else if (socket && out.size() > 107) d.error(v, what + " is longer than a unix socket path may be (107 bytes)");
-}
-
-void decode_bgp(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "bgp", {"bird_socket", "include_file", "drain_seconds", "drain_on_sigterm", "timeout_ms"})) return;
-    BgpConfig& bgp = config.bgp;
-    bgp.enabled = true;
-    d.field(node, "bird_socket", "bgp", false, [&](const YAML::Node& v) { decode_path(d, v, "bgp bird_socket", bgp.bird_socket, true); });
-    d.field(node, "include_file", "bgp", false, [&](const YAML::Node& v) {
-        decode_path(d, v, "bgp include_file", bgp.include_file, false);
-        if (!bgp.include_file.empty() && bgp.include_file == bgp.bird_socket)
-            d.error(v, "bgp include_file must not be the bird_socket");
-    });
-    d.field(node, "drain_seconds", "bgp", false, [&](const YAML::Node& v) { d.integer(v, "bgp drain_seconds", bgp.drain_seconds, 0, 3600); });
-    d.field(node, "drain_on_sigterm", "bgp", false, [&](const YAML::Node& v) { d.boolean(v, "bgp drain_on_sigterm", bgp.drain_on_sigterm); });
-    d.field(node, "timeout_ms", "bgp", false, [&](const YAML::Node& v) { d.integer(v, "bgp timeout_ms", bgp.timeout_ms, 10, 30000); });
 }
 
 ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name) {
@@ -970,8 +349,10 @@ std::string fnv1a_hex(const std::string& text) {
 
 }  // namespace
 
+}  // namespace config_detail
+
 ConfigResult load_config_text(const std::string& text, const std::string& name) {
-    Decoder d(name);
+    config_detail::Decoder d(name);
     YAML::Node root;
     try {
         root = YAML::Load(text);
@@ -979,8 +360,8 @@ ConfigResult load_config_text(const std::string& text, const std::string& name) 
         d.error(e.mark, "YAML syntax: " + e.msg);
         return {std::nullopt, std::move(d.errors())};
     }
-    ConfigResult result = decode(root, d, name);
-    if (result.config) result.config->hash = fnv1a_hex(text);
+    ConfigResult result = config_detail::decode(root, d, name);
+    if (result.config) result.config->hash = config_detail::fnv1a_hex(text);
     return result;
 }
 
@@ -993,7 +374,7 @@ ConfigResult load_config_file(const std::string& path) {
 }
 
 bool on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {
-    return address_on_link(config, port, family, address);
+    return config_detail::address_on_link(config, port, family, address);
 }
 
 std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate) {
