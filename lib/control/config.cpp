@@ -24,7 +24,7 @@ std::string ConfigError::to_string() const {
 }
 
 std::string BackendConfig::name() const {
-    const std::string a = to_string(address, family);
+    std::string a = to_string(address, family);
     if (port == 0) return a;
     return (family == IpFamily::ipv6 ? "[" + a + "]" : a) + ":" + std::to_string(port);
 }

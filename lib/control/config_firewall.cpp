@@ -302,7 +302,7 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
                 d.error(kv.first, "unknown key '" + key + "' in firewall timeouts");
                 continue;
             }
-            d.integer(kv.second, "timeout " + key + " (seconds)", fw.timeouts.*(entry->field), 1, 30 * 86400);
+            d.integer(kv.second, "timeout " + key + " (seconds)", fw.timeouts.*(entry->field), 1, 30LL * 86400);
         }
     });
     d.field(node, "prefix_sets", "firewall", false, [&](const YAML::Node& v) { decode_prefix_sets(d, v, config); });

@@ -122,11 +122,14 @@ struct LcoreCounterInfo {
 };
 
 inline constexpr std::array kLcoreCounterInfo = {
+// One entry per counter, its fields in LcoreCounterInfo's order: clang-format would lay them out in columns.
+// clang-format off
 #define SLUICE_LCORE_COUNTER_INFO(member, key, family, exported_by, unit, help)                                    \
     LcoreCounterInfo{#member, &LcoreCounters::member, &CounterTotals::member, key, family,                          \
                      CounterExporters::exported_by, CounterUnit::unit, help},
     SLUICE_LCORE_COUNTERS(SLUICE_LCORE_COUNTER_INFO)
 #undef SLUICE_LCORE_COUNTER_INFO
+    // clang-format on
 };
 
 struct PortCounterInfo {

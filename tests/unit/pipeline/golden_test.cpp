@@ -126,6 +126,8 @@ services:
 
 TEST_CASE("golden: the stateful firewall's verdicts on real frames", "[golden][pipeline]") {
     PipelineLab lab(kFirewallConfig);
+    // A table reads as one row per case.
+    // clang-format off
     run_table(lab, {
         {"a SYN from the inside opens a connection and is routed out, TTL - 1", "lan",
          tcp_spec("10.0.0.2", 40000, "203.0.113.9", 443), false,
@@ -148,10 +150,13 @@ TEST_CASE("golden: the stateful firewall's verdicts on real frames", "[golden][p
         {"IPv6 from the inside passes", "lan", udp_spec("2001:db8::2", 5000, "2001:db8:ff::1", 53), false,
          Expected{"wan", "2001:db8::2", "2001:db8:ff::1", 5000, 53, 0, 63}},
     });
+    // clang-format on
 }
 
 TEST_CASE("golden: the load balancer's NAT and DSR on real frames", "[golden][pipeline]") {
     PipelineLab lab(kBalancerConfig);
+    // A table reads as one row per case.
+    // clang-format off
     run_table(lab, {
         {"a SYN to a nat VIP leaves from the pool address to the backend's port", "client",
          tcp_spec("203.0.113.7", 41000, "192.0.2.100", 80), false,
@@ -168,4 +173,5 @@ TEST_CASE("golden: the load balancer's NAT and DSR on real frames", "[golden][pi
         {"a mid-stream ACK to a nat VIP has no state here: dropped", "client",
          tcp_spec("203.0.113.8", 41001, "192.0.2.100", 80, kAck), false, std::nullopt, DropReason::lb_nat_no_state},
     });
+    // clang-format on
 }
