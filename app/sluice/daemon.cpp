@@ -52,9 +52,7 @@ namespace {
 
 constexpr auto kReloadDebounce = std::chrono::milliseconds(200);
 
-double unix_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 void check_lcores(const Config& config) {
     const unsigned main_lcore = rte_get_main_lcore();
@@ -172,14 +170,14 @@ private:
     // The reloader takes the config over; the first snapshot goes to the lcores.
     void start_dataplane(uint16_t workers) {
         apply_neighbour_targets(initial_config_);
-        reloader_ = std::make_unique<Reloader>(
-            initial_config_, ReloaderSetup{.ports = port_identities_,
-                                           .lcore_count = initial_config_.lcores.size(),
-                                           .socket = ports_.front()->socket(),
-                                           .health = health_.get(),
-                                           .transitions = &health_transitions_,
-                                           .neighbours = neighbour_lookup(),
-                                           .applied = [this] { follow_config(); }});
+        reloader_ =
+            std::make_unique<Reloader>(initial_config_, ReloaderSetup{.ports = port_identities_,
+                                                                      .lcore_count = initial_config_.lcores.size(),
+                                                                      .socket = ports_.front()->socket(),
+                                                                      .health = health_.get(),
+                                                                      .transitions = &health_transitions_,
+                                                                      .neighbours = neighbour_lookup(),
+                                                                      .applied = [this] { follow_config(); }});
         std::unique_ptr<Snapshot> first;
         try {
             first = reloader_->build_first(workers);
@@ -412,7 +410,9 @@ private:
         auto file_changed_at = std::chrono::steady_clock::now();
         for (;;) {
             loop_turn();
-            pollfd fds[] = {{signal_fd.get(), POLLIN, 0}, {inotify.get(), POLLIN, 0}, {mailbox_.fd(), POLLIN, 0},
+            pollfd fds[] = {{signal_fd.get(), POLLIN, 0},
+                            {inotify.get(), POLLIN, 0},
+                            {mailbox_.fd(), POLLIN, 0},
                             {health_transitions_.fd(), POLLIN, 0}};
             int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
             if (drain_ends_) {
@@ -584,7 +584,7 @@ private:
     XdpStats xdp_stats_;
     std::unique_ptr<BirdAnnouncer> bgp_;  // bgp section configured
     BgpStats bgp_stats_;
-    std::vector<int> link_up_;            // per port: -1 unknown, 0 down, 1 up (control loop)
+    std::vector<int> link_up_;  // per port: -1 unknown, 0 down, 1 up (control loop)
     std::optional<std::chrono::steady_clock::time_point> drain_ends_;
     double drain_ends_unix_ = 0;
     HealthTransitionQueue health_transitions_;  // from the checker's thread

@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
     if (config_path.empty()) return usage(argv[0], sluice::kExitBadConfig);
     // Before the config's first load, and before any thread starts.
     if (!sluice::retain_freed_heap())
-        std::fprintf(stderr, "sluice: warning: glibc refused the heap settings: reloads will fault pages in as they build\n");
+        std::fprintf(stderr,
+                     "sluice: warning: glibc refused the heap settings: reloads will fault pages in as they build\n");
 
     const sluice::ConfigResult loaded = sluice::load_config_file(config_path);
     for (const sluice::ConfigError& e : loaded.errors) std::fprintf(stderr, "%s\n", e.to_string().c_str());

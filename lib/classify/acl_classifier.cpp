@@ -25,7 +25,6 @@ namespace sluice {
 
 namespace {
 
-
 // Expanding lists is a cross product; a rule such as 1000 sources x 1000 destinations would exhaust memory long
 // before rte_acl_build finished (10k rules take ~3 s, 100k ~40 s and ~370 MiB: FIELD-NOTES; rules with odd prefix
 // lengths and wide port ranges need far more). One million is past what builds in reasonable time, so the limit
@@ -80,11 +79,17 @@ struct Layout<IpFamily::ipv6> {
 };
 
 template <IpFamily F>
-constexpr uint32_t field_dst() { return kFieldSrc + Layout<F>::kAddrWords; }
+constexpr uint32_t field_dst() {
+    return kFieldSrc + Layout<F>::kAddrWords;
+}
 template <IpFamily F>
-constexpr uint32_t field_src_port() { return field_dst<F>() + Layout<F>::kAddrWords; }
+constexpr uint32_t field_src_port() {
+    return field_dst<F>() + Layout<F>::kAddrWords;
+}
 template <IpFamily F>
-constexpr uint32_t field_count() { return field_src_port<F>() + 2; }
+constexpr uint32_t field_count() {
+    return field_src_port<F>() + 2;
+}
 
 RTE_ACL_RULE_DEF(AclRule4, field_count<IpFamily::ipv4>());
 RTE_ACL_RULE_DEF(AclRule6, field_count<IpFamily::ipv6>());
@@ -102,8 +107,8 @@ rte_acl_config make_config() {
     cfg.max_size = 0;  // no limit: the expansion cap bounds the rule count, hence the memory
     uint8_t input = 0;
     auto def = [&cfg](uint32_t field, uint8_t type, uint8_t size, uint8_t input_index, std::size_t offset) {
-        cfg.defs[field] = rte_acl_field_def{type, size, static_cast<uint8_t>(field), input_index,
-                                            static_cast<uint32_t>(offset)};
+        cfg.defs[field] =
+            rte_acl_field_def{type, size, static_cast<uint8_t>(field), input_index, static_cast<uint32_t>(offset)};
     };
     def(kFieldProto, RTE_ACL_FIELD_TYPE_BITMASK, 1, input++, offsetof(Key, proto));
     def(kFieldInPort, RTE_ACL_FIELD_TYPE_BITMASK, 4, input++, offsetof(Key, in_port));
@@ -151,12 +156,14 @@ void set_range(rte_acl_field& field, const PortRange* range) {
     field.mask_range.u16 = range ? range->last : 65535;
 }
 
-const char* family_name(IpFamily f) { return f == IpFamily::ipv4 ? "IPv4" : f == IpFamily::ipv6 ? "IPv6" : "no family"; }
+const char* family_name(IpFamily f) {
+    return f == IpFamily::ipv4 ? "IPv4" : f == IpFamily::ipv6 ? "IPv6" : "no family";
+}
 
 void check_rule(const Rule& rule, std::size_t index, IpFamily family) {
     if (rule.family != family)
-        throw std::runtime_error(rule_label(rule, index) + " is " + family_name(rule.family) + " but its classifier is " +
-                                 family_name(family));
+        throw std::runtime_error(rule_label(rule, index) + " is " + family_name(rule.family) +
+                                 " but its classifier is " + family_name(family));
     const unsigned max_len = family == IpFamily::ipv4 ? 32 : 128;
     for (const auto* list : {&rule.sources, &rule.destinations})
         for (const Prefix& p : *list)
@@ -207,8 +214,8 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
             throw std::runtime_error(rule_label(r, i) + " expands to " +
                                      (n == SIZE_MAX ? std::string("too many") : std::to_string(n)) +
                                      " rte_acl rules (in_ports x sources x destinations x source_ports x "
-                                     "destination_ports); with the " + std::to_string(total) +
-                                     " of the rules before it that exceeds the limit of " +
+                                     "destination_ports); with the " +
+                                     std::to_string(total) + " of the rules before it that exceeds the limit of " +
                                      std::to_string(kMaxExpandedRules) + " per address family");
         total += n;
     }
@@ -354,7 +361,7 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
         } else {
             const rte_acl_field* f = rules[rng() % rules.size()].field;
             t.proto = f[kFieldProto].mask_range.u8 ? f[kFieldProto].value.u8
-                                                          : static_cast<uint8_t>(rng() % 2 ? kIpProtoTcp : kIpProtoUdp);
+                                                   : static_cast<uint8_t>(rng() % 2 ? kIpProtoTcp : kIpProtoUdp);
             if (f[kFieldInPort].mask_range.u32) in_port = static_cast<uint16_t>(f[kFieldInPort].value.u32);
             for (uint32_t w = 0; w < words; ++w) {
                 t.src.words[w] = rte_cpu_to_be_32(inside(f[kFieldSrc + w], rng));
@@ -397,7 +404,8 @@ int time_and_choose_method(rte_acl_ctx* ctx, const std::vector<AclRule<F>>& rule
         for (std::size_t m = 0; m < std::size(kAclMethods); ++m) {
             if (!kAclMethods[m].timed || rte_acl_set_ctx_classify(ctx, kAclMethods[m].alg) != 0) continue;
             const uint64_t start = rte_rdtsc();
-            for (std::size_t at = 0; at < kSample; at += kBurst) rte_acl_classify(ctx, &data[at], &results[at], kBurst, 1);
+            for (std::size_t at = 0; at < kSample; at += kBurst)
+                rte_acl_classify(ctx, &data[at], &results[at], kBurst, 1);
             best[m] = std::min(best[m], rte_rdtsc() - start);
         }
     }
@@ -435,9 +443,9 @@ rte_acl_ctx* build_classifier(const std::vector<AclRule<F>>& acl_rules, int sock
     } else {
         if (rte_acl_set_ctx_classify(built.get(), static_cast<enum rte_acl_classify_alg>(method)) != 0)
             throw AclMethodUnavailable(std::string("rte_acl classify method ") + acl_method_name(method) +
-                                     " does not run here: this CPU or this DPDK build lacks it, or the EAL's SIMD "
-                                     "width limit is below it (the EAL option --force-max-simd-bitwidth=512 lets "
-                                     "avx512x32 run)");
+                                       " does not run here: this CPU or this DPDK build lacks it, or the EAL's SIMD "
+                                       "width limit is below it (the EAL option --force-max-simd-bitwidth=512 lets "
+                                       "avx512x32 run)");
         chosen = method;
         report = std::string(acl_method_name(method)) + " (pinned)";
     }
@@ -462,8 +470,8 @@ ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> 
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
                              int method, int keep)
     : family_(family), rule_count_(rules.size()), method_setting_(method), rules_(rules) {
-    if (method != RTE_ACL_CLASSIFY_DEFAULT &&
-        std::none_of(std::begin(kAclMethods), std::end(kAclMethods), [method](const auto& m) { return m.alg == method; }))
+    if (method != RTE_ACL_CLASSIFY_DEFAULT && std::none_of(std::begin(kAclMethods), std::end(kAclMethods),
+                                                           [method](const auto& m) { return m.alg == method; }))
         throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
     // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
     if (family == IpFamily::ipv4) {
@@ -489,7 +497,8 @@ bool AclClassifier::built_from(const std::vector<Rule>& rules, int method) const
                a.destinations == b.destinations && a.protocol == b.protocol && a.source_ports == b.source_ports &&
                a.destination_ports == b.destination_ports;
     };
-    return method == method_setting_ && std::equal(rules.begin(), rules.end(), rules_.begin(), rules_.end(), same_match);
+    return method == method_setting_ &&
+           std::equal(rules.begin(), rules.end(), rules_.begin(), rules_.end(), same_match);
 }
 
 void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_ports, uint32_t* rule_index,
@@ -503,8 +512,7 @@ void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_
         const uint32_t n = std::min(kMaxBurst, count - done);
         if (family_ == IpFamily::ipv4)
             classify_burst<IpFamily::ipv4>(ctx_, tuples + done, in_ports + done, rule_index + done, n);
-        else
-            classify_burst<IpFamily::ipv6>(ctx_, tuples + done, in_ports + done, rule_index + done, n);
+        else classify_burst<IpFamily::ipv6>(ctx_, tuples + done, in_ports + done, rule_index + done, n);
     }
 }
 

@@ -55,8 +55,8 @@ public:
     void classify(const FiveTuple* const* tuples, const uint16_t* in_ports, uint32_t* rule_index, uint32_t count) const;
 
     IpFamily family() const { return family_; }
-    std::size_t rule_count() const { return rule_count_; }          // rules given
-    std::size_t expanded_rule_count() const { return expanded_; }   // rte_acl rules after expanding lists
+    std::size_t rule_count() const { return rule_count_; }         // rules given
+    std::size_t expanded_rule_count() const { return expanded_; }  // rte_acl rules after expanding lists
     // The rte_acl_classify_alg that classify() runs: the one given, or the one choose_classify_method took from
     // the methods this CPU offers, timed on this context when it was built (the fastest, or `keep` within 5 % of
     // it); 0 (RTE_ACL_CLASSIFY_DEFAULT) when rte_acl_create's own pick stays (no rules, or no method could be set).
@@ -77,8 +77,8 @@ private:
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
     int method_ = 0;
-    int method_setting_ = 0;    // the constructor's `method`
-    std::vector<Rule> rules_;   // what it was built from, for built_from()
+    int method_setting_ = 0;   // the constructor's `method`
+    std::vector<Rule> rules_;  // what it was built from, for built_from()
     std::string method_report_;
 };
 

@@ -29,12 +29,12 @@ inline constexpr uint16_t kAnyProtocol = 256;
 struct Rule {
     std::string name;
     IpFamily family = IpFamily::ipv4;
-    std::vector<uint16_t> in_ports;               // DPDK port ids; empty: any
-    std::vector<Prefix> sources;                  // empty: any
-    std::vector<Prefix> destinations;             // empty: any
-    uint16_t protocol = kAnyProtocol;             // kIpProto* (common/ip_proto.hpp) or kAnyProtocol
-    std::vector<PortRange> source_ports;          // empty: any. Only meaningful for TCP/UDP/SCTP rules
-    std::vector<PortRange> destination_ports;     // empty: any
+    std::vector<uint16_t> in_ports;            // DPDK port ids; empty: any
+    std::vector<Prefix> sources;               // empty: any
+    std::vector<Prefix> destinations;          // empty: any
+    uint16_t protocol = kAnyProtocol;          // kIpProto* (common/ip_proto.hpp) or kAnyProtocol
+    std::vector<PortRange> source_ports;       // empty: any. Only meaningful for TCP/UDP/SCTP rules
+    std::vector<PortRange> destination_ports;  // empty: any
     RuleAction action = RuleAction::allow;
 };
 

@@ -8,56 +8,62 @@
 
 namespace sluice {
 
-#define SLUICE_DROP_REASONS(X)                                                                   \
-    X(l2_truncated, "frame shorter than its Ethernet and VLAN headers")                          \
-    X(not_ip, "ethertype is neither IPv4 nor IPv6")                                               \
-    X(vlan_too_deep, "more than two VLAN tags")                                                   \
-    X(ipv4_truncated, "frame ends inside the IPv4 header")                                        \
-    X(ipv4_bad_version, "IPv4 ethertype but IP version is not 4")                                 \
-    X(ipv4_bad_ihl, "IPv4 header length (IHL) below 5")                                           \
-    X(ipv4_bad_length, "IPv4 total length below the header length or beyond the frame")           \
-    X(ipv4_bad_checksum, "IPv4 header checksum is wrong")                                         \
-    X(ipv4_bad_option, "IPv4 option list malformed: an option length below 2 or past the header (RFC 791)") \
+#define SLUICE_DROP_REASONS(X)                                                                                         \
+    X(l2_truncated, "frame shorter than its Ethernet and VLAN headers")                                                \
+    X(not_ip, "ethertype is neither IPv4 nor IPv6")                                                                    \
+    X(vlan_too_deep, "more than two VLAN tags")                                                                        \
+    X(ipv4_truncated, "frame ends inside the IPv4 header")                                                             \
+    X(ipv4_bad_version, "IPv4 ethertype but IP version is not 4")                                                      \
+    X(ipv4_bad_ihl, "IPv4 header length (IHL) below 5")                                                                \
+    X(ipv4_bad_length, "IPv4 total length below the header length or beyond the frame")                                \
+    X(ipv4_bad_checksum, "IPv4 header checksum is wrong")                                                              \
+    X(ipv4_bad_option, "IPv4 option list malformed: an option length below 2 or past the header (RFC 791)")            \
     X(ipv4_source_route, "IPv4 loose or strict source route option (RFC 7126 4.3, 4.4: routers drop them by default)") \
-    X(ipv6_truncated, "frame ends inside the IPv6 header")                                        \
-    X(ipv6_bad_version, "IPv6 ethertype but IP version is not 6")                                 \
-    X(ipv6_bad_length, "IPv6 payload length beyond the frame")                                    \
-    X(ipv6_bad_ext_header, "IPv6 extension header chain truncated or longer than 8 headers, or hop-by-hop options not first (RFC 8200 4.1)") \
-    X(ipv6_routing_type0, "IPv6 type 0 routing header with segments left (deprecated by RFC 5095)") \
-    X(l4_truncated, "packet ends inside its TCP, UDP or ICMP header")                             \
-    X(tcp_bad_offset, "TCP data offset below 5 or beyond the packet")                             \
-    X(udp_bad_length, "UDP length below 8 or beyond the packet")                                  \
-    X(icmp_bad_quote, "ICMP error quoting a truncated or malformed header")                       \
-    X(nd_invalid, "an ND message (ICMPv6 133-137) fragmented (RFC 6980) or with a hop limit not 255 (RFC 4861): never learned from") \
-    X(blocklisted, "source in an early-drop prefix set, dropped on the RX lcore")                 \
-    X(rule_deny, "a new connection denied by a rule or the default")                             \
-    X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)") \
-    X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")          \
-    X(ct_invalid, "packet invalid for its connection's TCP state")                                 \
-    X(ct_table_full, "connection table (or its IPv6 share) full: new connection refused, old ones kept") \
-    X(rate_limited, "a new connection over its rule's rate limit")                                 \
-    X(new_conn_limited, "a new connection over its worker's cap (dataplane: max_new_connections_per_second)") \
-    X(icmp_unrelated, "ICMP error quoting no tracked connection")                                  \
-    X(lb_no_backend, "a new connection to a service with no usable backend (all down or draining)")  \
-    X(lb_backend_removed, "packet of a connection whose backend was removed (service: removed_backends: drop)") \
-    X(lb_nat_no_state, "a non-SYN TCP packet to a nat service with no connection (no shared state across instances)") \
-    X(syn_proxy_bad_cookie, "an ACK with no connection to a syn_proxy service whose cookie is wrong or expired") \
-    X(syn_proxy_pending, "a client packet of a syn_proxy connection whose backend has not answered yet (it is resent)") \
-    X(nat_ports_exhausted, "a new NAT connection found no free port on the pool address")           \
-    X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")              \
-    X(to_own_address, "a new packet to one of sluice's own addresses that nothing of sluice's serves: a port's address (other than a ping), or a VIP on a port or protocol no service listens on") \
-    X(echo_unanswered, "an echo request to one of sluice's addresses that gets no reply (a fragment, IPv6 extension headers, a bad checksum, a source that is no unicast address)") \
-    X(tunnel_too_big, "packet too big for the egress MTU once encapsulated")                        \
-    X(neighbour_unresolved, "the next hop or backend has no MAC yet (ARP/ND resolution pending)")  \
-    X(neighbour_frame, "an ARP or ND frame sluice took (learned from; not forwarded)")             \
-    X(fragment_invalid, "a tiny first fragment (L4 header cut) or a TCP fragment overlapping the TCP header (RFC 1858)") \
-    X(fragment_unmatched, "a later fragment whose first fragment was not seen (connection tracking on)") \
-    X(fragment_table_full, "too many fragmented datagrams in flight on one RX lcore")                \
-    X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                    \
-    X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")      \
-    X(no_route, "no forwarding entry for the ingress port")                                       \
-    X(ring_full, "the owning worker's input ring was full")                                       \
-    X(tx_full, "the TX queue did not accept the packet")                                          \
+    X(ipv6_truncated, "frame ends inside the IPv6 header")                                                             \
+    X(ipv6_bad_version, "IPv6 ethertype but IP version is not 6")                                                      \
+    X(ipv6_bad_length, "IPv6 payload length beyond the frame")                                                         \
+    X(ipv6_bad_ext_header, "IPv6 extension header chain truncated or longer than 8 headers, or hop-by-hop options "    \
+                           "not first (RFC 8200 4.1)")                                                                 \
+    X(ipv6_routing_type0, "IPv6 type 0 routing header with segments left (deprecated by RFC 5095)")                    \
+    X(l4_truncated, "packet ends inside its TCP, UDP or ICMP header")                                                  \
+    X(tcp_bad_offset, "TCP data offset below 5 or beyond the packet")                                                  \
+    X(udp_bad_length, "UDP length below 8 or beyond the packet")                                                       \
+    X(icmp_bad_quote, "ICMP error quoting a truncated or malformed header")                                            \
+    X(nd_invalid, "an ND message (ICMPv6 133-137) fragmented (RFC 6980) or with a hop limit not 255 (RFC 4861): "      \
+                  "never learned from")                                                                                \
+    X(blocklisted, "source in an early-drop prefix set, dropped on the RX lcore")                                      \
+    X(rule_deny, "a new connection denied by a rule or the default")                                                   \
+    X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)")                     \
+    X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")                              \
+    X(ct_invalid, "packet invalid for its connection's TCP state")                                                     \
+    X(ct_table_full, "connection table (or its IPv6 share) full: new connection refused, old ones kept")               \
+    X(rate_limited, "a new connection over its rule's rate limit")                                                     \
+    X(new_conn_limited, "a new connection over its worker's cap (dataplane: max_new_connections_per_second)")          \
+    X(icmp_unrelated, "ICMP error quoting no tracked connection")                                                      \
+    X(lb_no_backend, "a new connection to a service with no usable backend (all down or draining)")                    \
+    X(lb_backend_removed, "packet of a connection whose backend was removed (service: removed_backends: drop)")        \
+    X(lb_nat_no_state, "a non-SYN TCP packet to a nat service with no connection (no shared state across instances)")  \
+    X(syn_proxy_bad_cookie, "an ACK with no connection to a syn_proxy service whose cookie is wrong or expired")       \
+    X(syn_proxy_pending,                                                                                               \
+      "a client packet of a syn_proxy connection whose backend has not answered yet (it is resent)")                   \
+    X(nat_ports_exhausted, "a new NAT connection found no free port on the pool address")                              \
+    X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")                                 \
+    X(to_own_address, "a new packet to one of sluice's own addresses that nothing of sluice's serves: a port's "       \
+                      "address (other than a ping), or a VIP on a port or protocol no service listens on")             \
+    X(echo_unanswered, "an echo request to one of sluice's addresses that gets no reply (a fragment, IPv6 extension "  \
+                       "headers, a bad checksum, a source that is no unicast address)")                                \
+    X(tunnel_too_big, "packet too big for the egress MTU once encapsulated")                                           \
+    X(neighbour_unresolved, "the next hop or backend has no MAC yet (ARP/ND resolution pending)")                      \
+    X(neighbour_frame, "an ARP or ND frame sluice took (learned from; not forwarded)")                                 \
+    X(fragment_invalid,                                                                                                \
+      "a tiny first fragment (L4 header cut) or a TCP fragment overlapping the TCP header (RFC 1858)")                 \
+    X(fragment_unmatched, "a later fragment whose first fragment was not seen (connection tracking on)")               \
+    X(fragment_table_full, "too many fragmented datagrams in flight on one RX lcore")                                  \
+    X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                                         \
+    X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")                         \
+    X(no_route, "no forwarding entry for the ingress port")                                                            \
+    X(ring_full, "the owning worker's input ring was full")                                                            \
+    X(tx_full, "the TX queue did not accept the packet")                                                               \
     X(shutdown, "still queued when the port stopped")
 
 enum class DropReason : uint8_t {
@@ -75,10 +81,9 @@ struct DropReasonInfo {
     std::string_view help;
 };
 
-inline constexpr std::array<DropReasonInfo, kDropReasonCount> kDropReasonInfo = {{
-    {"none", "not dropped"},
+inline constexpr std::array<DropReasonInfo, kDropReasonCount> kDropReasonInfo = {{{"none", "not dropped"},
 #define SLUICE_DROP_INFO(name, help) {#name, help},
-    SLUICE_DROP_REASONS(SLUICE_DROP_INFO)
+                                                                                  SLUICE_DROP_REASONS(SLUICE_DROP_INFO)
 #undef SLUICE_DROP_INFO
 }};
 

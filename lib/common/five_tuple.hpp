@@ -179,7 +179,8 @@ inline uint32_t ordered_hash(const FiveTuple& t) {
 
 // The flow hash of an IPv4 flow whose endpoints are already in canonical order (low first): what
 // symmetric_flow_hash computes for it, from values rather than a tuple (the connection table's 16-byte keys).
-inline uint32_t ordered_ipv4_flow_hash(uint32_t low, uint32_t high, uint16_t low_port, uint16_t high_port, uint8_t proto) {
+inline uint32_t ordered_ipv4_flow_hash(uint32_t low, uint32_t high, uint16_t low_port, uint16_t high_port,
+                                       uint8_t proto) {
     using namespace flow_hash_detail;
     return KeyedMix::v4(low, high, uint32_t{low_port} << 16 | high_port, seed(proto, IpFamily::ipv4));
 }
@@ -187,17 +188,22 @@ inline uint32_t ordered_ipv4_flow_hash(uint32_t low, uint32_t high, uint16_t low
 // The flow hash of the connection table and of the RX lcores' choice of worker, keyed by the process's random key
 // (KeyedMix): hash(t) == hash(t.reversed()), so the RX lcore needs no state to send a reply to the worker that saw
 // the request. Values differ from process to process.
-inline uint32_t symmetric_flow_hash(const FiveTuple& t) { return flow_hash_detail::ordered_hash<flow_hash_detail::KeyedMix>(t); }
+inline uint32_t symmetric_flow_hash(const FiveTuple& t) {
+    return flow_hash_detail::ordered_hash<flow_hash_detail::KeyedMix>(t);
+}
 
 // The flow hash of Maglev's choice of backend: unkeyed (CRC32C), so every sluice process computes the same value,
 // and boxes behind one ECMP group, or a box after a restart, send a flow to the same backend. Symmetric too. The
 // workers compute it for new connections only (first packets, the SYN proxy's SYNs, mid-stream pickups); the
 // control thread for explain and the reload's dry run.
-inline uint32_t stable_flow_hash(const FiveTuple& t) { return flow_hash_detail::ordered_hash<flow_hash_detail::StableMix>(t); }
+inline uint32_t stable_flow_hash(const FiveTuple& t) {
+    return flow_hash_detail::ordered_hash<flow_hash_detail::StableMix>(t);
+}
 
 // Keyed hashes (KeyedMix) for the other tables whose keys senders choose. A datagram's, for the fragment table:
 // both addresses (in order), its id, protocol and family.
-inline uint32_t keyed_datagram_hash(const IpAddress& src, const IpAddress& dst, uint32_t id, uint8_t proto, IpFamily family) {
+inline uint32_t keyed_datagram_hash(const IpAddress& src, const IpAddress& dst, uint32_t id, uint8_t proto,
+                                    IpFamily family) {
     using namespace flow_hash_detail;
     return family == IpFamily::ipv4 ? KeyedMix::v4(src.words[0], dst.words[0], id, seed(proto, family))
                                     : KeyedMix::v6(src, dst, id, seed(proto, family));

@@ -22,8 +22,8 @@ namespace sluice {
 namespace {
 
 constexpr const char* kStateNames[] = {
-    "tcp_syn_sent", "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait", "tcp_last_ack",
-    "tcp_time_wait", "tcp_close", "udp_unreplied", "udp_replied", "icmp", "other",
+    "tcp_syn_sent",  "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait", "tcp_last_ack",
+    "tcp_time_wait", "tcp_close",    "udp_unreplied",   "udp_replied",  "icmp",           "other",
 };
 static_assert(std::size(kStateNames) == static_cast<std::size_t>(ConnState::count));
 
@@ -44,7 +44,8 @@ struct KeyTail {
     uint16_t reserved;
 };
 static_assert(sizeof(KeyTail) == 8 && offsetof(FiveTuple, src_port) == 32 && offsetof(FiveTuple, dst_port) == 34 &&
-              offsetof(FiveTuple, proto) == 36 && offsetof(FiveTuple, family) == 37 && offsetof(FiveTuple, reserved) == 38);
+              offsetof(FiveTuple, proto) == 36 && offsetof(FiveTuple, family) == 37 &&
+              offsetof(FiveTuple, reserved) == 38);
 
 // The IPv4 table's key: canonical_key's fields without the 24 zero bytes of the two IPv4 addresses.
 struct Ipv4Key {
@@ -143,7 +144,7 @@ const char* conn_state_name(ConnState state) {
 }
 
 void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) {
-    assert(&key != &tuple);  // the stores below would overwrite fields still to be read
+    assert(&key != &tuple);                // the stores below would overwrite fields still to be read
     if (tuple.family == IpFamily::ipv4) {  // the IPv4 table's key, spelled as a FiveTuple
         Ipv4Key compact;
         canonical_ipv4_key(tuple, compact, low_is_source);
@@ -168,8 +169,8 @@ void canonical_key(const FiveTuple& tuple, FiveTuple& key, bool& low_is_source) 
 
 ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts,
                      uint64_t tsc_hz, uint32_t ipv6_capacity)
-    : capacity_(capacity), ipv6_capacity_(ipv6_capacity == 0 ? default_ipv6_capacity(capacity) : ipv6_capacity), tsc_hz_(tsc_hz),
-      timeouts_(timeouts) {
+    : capacity_(capacity), ipv6_capacity_(ipv6_capacity == 0 ? default_ipv6_capacity(capacity) : ipv6_capacity),
+      tsc_hz_(tsc_hz), timeouts_(timeouts) {
     if (capacity == 0 || capacity > RTE_HASH_ENTRIES_MAX)
         throw std::runtime_error("conntrack table '" + name + "': capacity " + std::to_string(capacity) +
                                  " is not within 1.." + std::to_string(RTE_HASH_ENTRIES_MAX));
@@ -272,10 +273,8 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
         }
     }
     for (uint32_t i = 0; i < count; ++i) {
-        if (positions[i] < 0)
-            positions[i] = -1;  // -ENOENT
-        else
-            rte_prefetch0(&entries_[positions[i]]);  // track() comes next: overlap the burst's entry misses
+        if (positions[i] < 0) positions[i] = -1;      // -ENOENT
+        else rte_prefetch0(&entries_[positions[i]]);  // track() comes next: overlap the burst's entry misses
     }
     // A NAT reply finds the alias, and track() then needs the connection's own entry: read the aliases' peers in
     // a loop of their own, so that their misses overlap too instead of each following its alias's miss. (A table
@@ -358,7 +357,8 @@ bool ConnTable::key_at(int32_t index, FiveTuple& key) const {
         if (rte_hash_get_key_with_position(ipv4_, index, &stored) != 0) return false;
         key = tuple_of(*static_cast<const Ipv4Key*>(stored));
     } else {
-        if (rte_hash_get_key_with_position(ipv6_, index - static_cast<int32_t>(ipv4_slots_), &stored) != 0) return false;
+        if (rte_hash_get_key_with_position(ipv6_, index - static_cast<int32_t>(ipv4_slots_), &stored) != 0)
+            return false;
         std::memcpy(&key, stored, sizeof key);
     }
     return true;
@@ -377,7 +377,8 @@ TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_f
     if (SLUICE_UNLIKELY(!steady)) {
         if (SLUICE_UNLIKELY(e.flags & kConnFlagOneWay) && is_tcp_state(e.state)) {
             if (tcp_flags & tcp::kRst) e.state = ConnState::tcp_close;
-            else if (tcp_flags & tcp::kSyn) e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
+            else if (tcp_flags & tcp::kSyn)
+                e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
             else if (tcp_flags & tcp::kFin) e.state = ConnState::tcp_fin_wait;
             else if (e.state == ConnState::tcp_syn_sent) e.state = ConnState::tcp_established;
         } else if (is_tcp_state(e.state)) {
@@ -403,28 +404,19 @@ TrackVerdict ConnTable::initial_state(const FiveTuple& tuple, uint8_t tcp_flags,
     switch (tuple.proto) {
     case kIpProtoTcp:
         switch (tcp::classify(tcp_flags)) {
-        case tcp::Kind::syn:
-            state = ConnState::tcp_syn_sent;
-            return TrackVerdict::ok;
+        case tcp::Kind::syn: state = ConnState::tcp_syn_sent; return TrackVerdict::ok;
         case tcp::Kind::ack:
             // Mid-stream pickup (nf_conntrack_tcp_loose): the first packet seen is the sender's, so the sender
             // becomes the initiator. FIN, RST and SYN+ACK never open a connection.
             if (!loose_pickup) return TrackVerdict::invalid;
             state = ConnState::tcp_established;
             return TrackVerdict::ok;
-        default:
-            return TrackVerdict::invalid;
+        default: return TrackVerdict::invalid;
         }
-    case kIpProtoUdp:
-        state = ConnState::udp_unreplied;
-        return TrackVerdict::ok;
+    case kIpProtoUdp: state = ConnState::udp_unreplied; return TrackVerdict::ok;
     case kIpProtoIcmp:
-    case kIpProtoIcmpv6:
-        state = ConnState::icmp;
-        return TrackVerdict::ok;
-    default:
-        state = ConnState::other;
-        return TrackVerdict::ok;
+    case kIpProtoIcmpv6: state = ConnState::icmp; return TrackVerdict::ok;
+    default: state = ConnState::other; return TrackVerdict::ok;
     }
 }
 

@@ -26,10 +26,10 @@ enum class ConnState : uint8_t {
     tcp_last_ack,
     tcp_time_wait,
     tcp_close,
-    udp_unreplied,   // only the initiator has sent
-    udp_replied,     // traffic seen both ways
-    icmp,            // echo and other ICMP/ICMPv6 query "connections"
-    other,           // any other IP protocol
+    udp_unreplied,  // only the initiator has sent
+    udp_replied,    // traffic seen both ways
+    icmp,           // echo and other ICMP/ICMPv6 query "connections"
+    other,          // any other IP protocol
     count
 };
 
@@ -59,7 +59,7 @@ struct ConnTimeouts {
 struct ConnAlias {
     IpAddress client;
     IpAddress vip;
-    uint16_t client_port;     // host order, as the VIP's
+    uint16_t client_port;  // host order, as the VIP's
     uint16_t vip_port;
     uint32_t seq_shift;       // syn_proxy: the backend's ISN minus the cookie; while pending, the cookie itself
     uint16_t pending_window;  // syn_proxy, while pending: the client's receive window, for the backend's handshake
@@ -71,18 +71,18 @@ struct ConnAlias {
 struct alignas(kCacheLine) ConnEntry {
     uint64_t expires_tsc;  // UINT64_MAX for an alias: it goes with its connection
     union {
-        struct {  // a connection
-            uint64_t packets[2];   // [0] initiator -> responder, [1] replies
+        struct {                  // a connection
+            uint64_t packets[2];  // [0] initiator -> responder, [1] replies
             uint64_t bytes[2];
-            uint32_t rule_index;   // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
-            uint32_t backend;      // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
-            uint16_t nat_port;     // NAT: the pool port (host order) the connection holds, 0 when none
-            uint8_t nat_address;   // NAT: index of its pool address
-            uint16_t in_port;      // the port the opening packet came in on (reload --dry-run re-judges it)
+            uint32_t rule_index;  // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
+            uint32_t backend;     // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
+            uint16_t nat_port;    // NAT: the pool port (host order) the connection holds, 0 when none
+            uint8_t nat_address;  // NAT: index of its pool address
+            uint16_t in_port;     // the port the opening packet came in on (reload --dry-run re-judges it)
         };
         ConnAlias alias;  // kConnFlagAlias
     };
-    uint32_t peer;         // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
+    uint32_t peer;  // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
     ConnState state;
     uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
     uint8_t flags;             // kConnFlagLive, kConnFlagAlias, plus the TCP state table's sub-state bits
@@ -117,9 +117,9 @@ public:
     static constexpr std::size_t kMaxNameLength = 18;
 
     // capacity: entries of both families together (a full table refuses inserts); of them at most ipv6_capacity
-    // IPv6 ones (0: default_ipv6_capacity(capacity)). tsc_hz: rte_get_tsc_hz(). Throws std::runtime_error when rte_hash cannot
-    // be created (name must be unique per process and at most kMaxNameLength characters: rte_hash names its rings
-    // "HT_<name>_v6" and "HT_EXT_<name>_v6" and truncates them silently to 28 characters, so two long names that
+    // IPv6 ones (0: default_ipv6_capacity(capacity)). tsc_hz: rte_get_tsc_hz(). Throws std::runtime_error when rte_hash
+    // cannot be created (name must be unique per process and at most kMaxNameLength characters: rte_hash names its
+    // rings "HT_<name>_v6" and "HT_EXT_<name>_v6" and truncates them silently to 28 characters, so two long names that
     // share a prefix would collide; the IPv6 table is named "<name>_v6", so no other table may be).
     // Two rte_hash tables, one per family, so that an IPv4 key takes 16 bytes: its rte_hash slot (with the data
     // pointer) is 32 bytes and never straddles two cache lines. A 40-byte key's slot is 48 bytes and half of them
@@ -181,7 +181,8 @@ public:
     }
 
     // Where the replies of an alias's connection go back to (ConnAlias).
-    void set_origin(int32_t alias, const IpAddress& client, uint16_t client_port, const IpAddress& vip, uint16_t vip_port) {
+    void set_origin(int32_t alias, const IpAddress& client, uint16_t client_port, const IpAddress& vip,
+                    uint16_t vip_port) {
         ConnAlias& a = entries_[alias].alias;
         a.client = client;
         a.client_port = client_port;
@@ -254,7 +255,8 @@ private:
     int32_t add_key(const FiveTuple& tuple, uint32_t hash, bool& low_is_source);
     void count_added(int32_t index);
     void add_ipv6_size(int32_t delta) {
-        std::atomic_ref<uint32_t>(ipv6_size_).store(ipv6_size_ + static_cast<uint32_t>(delta), std::memory_order_relaxed);
+        std::atomic_ref<uint32_t>(ipv6_size_)
+            .store(ipv6_size_ + static_cast<uint32_t>(delta), std::memory_order_relaxed);
     }
     void remove_key(int32_t index);
 
@@ -269,7 +271,7 @@ private:
     uint32_t slots_ = 0;       // entries_ length: ipv4_slots_ plus the IPv6 table's positions
     uint32_t size_ = 0;
     uint32_t ipv6_size_ = 0;  // IPv6 entries among size_ (written through add_ipv6_size: metrics read it)
-    uint32_t aliases_ = 0;  // NAT aliases among size_ (none: lookup_bulk skips prefetching their peers)
+    uint32_t aliases_ = 0;    // NAT aliases among size_ (none: lookup_bulk skips prefetching their peers)
     uint32_t expire_cursor_ = 0;
     uint64_t tsc_hz_ = 0;
     uint64_t timeout_tsc_[static_cast<std::size_t>(ConnState::count)] = {};

@@ -76,16 +76,11 @@ struct External {
 };
 
 constexpr External kExternal[kInternalCount] = {
-    {ConnState::tcp_syn_sent, 0},
-    {ConnState::tcp_syn_sent, kFlagSimultaneousOpen},
-    {ConnState::tcp_syn_recv, 0},
-    {ConnState::tcp_established, 0},
-    {ConnState::tcp_fin_wait, 0},
-    {ConnState::tcp_fin_wait, kFlagResponderFinFirst},
-    {ConnState::tcp_close_wait, 0},
-    {ConnState::tcp_close_wait, kFlagResponderFinFirst},
-    {ConnState::tcp_last_ack, 0},
-    {ConnState::tcp_time_wait, 0},
+    {ConnState::tcp_syn_sent, 0},   {ConnState::tcp_syn_sent, kFlagSimultaneousOpen},
+    {ConnState::tcp_syn_recv, 0},   {ConnState::tcp_established, 0},
+    {ConnState::tcp_fin_wait, 0},   {ConnState::tcp_fin_wait, kFlagResponderFinFirst},
+    {ConnState::tcp_close_wait, 0}, {ConnState::tcp_close_wait, kFlagResponderFinFirst},
+    {ConnState::tcp_last_ack, 0},   {ConnState::tcp_time_wait, 0},
     {ConnState::tcp_close, 0},
 };
 

@@ -28,7 +28,7 @@ enum class Kind : uint8_t { syn, synack, fin, ack, rst, bad, count };
 Kind classify(uint8_t tcp_flags);
 
 // Sub-states the table needs but ConnState does not show; kept in ConnEntry::flags next to kConnFlagLive.
-inline constexpr uint8_t kFlagSimultaneousOpen = 0x02;  // tcp_syn_sent: the responder sent a SYN too
+inline constexpr uint8_t kFlagSimultaneousOpen = 0x02;   // tcp_syn_sent: the responder sent a SYN too
 inline constexpr uint8_t kFlagResponderFinFirst = 0x04;  // tcp_fin_wait/close_wait: the first FIN was the responder's
 inline constexpr uint8_t kSubStateFlags = kFlagSimultaneousOpen | kFlagResponderFinFirst;
 

@@ -21,7 +21,8 @@ namespace {
 constexpr auto kFirstBackoff = std::chrono::milliseconds(500);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(30000);
 constexpr auto kFailureLogInterval = std::chrono::seconds(30);
-constexpr std::size_t kMaxReplyBytes = std::size_t{64} * 1024;  // a configure answer is a few lines; a runaway one is cut off
+constexpr std::size_t kMaxReplyBytes =
+    std::size_t{64} * 1024;  // a configure answer is a few lines; a runaway one is cut off
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -42,8 +43,11 @@ std::string render_bird_include(const std::vector<std::string>& vips) {
         (six ? v6 : v4) += "    route " + vip + (six ? "/128" : "/32") + " blackhole;\n";
     }
     return "# Written by sluice (bgp.include_file): the VIPs it can serve now. Do not edit; sluice rewrites it.\n"
-           "protocol static sluice_vips4 {\n    ipv4;\n" + v4 + "}\n"
-           "protocol static sluice_vips6 {\n    ipv6;\n" + v6 + "}\n";
+           "protocol static sluice_vips4 {\n    ipv4;\n" +
+           v4 +
+           "}\n"
+           "protocol static sluice_vips6 {\n    ipv6;\n" +
+           v6 + "}\n";
 }
 
 bool write_file_atomically(const std::string& path, const std::string& text, std::string& error) {
@@ -97,7 +101,8 @@ BirdReply bird_request(const std::string& socket_path, const std::string& comman
     }
     const auto wait = [&](short events) {
         for (;;) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
             if (left.count() <= 0) return false;
             pollfd p{fd, events, 0};
             const int n = poll(&p, 1, static_cast<int>(left.count()));
@@ -166,7 +171,9 @@ BirdReply bird_request(const std::string& socket_path, const std::string& comman
     }
     if (!read_reply(reply.lines, reply.code)) return reply;
     reply.ok = reply.code < 1000;  // 0xxx: success; 8xxx runtime errors, 9xxx parse errors
-    if (!reply.ok) reply.error = "BIRD answered " + std::to_string(reply.code) + ": " + (reply.lines.empty() ? "" : reply.lines.back());
+    if (!reply.ok)
+        reply.error =
+            "BIRD answered " + std::to_string(reply.code) + ": " + (reply.lines.empty() ? "" : reply.lines.back());
     return reply;
 }
 
@@ -178,7 +185,8 @@ bool BirdAnnouncer::apply_default(const std::string& text, std::string& error) c
     if (!write_file_atomically(config_.include_file, text, error)) return false;
     // `configure` re-reads BIRD's whole config, which includes our file; protocols whose config did not change
     // keep running (BGP sessions stay up), the static protocols restart with the new routes.
-    const BirdReply reply = bird_request(config_.bird_socket, "configure", std::chrono::milliseconds(config_.timeout_ms));
+    const BirdReply reply =
+        bird_request(config_.bird_socket, "configure", std::chrono::milliseconds(config_.timeout_ms));
     if (!reply.ok) error = "configure: " + reply.error;
     return reply.ok;
 }
@@ -200,7 +208,9 @@ bool BirdAnnouncer::update(const std::vector<std::string>& wanted, Clock::time_p
         // Rate-limited: the first failure, then a summary at most every 30 s.
         if (last_failure_log_ == Clock::time_point{} || now - last_failure_log_ >= kFailureLogInterval) {
             spdlog::error("bgp: BIRD not updated ({} VIP(s) wanted): {}{}; retrying", wanted_.size(), error,
-                          failures_unlogged_ ? fmt::format(" ({} more failure(s) since the last message)", failures_unlogged_) : "");
+                          failures_unlogged_
+                              ? fmt::format(" ({} more failure(s) since the last message)", failures_unlogged_)
+                              : "");
             failures_unlogged_ = 0;
             last_failure_log_ = now;
         } else {
@@ -237,7 +247,8 @@ BgpRecord BirdAnnouncer::record() const {
     r.last_error = last_error_;
     const std::set<std::string> wanted(wanted_.begin(), wanted_.end()), announced(announced_.begin(), announced_.end());
     for (const auto& [vip, counts] : vips_)
-        r.vips.push_back({vip, wanted.count(vip) > 0, announced.count(vip) > 0, counts.announcements, counts.withdrawals});
+        r.vips.push_back(
+            {vip, wanted.count(vip) > 0, announced.count(vip) > 0, counts.announcements, counts.withdrawals});
     return r;
 }
 

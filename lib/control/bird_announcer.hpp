@@ -25,9 +25,9 @@ namespace sluice {
 // One service's say in whether its VIP is announced.
 struct ServiceHealth {
     std::string service;
-    std::string vip;       // "10.77.100.2", "2001:db8::1"
+    std::string vip;  // "10.77.100.2", "2001:db8::1"
     IpFamily family = IpFamily::none;
-    uint32_t usable = 0;   // backends up (health) with weight > 0
+    uint32_t usable = 0;  // backends up (health) with weight > 0
     uint32_t min_healthy = 1;
 };
 
@@ -49,9 +49,9 @@ bool write_file_atomically(const std::string& path, const std::string& text, std
 // ends; codes 0xxx are success, 8xxx/9xxx errors).
 struct BirdReply {
     bool ok = false;
-    int code = 0;               // of the last line; 0 when no reply was read
+    int code = 0;  // of the last line; 0 when no reply was read
     std::vector<std::string> lines;
-    std::string error;          // transport or BIRD error, for logs
+    std::string error;  // transport or BIRD error, for logs
 };
 
 // Connects to BIRD's control socket, reads the greeting, sends one command and reads the reply, within timeout
@@ -88,7 +88,7 @@ private:
     Apply apply_;
     std::vector<std::string> wanted_;
     std::vector<std::string> announced_;
-    bool synced_ = false;     // BIRD accepted a file from this sluice at least once
+    bool synced_ = false;  // BIRD accepted a file from this sluice at least once
     bool failing_ = false;
     Clock::time_point next_attempt_{};
     std::chrono::milliseconds backoff_{0};

@@ -69,15 +69,17 @@ bool is_power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<std::string, YAML::Mark>& port_marks) {
     if (!d.sequence(node, "ports")) return;
     for (const YAML::Node& p : node) {
-        if (!d.map(p, "a port", {"name", "device", "rx_queues", "rx_descriptors", "tx_descriptors", "mtu", "promiscuous",
-                                   "addresses", "xdp_steering"}))
+        if (!d.map(p, "a port",
+                   {"name", "device", "rx_queues", "rx_descriptors", "tx_descriptors", "mtu", "promiscuous",
+                    "addresses", "xdp_steering"}))
             continue;
         PortSpec spec;
         d.field(p, "name", "a port", true, [&](const YAML::Node& v) { d.string(v, "port name", spec.name); });
         const std::string what = "port '" + spec.name + "'";
-        if (!spec.name.empty() && (spec.name.size() > 32 || !std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
-                                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                                   }))) {
+        if (!spec.name.empty() &&
+            (spec.name.size() > 32 || !std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
+                 return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+             }))) {
             // Names become metric labels and telemetry keys.
             d.error(p["name"], "port name '" + spec.name + "' must be 1-32 letters, digits or underscores");
             spec.name.clear();
@@ -87,18 +89,22 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
             // A zero-copy memif port holds pool mbufs the pool's size cannot count, and stops receiving for good
             // once a stalled peer has them all (docs/security.md, "Exhaustion").
             if (spec.device.starts_with("net_memif") && spec.device.find("zero-copy=yes") != std::string::npos)
-                d.error(v, what + ": net_memif zero-copy=yes is not supported (its rings hold mbufs the pool is not sized for); use the default copy mode");
+                d.error(v, what + ": net_memif zero-copy=yes is not supported (its rings hold mbufs the pool is not "
+                                  "sized for); use the default copy mode");
         });
-        d.field(p, "rx_queues", what, false,
-                [&](const YAML::Node& v) { d.integer(v, what + " rx_queues", spec.rx_queues, 1, kMaxRxQueuesPerPort); });
-        for (auto [key, out] : {std::pair{"rx_descriptors", &spec.rx_descriptors}, {"tx_descriptors", &spec.tx_descriptors}}) {
+        d.field(p, "rx_queues", what, false, [&](const YAML::Node& v) {
+            d.integer(v, what + " rx_queues", spec.rx_queues, 1, kMaxRxQueuesPerPort);
+        });
+        for (auto [key, out] :
+             {std::pair{"rx_descriptors", &spec.rx_descriptors}, {"tx_descriptors", &spec.tx_descriptors}}) {
             d.field(p, key, what, false, [&, key = key, out = out](const YAML::Node& v) {
                 if (d.integer(v, what + " " + key, *out, 64, 16384) && !is_power_of_two(*out))
                     d.error(v, what + " " + key + " must be a power of two");
             });
         }
         d.field(p, "mtu", what, false, [&](const YAML::Node& v) { d.integer(v, what + " mtu", spec.mtu, 68, 9600); });
-        d.field(p, "promiscuous", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " promiscuous", spec.promiscuous); });
+        d.field(p, "promiscuous", what, false,
+                [&](const YAML::Node& v) { d.boolean(v, what + " promiscuous", spec.promiscuous); });
         d.field(p, "xdp_steering", what, false, [&](const YAML::Node& v) {
             std::string mode;
             if (!d.string(v, what + " xdp_steering", mode)) return;
@@ -109,7 +115,10 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
             if (!spec.device.starts_with("net_af_xdp"))
                 d.error(v, what + " xdp_steering applies to net_af_xdp devices only");
             else if (spec.device.find(",xdp_prog=") != std::string::npos && spec.xdp_steering != XdpSteeringMode::off)
-                d.error(v, what + ": the device names its own xdp_prog, so sluice's steering cannot apply (xdp_steering: off)");
+                d.error(
+                    v,
+                    what +
+                        ": the device names its own xdp_prog, so sluice's steering cannot apply (xdp_steering: off)");
         });
         // A device with its own program keeps it: sluice steers nothing there.
         if (spec.device.find(",xdp_prog=") != std::string::npos) spec.xdp_steering = XdpSteeringMode::off;
@@ -138,7 +147,8 @@ void decode_lcores(Decoder& d, const YAML::Node& node, Config& config) {
         if (!d.map(l, "an lcore", {"id", "roles", "rx_queues"})) continue;
         LcoreConfig lcore;
         bool has_id = false;
-        d.field(l, "id", "an lcore", true, [&](const YAML::Node& v) { has_id = d.integer(v, "lcore id", lcore.id, 0, RTE_MAX_LCORE - 1); });
+        d.field(l, "id", "an lcore", true,
+                [&](const YAML::Node& v) { has_id = d.integer(v, "lcore id", lcore.id, 0, RTE_MAX_LCORE - 1); });
         const std::string what = "lcore " + std::to_string(lcore.id);
         if (has_id && !ids.insert(lcore.id).second) d.error(l["id"], what + " is listed twice");
         d.field(l, "roles", what, true, [&](const YAML::Node& v) {
@@ -160,7 +170,8 @@ void decode_lcores(Decoder& d, const YAML::Node& node, Config& config) {
                 RxQueueName name{text.substr(0, colon), 0};
                 const PortSpec* port = config.find_port(name.port);
                 char* end = nullptr;
-                const unsigned long queue = colon == std::string::npos ? 0 : std::strtoul(text.c_str() + colon + 1, &end, 10);
+                const unsigned long queue =
+                    colon == std::string::npos ? 0 : std::strtoul(text.c_str() + colon + 1, &end, 10);
                 if (colon == std::string::npos || !end || *end || colon + 1 == text.size()) {
                     d.error(q, what + ": rx queue '" + text + "' must be PORT:QUEUE, e.g. lan:0");
                 } else if (!port) {
@@ -187,7 +198,8 @@ void decode_lcores(Decoder& d, const YAML::Node& node, Config& config) {
     const auto listing = count([](auto& l) { return l.rx && !l.rx_queues.empty(); });
     if (listing > 0) {
         if (listing != count([](auto& l) { return l.rx; }))
-            d.error(node, "lcores: either every rx lcore lists its rx_queues or none does (then they are spread evenly)");
+            d.error(node,
+                    "lcores: either every rx lcore lists its rx_queues or none does (then they are spread evenly)");
         for (const PortSpec& port : config.ports)
             for (uint16_t q = 0; q < port.rx_queues; ++q)
                 if (!polled.count({port.name, q}))
@@ -210,7 +222,8 @@ void decode_forward(Decoder& d, const YAML::Node& node, Config& config) {
         if (!entry.from.empty() && !from_ports.insert(entry.from).second)
             d.error(f["from"], "forward: port '" + entry.from + "' already has a forward entry");
         if (!f["next_hop_mac"] && !f["next_hop"]) d.error(f, "a forward entry needs 'next_hop_mac' or 'next_hop'");
-        if (f["next_hop_mac"] && f["next_hop"]) d.error(f["next_hop"], "a forward entry takes 'next_hop_mac' or 'next_hop', not both");
+        if (f["next_hop_mac"] && f["next_hop"])
+            d.error(f["next_hop"], "a forward entry takes 'next_hop_mac' or 'next_hop', not both");
         d.field(f, "next_hop_mac", "a forward entry", false, [&](const YAML::Node& v) {
             std::string text;
             if (d.string(v, "next_hop_mac", text) && !parse_mac(text, entry.next_hop_mac))
@@ -233,8 +246,10 @@ void decode_port_addresses(Decoder& d, const YAML::Node& ports, Config& config) 
             Prefix prefix;
             IpFamily family;
             if (slash == std::string::npos || !parse_prefix(text, prefix, family) ||
-                inet_pton(family == IpFamily::ipv4 ? AF_INET : AF_INET6, text.substr(0, slash).c_str(), address.address.bytes) != 1) {
-                d.error(a, "port '" + name + "': address '" + text + "' is not ADDRESS/PREFIX-LENGTH, e.g. 10.77.2.1/24");
+                inet_pton(family == IpFamily::ipv4 ? AF_INET : AF_INET6, text.substr(0, slash).c_str(),
+                          address.address.bytes) != 1) {
+                d.error(a,
+                        "port '" + name + "': address '" + text + "' is not ADDRESS/PREFIX-LENGTH, e.g. 10.77.2.1/24");
                 continue;
             }
             address.family = family;
@@ -267,8 +282,9 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
     config.path = name;
     if (!root || root.IsNull()) {
         d.errors().push_back({name, 0, 0, "the file is empty"});
-    } else if (d.map(root, "the top level", {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall",
-                                                    "load_balancer", "services", "bgp"})) {
+    } else if (d.map(root, "the top level",
+                     {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall", "load_balancer",
+                      "services", "bgp"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -280,24 +296,30 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
             if (!d.map(v, "log", {"level", "file"})) return;
             d.field(v, "level", "log", false, [&](const YAML::Node& l) {
                 if (d.string(l, "log level", config.log.level) && !kLogLevels.count(config.log.level))
-                    d.error(l, "log level '" + config.log.level + "' is not one of trace, debug, info, warn, error, critical, off");
+                    d.error(l, "log level '" + config.log.level +
+                                   "' is not one of trace, debug, info, warn, error, critical, off");
             });
             d.field(v, "file", "log", false, [&](const YAML::Node& f) { d.string(f, "log file", config.log.file); });
         });
         d.field(root, "dataplane", "the config", false, [&](const YAML::Node& v) {
-            if (!d.map(v, "dataplane", {"ring_size", "idle_sleep_us", "max_new_connections_per_second", "new_connection_burst",
-                                             "max_error_replies_per_second", "error_reply_burst"}))
+            if (!d.map(v, "dataplane",
+                       {"ring_size", "idle_sleep_us", "max_new_connections_per_second", "new_connection_burst",
+                        "max_error_replies_per_second", "error_reply_burst"}))
                 return;
             d.field(v, "ring_size", "dataplane", false, [&](const YAML::Node& r) {
-                if (d.integer(r, "ring_size", config.dataplane.ring_size, 64, 1 << 20) && !is_power_of_two(config.dataplane.ring_size))
+                if (d.integer(r, "ring_size", config.dataplane.ring_size, 64, 1 << 20) &&
+                    !is_power_of_two(config.dataplane.ring_size))
                     d.error(r, "ring_size must be a power of two");
             });
-            d.field(v, "idle_sleep_us", "dataplane", false,
-                    [&](const YAML::Node& s) { d.integer(s, "idle_sleep_us", config.dataplane.idle_sleep_us, 0, 100000); });
+            d.field(v, "idle_sleep_us", "dataplane", false, [&](const YAML::Node& s) {
+                d.integer(s, "idle_sleep_us", config.dataplane.idle_sleep_us, 0, 100000);
+            });
             // A per-worker rate (0: no cap) and its bucket's size, which means nothing without a rate (0: one
             // second's worth, filled in by the snapshot builder).
-            const auto rate_and_burst = [&](const char* rate_key, uint32_t& rate, const char* burst_key, uint32_t& burst) {
-                d.field(v, rate_key, "dataplane", false, [&](const YAML::Node& n) { d.integer(n, rate_key, rate, 0, 100000000); });
+            const auto rate_and_burst = [&](const char* rate_key, uint32_t& rate, const char* burst_key,
+                                            uint32_t& burst) {
+                d.field(v, rate_key, "dataplane", false,
+                        [&](const YAML::Node& n) { d.integer(n, rate_key, rate, 0, 100000000); });
                 d.field(v, burst_key, "dataplane", false, [&](const YAML::Node& n) {
                     if (d.integer(n, burst_key, burst, 0, 100000000) && burst && rate == 0)
                         d.error(n, std::string(burst_key) + " needs " + rate_key + " above 0");
@@ -322,12 +344,14 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
             });
         });
         std::map<std::string, YAML::Mark> port_marks;
-        d.field(root, "ports", "the config", true, [&](const YAML::Node& v) { decode_ports(d, v, config, port_marks); });
+        d.field(root, "ports", "the config", true,
+                [&](const YAML::Node& v) { decode_ports(d, v, config, port_marks); });
         d.field(root, "lcores", "the config", true, [&](const YAML::Node& v) { decode_lcores(d, v, config); });
         d.field(root, "forward", "the config", false, [&](const YAML::Node& v) { decode_forward(d, v, config); });
         d.field(root, "firewall", "the config", false, [&](const YAML::Node& v) { decode_firewall(d, v, config); });
         // load_balancer first: services check their mode against its pools.
-        d.field(root, "load_balancer", "the config", false, [&](const YAML::Node& v) { decode_load_balancer(d, v, config); });
+        d.field(root, "load_balancer", "the config", false,
+                [&](const YAML::Node& v) { decode_load_balancer(d, v, config); });
         d.field(root, "services", "the config", false, [&](const YAML::Node& v) { decode_services(d, v, config); });
         d.field(root, "bgp", "the config", false, [&](const YAML::Node& v) { decode_bgp(d, v, config); });
         decode_port_addresses(d, root["ports"], config);
@@ -412,7 +436,8 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
     if (running.firewall.timeouts != candidate.firewall.timeouts) changes.push_back("firewall timeouts changed");
     // drain_seconds, drain_on_sigterm and timeout_ms apply on reload; where BIRD and the file are does not.
     if (running.bgp.enabled != candidate.bgp.enabled) changes.push_back("bgp section added or removed");
-    else if (running.bgp.bird_socket != candidate.bgp.bird_socket || running.bgp.include_file != candidate.bgp.include_file)
+    else if (running.bgp.bird_socket != candidate.bgp.bird_socket ||
+             running.bgp.include_file != candidate.bgp.include_file)
         changes.push_back("bgp bird_socket or include_file changed");
     return changes;
 }
@@ -437,7 +462,8 @@ std::vector<std::vector<std::pair<std::size_t, uint16_t>>> assign_rx_queues(cons
     if (rx_lcores.empty()) return plan;
     std::size_t next = 0;
     for (std::size_t p = 0; p < config.ports.size(); ++p)
-        for (uint16_t q = 0; q < config.ports[p].rx_queues; ++q) plan[rx_lcores[next++ % rx_lcores.size()]].push_back({p, q});
+        for (uint16_t q = 0; q < config.ports[p].rx_queues; ++q)
+            plan[rx_lcores[next++ % rx_lcores.size()]].push_back({p, q});
     return plan;
 }
 

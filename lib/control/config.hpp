@@ -119,9 +119,9 @@ struct FirewallRuleConfig {
 struct FirewallConfig {
     bool enabled = false;  // a firewall section is present: connections are tracked and rules apply
     RuleAction default_action = RuleAction::allow;  // for new connections no rule matches (allow or deny)
-    bool loose_pickup = false;  // TCP without SYN may open a connection (after a restart)
-    bool log_default = false;   // log the new connections the default action decides
-    uint32_t log_rate = 10;     // decision log lines per second and worker at most (a flood cannot flood the log)
+    bool loose_pickup = false;                      // TCP without SYN may open a connection (after a restart)
+    bool log_default = false;                       // log the new connections the default action decides
+    uint32_t log_rate = 10;         // decision log lines per second and worker at most (a flood cannot flood the log)
     uint32_t table_size = 1000000;  // tracked connections per worker (not a power of two: see conn_table.hpp)
     uint32_t ipv6_table_size = 0;   // of them at most this many IPv6 ones; 0: ConnTable::default_ipv6_capacity
     int acl_method = 0;  // the rte_acl_classify_alg to classify with; 0 ("auto"): AclClassifier times them all
@@ -135,9 +135,9 @@ enum class HealthCheckType : uint8_t { none, tcp, http };
 // How the control thread checks a backend (through the kernel: see docs/architecture.md, "exception path").
 struct HealthCheckConfig {
     HealthCheckType type = HealthCheckType::none;
-    uint16_t port = 0;             // 0: the backend's port (or the service's)
-    std::string path = "/";        // http
-    int expect_status = 200;       // http
+    uint16_t port = 0;        // 0: the backend's port (or the service's)
+    std::string path = "/";   // http
+    int expect_status = 200;  // http
     uint32_t interval_ms = 2000;
     uint32_t timeout_ms = 1000;
     uint32_t rise = 2;
@@ -148,8 +148,8 @@ struct HealthCheckConfig {
 struct BackendConfig {
     IpAddress address{};
     IpFamily family = IpFamily::none;
-    uint16_t port = 0;         // 0: the packet's destination port is kept
-    uint32_t weight = 1;       // 0: draining (no new connections)
+    uint16_t port = 0;    // 0: the packet's destination port is kept
+    uint32_t weight = 1;  // 0: draining (no new connections)
     bool has_mac = false;
     rte_ether_addr mac{};      // next-hop MAC towards it; required by dsr
     HealthCheckConfig health;  // the service's unless the backend has its own
@@ -161,8 +161,8 @@ struct ServiceConfig {
     std::string name;
     IpAddress vip{};
     IpFamily family = IpFamily::none;
-    uint16_t port = 0;         // 0: any port
-    uint8_t protocol = 6;      // IPPROTO_TCP or IPPROTO_UDP
+    uint16_t port = 0;     // 0: any port
+    uint8_t protocol = 6;  // IPPROTO_TCP or IPPROTO_UDP
     LbMode mode = LbMode::nat;
     uint32_t table_size = 65537;
     bool drop_removed = false;  // removed_backends: drop (else keep until they end)
@@ -185,9 +185,9 @@ struct BgpConfig {
     bool enabled = false;
     std::string bird_socket = "/run/bird/bird.ctl";
     std::string include_file = "/run/bird/sluice-vips.conf";
-    uint32_t drain_seconds = 10;    // sluicectl drain / SIGTERM: VIPs withdrawn, data plane kept this long, then stop
+    uint32_t drain_seconds = 10;  // sluicectl drain / SIGTERM: VIPs withdrawn, data plane kept this long, then stop
     bool drain_on_sigterm = true;
-    uint32_t timeout_ms = 2000;     // one request to BIRD (connect, configure, answer) at most
+    uint32_t timeout_ms = 2000;  // one request to BIRD (connect, configure, answer) at most
     friend bool operator==(const BgpConfig&, const BgpConfig&) = default;
 };
 

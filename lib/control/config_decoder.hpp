@@ -114,7 +114,8 @@ private:
             fields_of_.reset(map);  // not operator=, which would write map's contents into the previous one
             fields_.clear();
             for (const auto& kv : map)
-                fields_.push_back({kv.first.IsScalar() ? kv.first.Scalar() : std::string(), kv.first.Mark(), kv.second});
+                fields_.push_back(
+                    {kv.first.IsScalar() ? kv.first.Scalar() : std::string(), kv.first.Mark(), kv.second});
         }
         return fields_;
     }

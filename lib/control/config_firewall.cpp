@@ -31,12 +31,14 @@ bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family) {
     unsigned length = max;
     if (slash != std::string::npos) {
         const std::string digits = text.substr(slash + 1);
-        if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+        if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos)
+            return false;
         length = static_cast<unsigned>(std::stoul(digits));
         if (length > max) return false;
     }
     prefix.length = static_cast<uint8_t>(length);
-    for (unsigned bit = length; bit < max; ++bit) prefix.address.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
+    for (unsigned bit = length; bit < max; ++bit)
+        prefix.address.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
     return true;
 }
 
@@ -71,14 +73,15 @@ std::vector<PortRange> decode_port_ranges(Decoder& d, const YAML::Node& node, co
             return out <= 65535;
         };
         unsigned long first = 0, last = 0;
-        if (!number(text.substr(0, dash), first) || (dash != std::string::npos && !number(text.substr(dash + 1), last))) {
+        if (!number(text.substr(0, dash), first) ||
+            (dash != std::string::npos && !number(text.substr(dash + 1), last))) {
             d.error(item, what + ": '" + text + "' is not a port (0-65535) or range like 1000-2000");
             continue;
         }
         if (dash == std::string::npos) last = first;
         if (first > last) {
-            d.error(item, what + ": range '" + text + "' is written backwards (did you mean " + std::to_string(last) + "-" +
-                              std::to_string(first) + "?)");
+            d.error(item, what + ": range '" + text + "' is written backwards (did you mean " + std::to_string(last) +
+                              "-" + std::to_string(first) + "?)");
             continue;
         }
         ranges.push_back({static_cast<uint16_t>(first), static_cast<uint16_t>(last)});
@@ -97,14 +100,17 @@ void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& confi
     std::filesystem::path path = set.file;
     if (path.is_relative()) path = std::filesystem::path(config_path).parent_path() / path;
     struct stat st {};
-    if (stat(path.c_str(), &st) != 0) return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
+    if (stat(path.c_str(), &st) != 0)
+        return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
     // The size limit means nothing for a device or a FIFO (/dev/zero never ends, a FIFO may never answer).
-    if (!S_ISREG(st.st_mode)) return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is not a regular file");
+    if (!S_ISREG(st.st_mode))
+        return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is not a regular file");
     if (static_cast<std::size_t>(st.st_size) > kMaxPrefixFileBytes)
         return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is " + std::to_string(st.st_size) +
                                " bytes, over the limit of " + std::to_string(kMaxPrefixFileBytes));
     std::ifstream in(path);
-    if (!in) return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
+    if (!in)
+        return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
     std::string line;
     int number = 0, reported = 0;
     while (std::getline(in, line)) {
@@ -120,11 +126,13 @@ void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& confi
         if (parse_prefix(text, prefix, family)) {
             add_prefix(set.v4, set.v6, prefix, family);
         } else if (++reported <= 10) {  // a broken file should not print a million lines
-            d.errors().push_back({path.string(), number, static_cast<int>(first) + 1, "'" + text + "' is not an IPv4 or IPv6 prefix"});
+            d.errors().push_back(
+                {path.string(), number, static_cast<int>(first) + 1, "'" + text + "' is not an IPv4 or IPv6 prefix"});
         }
     }
     if (reported > 10)
-        d.errors().push_back({path.string(), 0, 0, std::to_string(reported) + " lines are not prefixes (first 10 shown)"});
+        d.errors().push_back(
+            {path.string(), 0, 0, std::to_string(reported) + " lines are not prefixes (first 10 shown)"});
 }
 
 void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
@@ -133,7 +141,8 @@ void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
         if (!d.map(s, "a prefix set", {"name", "prefixes", "file", "early_drop"})) continue;
         PrefixSetConfig set;
         const std::size_t errors_before = d.errors().size();
-        d.field(s, "name", "a prefix set", true, [&](const YAML::Node& v) { d.string(v, "prefix set name", set.name); });
+        d.field(s, "name", "a prefix set", true,
+                [&](const YAML::Node& v) { d.string(v, "prefix set name", set.name); });
         const std::string what = "prefix set '" + set.name + "'";
         for (const PrefixSetConfig& other : config.firewall.prefix_sets)
             if (other.name == set.name && !set.name.empty()) d.error(s["name"], what + " is defined twice");
@@ -144,14 +153,16 @@ void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
             for (const YAML::Node& p : v) {
                 Prefix prefix;
                 IpFamily family;
-                if (p.IsScalar() && parse_prefix(p.Scalar(), prefix, family)) add_prefix(set.v4, set.v6, prefix, family);
+                if (p.IsScalar() && parse_prefix(p.Scalar(), prefix, family))
+                    add_prefix(set.v4, set.v6, prefix, family);
                 else d.error(p, what + ": '" + (p.IsScalar() ? p.Scalar() : "") + "' is not an IPv4 or IPv6 prefix");
             }
         });
         d.field(s, "file", what, false, [&](const YAML::Node& v) {
             if (d.string(v, what + " file", set.file)) load_prefix_file(d, v, config.path, set);
         });
-        d.field(s, "early_drop", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " early_drop", set.early_drop); });
+        d.field(s, "early_drop", what, false,
+                [&](const YAML::Node& v) { d.boolean(v, what + " early_drop", set.early_drop); });
         if (set.v4.empty() && set.v6.empty() && (s["prefixes"] || s["file"]) && d.errors().size() == errors_before)
             d.error(s, what + " is empty");
         config.firewall.prefix_sets.push_back(std::move(set));
@@ -189,8 +200,9 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.sequence(node, "firewall rules")) return;
     std::set<std::string> names;
     for (const YAML::Node& r : node) {
-        if (!d.map(r, "a firewall rule", {"name", "in_ports", "source", "destination", "protocol", "source_ports",
-                                          "destination_ports", "action", "rate_limit", "log"}))
+        if (!d.map(r, "a firewall rule",
+                   {"name", "in_ports", "source", "destination", "protocol", "source_ports", "destination_ports",
+                    "action", "rate_limit", "log"}))
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();
@@ -204,21 +216,28 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
                 else rule.in_ports.push_back(port);
             }
         });
-        d.field(r, "source", what, false, [&](const YAML::Node& v) { rule.source = decode_address(d, v, what + " source", config); });
+        d.field(r, "source", what, false,
+                [&](const YAML::Node& v) { rule.source = decode_address(d, v, what + " source", config); });
         d.field(r, "destination", what, false,
                 [&](const YAML::Node& v) { rule.destination = decode_address(d, v, what + " destination", config); });
         d.field(r, "protocol", what, false, [&](const YAML::Node& v) {
-            static const std::map<std::string, uint16_t> kNames = {{"tcp", IPPROTO_TCP}, {"udp", IPPROTO_UDP},
-                {"icmp", IPPROTO_ICMP}, {"icmpv6", IPPROTO_ICMPV6}, {"sctp", IPPROTO_SCTP}, {"any", kAnyProtocol}};
+            static const std::map<std::string, uint16_t> kNames = {{"tcp", IPPROTO_TCP},   {"udp", IPPROTO_UDP},
+                                                                   {"icmp", IPPROTO_ICMP}, {"icmpv6", IPPROTO_ICMPV6},
+                                                                   {"sctp", IPPROTO_SCTP}, {"any", kAnyProtocol}};
             const std::string text = v.IsScalar() ? v.Scalar() : "";
-            const bool numeric = !text.empty() && text.size() <= 3 && text.find_first_not_of("0123456789") == std::string::npos;
+            const bool numeric =
+                !text.empty() && text.size() <= 3 && text.find_first_not_of("0123456789") == std::string::npos;
             if (const auto it = kNames.find(text); it != kNames.end()) rule.protocol = it->second;
             else if (numeric && std::stoul(text) <= 255) rule.protocol = static_cast<uint16_t>(std::stoul(text));
-            else d.error(v, what + ": protocol '" + text + "' is not tcp, udp, icmp, icmpv6, sctp, any or a number 0-255");
+            else
+                d.error(v,
+                        what + ": protocol '" + text + "' is not tcp, udp, icmp, icmpv6, sctp, any or a number 0-255");
         });
-        d.field(r, "source_ports", what, false, [&](const YAML::Node& v) { rule.source_ports = decode_port_ranges(d, v, what + " source_ports"); });
-        d.field(r, "destination_ports", what, false,
-                [&](const YAML::Node& v) { rule.destination_ports = decode_port_ranges(d, v, what + " destination_ports"); });
+        d.field(r, "source_ports", what, false,
+                [&](const YAML::Node& v) { rule.source_ports = decode_port_ranges(d, v, what + " source_ports"); });
+        d.field(r, "destination_ports", what, false, [&](const YAML::Node& v) {
+            rule.destination_ports = decode_port_ranges(d, v, what + " destination_ports");
+        });
         d.field(r, "action", what, true, [&](const YAML::Node& v) {
             const std::string text = v.IsScalar() ? v.Scalar() : "";
             if (text == "allow") rule.action = RuleAction::allow;
@@ -229,8 +248,9 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
         d.field(r, "rate_limit", what, false, [&](const YAML::Node& v) {
             if (!d.map(v, what + " rate_limit", {"rate", "burst", "per"})) return;
             RateLimitConfig& limit = rule.rate_limit;
-            d.field(v, "rate", what + " rate_limit", true,
-                    [&](const YAML::Node& n) { d.integer(n, what + " rate_limit rate (new connections per second)", limit.rate, 1, 100000000); });
+            d.field(v, "rate", what + " rate_limit", true, [&](const YAML::Node& n) {
+                d.integer(n, what + " rate_limit rate (new connections per second)", limit.rate, 1, 100000000);
+            });
             limit.burst = limit.rate;
             d.field(v, "burst", what + " rate_limit", false,
                     [&](const YAML::Node& n) { d.integer(n, what + " rate_limit burst", limit.burst, 1, 100000000); });
@@ -243,16 +263,21 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
                 d.error(v, what + ": rate_limit goes with action allow only");
         });
         d.field(r, "log", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " log", rule.log); });
-        const bool ported = rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
+        const bool ported =
+            rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
         if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)
             d.error(r, what + ": ports need protocol tcp, udp or sctp");
         // The families this rule can match: each side either gives no address or has one of that family.
-        const auto allows = [](const AddressMatch& m, IpFamily f) { return m.any || !(f == IpFamily::ipv4 ? m.v4 : m.v6).empty(); };
+        const auto allows = [](const AddressMatch& m, IpFamily f) {
+            return m.any || !(f == IpFamily::ipv4 ? m.v4 : m.v6).empty();
+        };
         bool v4 = allows(rule.source, IpFamily::ipv4) && allows(rule.destination, IpFamily::ipv4);
         bool v6 = allows(rule.source, IpFamily::ipv6) && allows(rule.destination, IpFamily::ipv6);
         if (rule.protocol == IPPROTO_ICMP) v6 = false;
         if (rule.protocol == IPPROTO_ICMPV6) v4 = false;
-        if (!v4 && !v6 && d.errors().size() == errors_before) d.error(r, what + " mixes address families: no IPv4 or IPv6 packet could match both its source and destination (and protocol)");
+        if (!v4 && !v6 && d.errors().size() == errors_before)
+            d.error(r, what + " mixes address families: no IPv4 or IPv6 packet could match both its source and "
+                              "destination (and protocol)");
         config.firewall.rules.push_back(std::move(rule));
     }
 }
@@ -260,8 +285,9 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
 }  // namespace
 
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "firewall", {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets",
-                                  "rules", "log_default", "log_rate", "acl_method"}))
+    if (!d.map(node, "firewall",
+               {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets", "rules",
+                "log_default", "log_rate", "acl_method"}))
         return;
     FirewallConfig& fw = config.firewall;
     fw.enabled = true;
@@ -271,14 +297,20 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
         else if (text == "deny") fw.default_action = RuleAction::deny;
         else d.error(v, "firewall default '" + text + "' is not allow or deny");
     });
-    d.field(node, "loose_pickup", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "loose_pickup", fw.loose_pickup); });
-    d.field(node, "log_default", "firewall", false, [&](const YAML::Node& v) { d.boolean(v, "log_default", fw.log_default); });
-    d.field(node, "log_rate", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "log_rate (lines per second and worker)", fw.log_rate, 1, 10000); });
-    d.field(node, "table_size", "firewall", false, [&](const YAML::Node& v) { d.integer(v, "table_size", fw.table_size, 1024, 1 << 24); });
+    d.field(node, "loose_pickup", "firewall", false,
+            [&](const YAML::Node& v) { d.boolean(v, "loose_pickup", fw.loose_pickup); });
+    d.field(node, "log_default", "firewall", false,
+            [&](const YAML::Node& v) { d.boolean(v, "log_default", fw.log_default); });
+    d.field(node, "log_rate", "firewall", false, [&](const YAML::Node& v) {
+        d.integer(v, "log_rate (lines per second and worker)", fw.log_rate, 1, 10000);
+    });
+    d.field(node, "table_size", "firewall", false,
+            [&](const YAML::Node& v) { d.integer(v, "table_size", fw.table_size, 1024, 1 << 24); });
     d.field(node, "ipv6_table_size", "firewall", false, [&](const YAML::Node& v) {
         if (d.integer(v, "ipv6_table_size", fw.ipv6_table_size, 1024, 1 << 24) && fw.ipv6_table_size > fw.table_size)
             d.error(v, "ipv6_table_size " + std::to_string(fw.ipv6_table_size) + " is above table_size " +
-                           std::to_string(fw.table_size) + " (it is the share of table_size IPv6 connections may take)");
+                           std::to_string(fw.table_size) +
+                           " (it is the share of table_size IPv6 connections may take)");
     });
     d.field(node, "acl_method", "firewall", false, [&](const YAML::Node& v) {
         const std::string text = v.IsScalar() ? v.Scalar() : "";
@@ -287,17 +319,27 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
         else fw.acl_method = method;
     });
     d.field(node, "timeouts", "firewall", false, [&](const YAML::Node& v) {
-        struct Entry { const char* key; uint32_t ConnTimeouts::*field; };
-        static const Entry kEntries[] = {{"tcp_syn_sent", &ConnTimeouts::tcp_syn_sent}, {"tcp_syn_recv", &ConnTimeouts::tcp_syn_recv},
-            {"tcp_established", &ConnTimeouts::tcp_established}, {"tcp_fin_wait", &ConnTimeouts::tcp_fin_wait},
-            {"tcp_close_wait", &ConnTimeouts::tcp_close_wait}, {"tcp_last_ack", &ConnTimeouts::tcp_last_ack},
-            {"tcp_time_wait", &ConnTimeouts::tcp_time_wait}, {"tcp_close", &ConnTimeouts::tcp_close},
-            {"udp_unreplied", &ConnTimeouts::udp_unreplied}, {"udp_replied", &ConnTimeouts::udp_replied},
-            {"icmp", &ConnTimeouts::icmp}, {"other", &ConnTimeouts::other}};
+        struct Entry {
+            const char* key;
+            uint32_t ConnTimeouts::*field;
+        };
+        static const Entry kEntries[] = {{"tcp_syn_sent", &ConnTimeouts::tcp_syn_sent},
+                                         {"tcp_syn_recv", &ConnTimeouts::tcp_syn_recv},
+                                         {"tcp_established", &ConnTimeouts::tcp_established},
+                                         {"tcp_fin_wait", &ConnTimeouts::tcp_fin_wait},
+                                         {"tcp_close_wait", &ConnTimeouts::tcp_close_wait},
+                                         {"tcp_last_ack", &ConnTimeouts::tcp_last_ack},
+                                         {"tcp_time_wait", &ConnTimeouts::tcp_time_wait},
+                                         {"tcp_close", &ConnTimeouts::tcp_close},
+                                         {"udp_unreplied", &ConnTimeouts::udp_unreplied},
+                                         {"udp_replied", &ConnTimeouts::udp_replied},
+                                         {"icmp", &ConnTimeouts::icmp},
+                                         {"other", &ConnTimeouts::other}};
         if (!v.IsMap()) return d.error(v, "firewall timeouts must be a mapping");
         for (const auto& kv : v) {
             const std::string key = kv.first.Scalar();
-            const auto entry = std::find_if(std::begin(kEntries), std::end(kEntries), [&](const Entry& e) { return key == e.key; });
+            const auto entry =
+                std::find_if(std::begin(kEntries), std::end(kEntries), [&](const Entry& e) { return key == e.key; });
             if (entry == std::end(kEntries)) {
                 d.error(kv.first, "unknown key '" + key + "' in firewall timeouts");
                 continue;

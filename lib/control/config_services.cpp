@@ -26,12 +26,16 @@ void decode_health_check(Decoder& d, const YAML::Node& v, const std::string& wha
     d.field(v, "path", what, false, [&](const YAML::Node& n) {
         if (d.string(n, what + " path", hc.path) && hc.path[0] != '/') d.error(n, what + ": path must start with /");
     });
-    d.field(v, "expect", what, false, [&](const YAML::Node& n) { d.integer(n, what + " expect (HTTP status)", hc.expect_status, 100, 599); });
-    d.field(v, "interval_ms", what, false, [&](const YAML::Node& n) { d.integer(n, what + " interval_ms", hc.interval_ms, 10, 3600000); });
-    d.field(v, "timeout_ms", what, false, [&](const YAML::Node& n) { d.integer(n, what + " timeout_ms", hc.timeout_ms, 1, 600000); });
+    d.field(v, "expect", what, false,
+            [&](const YAML::Node& n) { d.integer(n, what + " expect (HTTP status)", hc.expect_status, 100, 599); });
+    d.field(v, "interval_ms", what, false,
+            [&](const YAML::Node& n) { d.integer(n, what + " interval_ms", hc.interval_ms, 10, 3600000); });
+    d.field(v, "timeout_ms", what, false,
+            [&](const YAML::Node& n) { d.integer(n, what + " timeout_ms", hc.timeout_ms, 1, 600000); });
     d.field(v, "rise", what, false, [&](const YAML::Node& n) { d.integer(n, what + " rise", hc.rise, 1, 100); });
     d.field(v, "fall", what, false, [&](const YAML::Node& n) { d.integer(n, what + " fall", hc.fall, 1, 100); });
-    if ((v["path"] || v["expect"]) && hc.type == HealthCheckType::tcp) d.error(v, what + ": path and expect go with type http");
+    if ((v["path"] || v["expect"]) && hc.type == HealthCheckType::tcp)
+        d.error(v, what + ": path and expect go with type http");
     if (hc.timeout_ms > hc.interval_ms) d.error(v, what + ": timeout_ms must not exceed interval_ms");
 }
 
@@ -39,7 +43,8 @@ void decode_health_check(Decoder& d, const YAML::Node& v, const std::string& wha
 void decode_backends(Decoder& d, const YAML::Node& node, const YAML::Node& service_node, const std::string& what,
                      ServiceConfig& service, const HealthCheckConfig& service_health) {
     if (!d.sequence(node, what + " backends")) return;
-    if (node.size() == 0) return d.error(node, what + ": backends must list at least one backend (weight 0 drains one)");
+    if (node.size() == 0)
+        return d.error(node, what + ": backends must list at least one backend (weight 0 drains one)");
     std::set<std::string> seen;
     for (const YAML::Node& b : node) {
         if (!d.map(b, what + " backend", {"address", "port", "weight", "mac", "health_check"})) continue;
@@ -58,14 +63,16 @@ void decode_backends(Decoder& d, const YAML::Node& node, const YAML::Node& servi
                 if (service_node["mode"] && backend.port != 0)
                     d.error(n, what + ": dsr and tunnel backends keep the vip's port (the packet is not rewritten)");
         });
-        d.field(b, "weight", what + " backend", false, [&](const YAML::Node& n) { d.integer(n, what + " backend weight", backend.weight, 0, 65535); });
+        d.field(b, "weight", what + " backend", false,
+                [&](const YAML::Node& n) { d.integer(n, what + " backend weight", backend.weight, 0, 65535); });
         d.field(b, "mac", what + " backend", false, [&](const YAML::Node& n) {
             std::string text;
             if (d.string(n, what + " backend mac", text) && !(backend.has_mac = parse_mac(text, backend.mac)))
                 d.error(n, what + ": backend mac '" + text + "' is not a MAC address like 02:00:00:00:00:01");
         });
-        d.field(b, "health_check", what + " backend", false,
-                [&](const YAML::Node& n) { decode_health_check(d, n, what + " backend health_check", backend.health); });
+        d.field(b, "health_check", what + " backend", false, [&](const YAML::Node& n) {
+            decode_health_check(d, n, what + " backend health_check", backend.health);
+        });
         if (backend.family != IpFamily::none && !seen.insert(backend.name()).second)
             d.error(b, what + ": backend " + backend.name() + " is listed twice");
         service.backends.push_back(backend);
@@ -103,7 +110,8 @@ void decode_load_balancer(Decoder& d, const YAML::Node& node, Config& config) {
             lb.nat_pool.push_back(p);
             lb.nat_pool_families.push_back(family);
         }
-        if (lb.nat_pool.size() > kMaxNatPoolAddresses) d.error(v, "nat_pool: at most " + std::to_string(kMaxNatPoolAddresses) + " addresses");
+        if (lb.nat_pool.size() > kMaxNatPoolAddresses)
+            d.error(v, "nat_pool: at most " + std::to_string(kMaxNatPoolAddresses) + " addresses");
     });
     d.field(node, "nat_ports", "load_balancer", false, [&](const YAML::Node& v) {
         const std::vector<PortRange> ranges = decode_port_ranges(d, v, "nat_ports");
@@ -130,15 +138,17 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
     std::map<std::tuple<std::string, uint16_t, uint8_t>, std::string> listeners;
     const LoadBalancerConfig& lb = config.load_balancer;
     for (const YAML::Node& s : node) {
-        if (!d.map(s, "a service", {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends",
-                                    "health_check", "min_healthy", "syn_proxy", "backends"}))
+        if (!d.map(s, "a service",
+                   {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends", "health_check",
+                    "min_healthy", "syn_proxy", "backends"}))
             continue;
         ServiceConfig service;
         const std::size_t errors_before = d.errors().size();
         d.field(s, "name", "a service", true, [&](const YAML::Node& v) { d.string(v, "service name", service.name); });
         const std::string what = "service '" + service.name + "'";
         if (!service.name.empty() && !names.insert(service.name).second) d.error(s["name"], what + " is defined twice");
-        d.field(s, "vip", what, true, [&](const YAML::Node& v) { decode_host(d, v, what + " vip", service.vip, service.family); });
+        d.field(s, "vip", what, true,
+                [&](const YAML::Node& v) { decode_host(d, v, what + " vip", service.vip, service.family); });
         d.field(s, "port", what, true, [&](const YAML::Node& v) {
             if (v.IsScalar() && v.Scalar() == "any") service.port = 0;
             else d.integer(v, what + " port (or any)", service.port, 1, 65535);
@@ -157,8 +167,10 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
             else d.error(v, what + ": mode '" + text + "' is not nat, dsr or tunnel");
         });
         d.field(s, "table_size", what, false, [&](const YAML::Node& v) {
-            if (d.integer(v, what + " table_size", service.table_size, 3, kMaxMaglevTableSize) && !is_prime(service.table_size))
-                d.error(v, what + ": table_size " + std::to_string(service.table_size) + " is not a prime (Maglev needs one; the default is 65537)");
+            if (d.integer(v, what + " table_size", service.table_size, 3, kMaxMaglevTableSize) &&
+                !is_prime(service.table_size))
+                d.error(v, what + ": table_size " + std::to_string(service.table_size) +
+                               " is not a prime (Maglev needs one; the default is 65537)");
         });
         d.field(s, "removed_backends", what, false, [&](const YAML::Node& v) {
             const std::string text = v.IsScalar() ? v.Scalar() : "";
@@ -167,25 +179,33 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
         });
         d.field(s, "min_healthy", what, false,
                 [&](const YAML::Node& v) { d.integer(v, what + " min_healthy", service.min_healthy, 0, 65535); });
-        d.field(s, "syn_proxy", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " syn_proxy", service.syn_proxy); });
+        d.field(s, "syn_proxy", what, false,
+                [&](const YAML::Node& v) { d.boolean(v, what + " syn_proxy", service.syn_proxy); });
         HealthCheckConfig service_health;
-        d.field(s, "health_check", what, false, [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });
+        d.field(s, "health_check", what, false,
+                [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });
         d.field(s, "backends", what, true,
                 [&](const YAML::Node& v) { decode_backends(d, v, s, what, service, service_health); });
         if (d.errors().size() == errors_before) {
             const auto key = std::make_tuple(to_string(service.vip, service.family), service.port, service.protocol);
             if (const auto [it, fresh] = listeners.emplace(key, service.name); !fresh)
                 d.error(s, what + ": the same vip, port and protocol as service '" + it->second + "'");
-            const auto has_pool = [&](IpFamily f) { return std::find(lb.nat_pool_families.begin(), lb.nat_pool_families.end(), f) != lb.nat_pool_families.end(); };
+            const auto has_pool = [&](IpFamily f) {
+                return std::find(lb.nat_pool_families.begin(), lb.nat_pool_families.end(), f) !=
+                       lb.nat_pool_families.end();
+            };
             const char* family = service.family == IpFamily::ipv4 ? "IPv4" : "IPv6";
             if (service.mode == LbMode::nat && !has_pool(service.family))
-                d.error(s["mode"], what + ": mode nat needs an " + std::string(family) + " address in load_balancer nat_pool");
+                d.error(s["mode"],
+                        what + ": mode nat needs an " + std::string(family) + " address in load_balancer nat_pool");
             if (service.syn_proxy && (service.mode != LbMode::nat || service.protocol != IPPROTO_TCP))
-                d.error(s["syn_proxy"], what + ": syn_proxy needs mode nat and protocol tcp (sluice must see both directions "
-                                                "to translate sequence numbers)");
+                d.error(s["syn_proxy"],
+                        what + ": syn_proxy needs mode nat and protocol tcp (sluice must see both directions "
+                               "to translate sequence numbers)");
             if (service.mode == LbMode::tunnel &&
                 !(service.family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6))
-                d.error(s["mode"], what + ": mode tunnel needs an " + std::string(family) + " load_balancer tunnel_source");
+                d.error(s["mode"],
+                        what + ": mode tunnel needs an " + std::string(family) + " load_balancer tunnel_source");
         }
         config.services.push_back(std::move(service));
     }
@@ -202,11 +222,13 @@ void check_dsr_backends(Decoder& d, const YAML::Node& services, const Config& co
             Prefix p;
             IpFamily family;
             if (!parse_prefix(b["address"].Scalar(), p, family)) continue;  // reported already
-            const bool local = std::any_of(config.ports.begin(), config.ports.end(),
-                                           [&](const PortSpec& port) { return address_on_link(config, port.name, family, p.address); });
+            const bool local = std::any_of(config.ports.begin(), config.ports.end(), [&](const PortSpec& port) {
+                return address_on_link(config, port.name, family, p.address);
+            });
             if (!local)
-                d.error(b, "service '" + name + "': dsr backend " + b["address"].Scalar() +
-                               " needs a mac, or an address on one of sluice's links (ports[].addresses) to resolve it");
+                d.error(b,
+                        "service '" + name + "': dsr backend " + b["address"].Scalar() +
+                            " needs a mac, or an address on one of sluice's links (ports[].addresses) to resolve it");
         }
     }
 }
@@ -215,15 +237,19 @@ void decode_bgp(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.map(node, "bgp", {"bird_socket", "include_file", "drain_seconds", "drain_on_sigterm", "timeout_ms"})) return;
     BgpConfig& bgp = config.bgp;
     bgp.enabled = true;
-    d.field(node, "bird_socket", "bgp", false, [&](const YAML::Node& v) { decode_path(d, v, "bgp bird_socket", bgp.bird_socket, true); });
+    d.field(node, "bird_socket", "bgp", false,
+            [&](const YAML::Node& v) { decode_path(d, v, "bgp bird_socket", bgp.bird_socket, true); });
     d.field(node, "include_file", "bgp", false, [&](const YAML::Node& v) {
         decode_path(d, v, "bgp include_file", bgp.include_file, false);
         if (!bgp.include_file.empty() && bgp.include_file == bgp.bird_socket)
             d.error(v, "bgp include_file must not be the bird_socket");
     });
-    d.field(node, "drain_seconds", "bgp", false, [&](const YAML::Node& v) { d.integer(v, "bgp drain_seconds", bgp.drain_seconds, 0, 3600); });
-    d.field(node, "drain_on_sigterm", "bgp", false, [&](const YAML::Node& v) { d.boolean(v, "bgp drain_on_sigterm", bgp.drain_on_sigterm); });
-    d.field(node, "timeout_ms", "bgp", false, [&](const YAML::Node& v) { d.integer(v, "bgp timeout_ms", bgp.timeout_ms, 10, 30000); });
+    d.field(node, "drain_seconds", "bgp", false,
+            [&](const YAML::Node& v) { d.integer(v, "bgp drain_seconds", bgp.drain_seconds, 0, 3600); });
+    d.field(node, "drain_on_sigterm", "bgp", false,
+            [&](const YAML::Node& v) { d.boolean(v, "bgp drain_on_sigterm", bgp.drain_on_sigterm); });
+    d.field(node, "timeout_ms", "bgp", false,
+            [&](const YAML::Node& v) { d.integer(v, "bgp timeout_ms", bgp.timeout_ms, 10, 30000); });
 }
 
 }  // namespace sluice::config_detail

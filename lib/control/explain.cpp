@@ -28,7 +28,8 @@ bool parse_endpoint(const std::string& text, IpFamily& family, IpAddress& addres
         host = text.substr(0, colon);
         port_text = text.substr(colon + 1);
     }
-    if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) return false;
+    if (port_text.empty() || port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos)
+        return false;
     const unsigned long value = std::stoul(port_text);
     if (value > 65535) return false;
     port = htons(static_cast<uint16_t>(value));
@@ -54,7 +55,8 @@ bool parse_explain_query(const std::string& text, ExplainQuery& query, std::stri
     else if (proto == "udp") query.tuple.proto = kIpProtoUdp;
     else if (proto == "icmp") query.tuple.proto = kIpProtoIcmp;
     else if (proto == "icmpv6") query.tuple.proto = kIpProtoIcmpv6;
-    else if (!proto.empty() && proto.size() <= 3 && proto.find_first_not_of("0123456789") == std::string::npos && std::stoul(proto) < 256)
+    else if (!proto.empty() && proto.size() <= 3 && proto.find_first_not_of("0123456789") == std::string::npos &&
+             std::stoul(proto) < 256)
         query.tuple.proto = static_cast<uint8_t>(std::stoul(proto));
     else return error = "protocol '" + proto + "' is not tcp, udp, icmp, icmpv6 or a number", false;
     IpFamily src_family, dst_family;
@@ -113,12 +115,14 @@ namespace {
 
 void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacketDecision& d,
                    std::vector<std::string>& lines) {
-    lines.push_back("firewall: a packet of a tracked connection passes (replies too); a new one is decided by the rules:");
+    lines.push_back(
+        "firewall: a packet of a tracked connection passes (replies too); a new one is decided by the rules:");
     if (d.verdict.rule == kDefaultRule) {
         lines.push_back(std::string("  no rule matches: the default, ") + action_name(d.verdict.action));
     } else {
         const uint32_t id = d.verdict.rule;
-        std::string line = fmt::format("  rule #{} '{}' matches: {}", id + 1, fw.rule_names[id], action_name(d.verdict.action));
+        std::string line =
+            fmt::format("  rule #{} '{}' matches: {}", id + 1, fw.rule_names[id], action_name(d.verdict.action));
         if (id < fw.limits.size() && fw.limits[id].tokens_per_tsc > 0) line += " (rate limited)";
         lines.push_back(line);
         if (d.verdict.action == RuleAction::reject)
@@ -128,7 +132,8 @@ void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacket
     if (t.proto == kIpProtoTcp) lines.push_back("  (TCP opens only with a SYN, unless loose_pickup is on)");
 }
 
-void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDecision& d, std::vector<std::string>& lines) {
+void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDecision& d,
+                     std::vector<std::string>& lines) {
     const LbService& service = lb.services[static_cast<std::size_t>(d.destination.service)];
     lines.push_back(fmt::format("load balancer: service '{}' ({}), Maglev slot {} of {}", service.name,
                                 lb_mode_name(service.mode), d.maglev_slot, service.table_size));
@@ -139,17 +144,23 @@ void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDeci
     const LbBackend& b = lb.backends[d.backend];
     const std::string address = to_string(b.address, b.family);
     const uint16_t port = b.port_be ? rte_be_to_cpu_16(b.port_be) : rte_be_to_cpu_16(t.dst_port);
-    lines.push_back("  a new connection goes to backend " + address + (b.mode == LbMode::nat ? ":" + std::to_string(port) : "") +
+    lines.push_back("  a new connection goes to backend " + address +
+                    (b.mode == LbMode::nat ? ":" + std::to_string(port) : "") +
                     " (a tracked one keeps the backend it has)");
     if (d.fate == NewPacketFate::answered_with_cookie)
-        lines.push_back("  syn_proxy: the SYN is answered with a cookie; the backend sees the connection once the client's ACK brings it back");
+        lines.push_back("  syn_proxy: the SYN is answered with a cookie; the backend sees the connection once the "
+                        "client's ACK brings it back");
     switch (b.mode) {
     case LbMode::nat:
-        lines.push_back("  rewrite: source -> a nat_pool address and a port of the owning worker, destination -> the backend");
+        lines.push_back(
+            "  rewrite: source -> a nat_pool address and a port of the owning worker, destination -> the backend");
         break;
-    case LbMode::dsr: lines.push_back("  rewrite: destination MAC only (the backend answers the client directly)"); break;
+    case LbMode::dsr:
+        lines.push_back("  rewrite: destination MAC only (the backend answers the client directly)");
+        break;
     case LbMode::tunnel:
-        lines.push_back("  rewrite: encapsulated (" + std::string(t.family == IpFamily::ipv4 ? "IPIP" : "IPv6-in-IPv6") + ") to " + address);
+        lines.push_back("  rewrite: encapsulated (" +
+                        std::string(t.family == IpFamily::ipv4 ? "IPIP" : "IPv6-in-IPv6") + ") to " + address);
         break;
     }
 }
@@ -167,8 +178,8 @@ std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentit
 
 }  // namespace
 
-std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, uint16_t worker_count,
-                                 const ExplainQuery& query) {
+std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<PortIdentity>& ports,
+                                 uint16_t worker_count, const ExplainQuery& query) {
     std::vector<std::string> lines;
     const FiveTuple& t = query.tuple;
     const PortIdentity* in = nullptr;
@@ -189,16 +200,19 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     }
     if (fw.blocklist_v4 || fw.blocklist_v6) lines.push_back("early drop: the source is in no early-drop set");
     if (d.destination.target == NewPacketTarget::own_address) {
-        lines.push_back(fmt::format("own address: {} is sluice's, and nothing of sluice's serves this port and protocol:",
-                                    to_string(t.dst, t.family)));
-        lines.push_back("  a new packet is dropped before the rules (to_own_address); an echo request is answered if allowed");
+        lines.push_back(
+            fmt::format("own address: {} is sluice's, and nothing of sluice's serves this port and protocol:",
+                        to_string(t.dst, t.family)));
+        lines.push_back(
+            "  a new packet is dropped before the rules (to_own_address); an echo request is answered if allowed");
         return lines;
     }
     if (d.destination.target == NewPacketTarget::nat_pool) {
         const uint16_t port = rte_be_to_cpu_16(t.dst_port);
-        lines.push_back(fmt::format("load balancer: {} is a NAT pool address: a reply of the NAT connection holding port {} "
-                                    "(worker {}), rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)",
-                                    to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
+        lines.push_back(
+            fmt::format("load balancer: {} is a NAT pool address: a reply of the NAT connection holding port {} "
+                        "(worker {}), rewritten to VIP -> client; with no such connection: dropped (nat_no_connection)",
+                        to_string(t.dst, t.family), port, port % std::max<uint16_t>(worker_count, 1)));
         return lines;
     }
     if (!fw.enabled) {
@@ -210,7 +224,8 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     if (d.destination.target == NewPacketTarget::service) explain_service(lb, t, d, lines);
 
     if (in) lines.push_back(forward_line(snapshot, ports, *in));
-    else for (const PortIdentity& p : ports) lines.push_back(forward_line(snapshot, ports, p));
+    else
+        for (const PortIdentity& p : ports) lines.push_back(forward_line(snapshot, ports, p));
     return lines;
 }
 

@@ -30,15 +30,15 @@ struct NewPacketDecision {
     NewPacketFate fate = NewPacketFate::forwarded;
     DropReason reason = DropReason::none;  // dropped: why; rejected: rule_reject
     NewPacketDestination destination{NewPacketTarget::untracked, LbTables::kNoVip};
-    bool ruled = false;                    // the rules decided (verdict holds what they said)
+    bool ruled = false;  // the rules decided (verdict holds what they said)
     RuleVerdict verdict;
-    uint32_t maglev_slot = 0;              // destination.target == service
-    uint32_t backend = kNoBackend;         // stable backend id the service picks
+    uint32_t maglev_slot = 0;       // destination.target == service
+    uint32_t backend = kNoBackend;  // stable backend id the service picks
 };
 NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& tuple, uint16_t in_port);
 
 // One line per decision, in the order a packet meets them.
-std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, uint16_t worker_count,
-                                 const ExplainQuery& query);
+std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<PortIdentity>& ports,
+                                 uint16_t worker_count, const ExplainQuery& query);
 
 }  // namespace sluice

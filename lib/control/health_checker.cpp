@@ -97,10 +97,10 @@ std::string printable(std::string_view text) {
 // Checks "HTTP/x.y NNN[ reason]" (RFC 9112 §4) against the expected code; the error in words, or nullopt.
 std::optional<std::string> check_status_line(std::string_view line, int expect_status) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const bool well_formed = line.size() >= 12 && line.substr(0, 5) == "HTTP/" && line[8] == ' ' &&
-                             std::isdigit(static_cast<unsigned char>(line[9])) &&
-                             std::isdigit(static_cast<unsigned char>(line[10])) &&
-                             std::isdigit(static_cast<unsigned char>(line[11])) && (line.size() == 12 || line[12] == ' ');
+    const bool well_formed =
+        line.size() >= 12 && line.substr(0, 5) == "HTTP/" && line[8] == ' ' &&
+        std::isdigit(static_cast<unsigned char>(line[9])) && std::isdigit(static_cast<unsigned char>(line[10])) &&
+        std::isdigit(static_cast<unsigned char>(line[11])) && (line.size() == 12 || line[12] == ' ');
     if (!well_formed) return "not an HTTP status line: '" + printable(line) + "'";
     const int status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
     if (status != expect_status)
@@ -226,7 +226,8 @@ const char* phase_words(Probe::Phase phase) {
 }  // namespace
 
 std::optional<std::string> health_check_spec_error(const HealthCheckSpec& spec) {
-    if (!parse_endpoint(spec.address, spec.port)) return "address '" + spec.address + "' is not an IPv4 or IPv6 literal";
+    if (!parse_endpoint(spec.address, spec.port))
+        return "address '" + spec.address + "' is not an IPv4 or IPv6 literal";
     if (spec.port == 0) return std::string("port must be 1..65535");
     if (spec.interval_ms == 0) return std::string("interval_ms must be above 0");
     if (spec.timeout_ms == 0) return std::string("timeout_ms must be above 0");
@@ -234,10 +235,11 @@ std::optional<std::string> health_check_spec_error(const HealthCheckSpec& spec) 
     if (spec.fall == 0) return std::string("fall must be above 0");
     if (spec.kind == HealthCheckKind::http) {
         // A space or CR/LF in the path would end the request line early or smuggle in headers.
-        const bool clean = std::all_of(spec.http_path.begin(), spec.http_path.end(),
-                                       [](char c) { return c > 0x20 && c < 0x7f; });
+        const bool clean =
+            std::all_of(spec.http_path.begin(), spec.http_path.end(), [](char c) { return c > 0x20 && c < 0x7f; });
         if (spec.http_path.empty() || spec.http_path[0] != '/' || !clean)
-            return "http_path '" + printable(spec.http_path) + "' must start with '/' and hold no spaces or control characters";
+            return "http_path '" + printable(spec.http_path) +
+                   "' must start with '/' and hold no spaces or control characters";
         if (spec.expect_status < 100 || spec.expect_status > 599)
             return "expect_status " + std::to_string(spec.expect_status) + " is not an HTTP status code (100..599)";
     }
@@ -262,8 +264,7 @@ HealthChecker::~HealthChecker() {
 void HealthChecker::wake() const {
     const uint64_t one = 1;
     // EAGAIN means the counter is saturated, so the thread is due to wake anyway.
-    if (::write(wake_fd_.get(), &one, sizeof one) < 0) {
-    }
+    if (::write(wake_fd_.get(), &one, sizeof one) < 0) {}
 }
 
 std::vector<uint32_t> HealthChecker::set_targets(std::vector<HealthTarget> targets) {
@@ -376,8 +377,8 @@ void HealthChecker::run() noexcept {
                     std::sort(fresh.begin(), fresh.end());
                     for (std::size_t k = 0; k < fresh.size(); ++k) {
                         const Entry& entry = entries_.at(fresh[k]);
-                        const auto window =
-                            std::min<Clock::duration>(kFirstCheckSpread, std::chrono::milliseconds(entry.spec.interval_ms));
+                        const auto window = std::min<Clock::duration>(
+                            kFirstCheckSpread, std::chrono::milliseconds(entry.spec.interval_ms));
                         const auto offset = window * static_cast<int64_t>(k) / static_cast<int64_t>(fresh.size());
                         probes.try_emplace(fresh[k], entry.generation, entry.spec, now + offset);
                     }
@@ -433,7 +434,8 @@ void HealthChecker::run() noexcept {
             // Counters and transitions under the lock; callbacks after it, so they may call back into us.
             std::vector<Transition> transitions;
             for (Result& r : results)
-                if (auto t = record(r.id, r.generation, r.outcome.ok, r.outcome.error)) transitions.push_back(std::move(*t));
+                if (auto t = record(r.id, r.generation, r.outcome.ok, r.outcome.error))
+                    transitions.push_back(std::move(*t));
             results.clear();
             for (const Transition& t : transitions) {
                 try {

@@ -22,7 +22,7 @@ enum class HealthCheckKind : uint8_t { tcp, http };
 
 struct HealthCheckSpec {
     HealthCheckKind kind = HealthCheckKind::tcp;
-    std::string address;          // IPv4 or IPv6 literal
+    std::string address;  // IPv4 or IPv6 literal
     uint16_t port = 0;
     std::string http_path = "/";  // http: GET this path, HTTP/1.0, Host: address[:port]
     int expect_status = 200;      // http: the status code that means healthy

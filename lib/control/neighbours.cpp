@@ -14,7 +14,8 @@ void NeighbourTable::set_targets(const std::vector<NeighbourTarget>& targets) {
     entries_ = std::move(next);
 }
 
-bool NeighbourTable::learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac, Clock::time_point now) {
+bool NeighbourTable::learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac,
+                           Clock::time_point now) {
     const auto it = entries_.find(key(family, address));
     if (it == entries_.end()) return false;  // not an address sluice needs: nothing to keep (bounded by the config)
     Entry& e = it->second;

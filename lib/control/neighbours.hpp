@@ -55,7 +55,9 @@ private:
         int unanswered = 0;
     };
     using Key = std::pair<uint8_t, std::pair<uint64_t, uint64_t>>;
-    static Key key(IpFamily family, const IpAddress& a) { return {static_cast<uint8_t>(family), {a.quads[0], a.quads[1]}}; }
+    static Key key(IpFamily family, const IpAddress& a) {
+        return {static_cast<uint8_t>(family), {a.quads[0], a.quads[1]}};
+    }
     std::map<Key, Entry> entries_;
 };
 

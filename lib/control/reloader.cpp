@@ -12,9 +12,7 @@ namespace {
 
 constexpr auto kRejudgeTimeout = std::chrono::seconds(30);
 
-double unix_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 int64_t ms_since(std::chrono::steady_clock::time_point started) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
@@ -242,8 +240,8 @@ void Reloader::republish_lb_tables(const char* why) {
     try {
         const auto started = std::chrono::steady_clock::now();
         BackendRegistry backends = backends_;
-        auto next = rebuild_live(dataplane_->snapshot(), config_, setup_.ports, setup_.socket,
-                                 live_state(nullptr, &backends));
+        auto next =
+            rebuild_live(dataplane_->snapshot(), config_, setup_.ports, setup_.socket, live_state(nullptr, &backends));
         // The retired snapshot shares its rule counters with the new one: nothing to fold.
         dataplane_->publish(std::move(next));
         backends_ = std::move(backends);

@@ -24,8 +24,8 @@ namespace sluice {
 struct ReloaderSetup {
     std::vector<PortIdentity> ports;
     std::size_t lcore_count = 1;
-    int socket = 0;                               // where tables are built
-    HealthChecker* health = nullptr;              // null: every backend is up
+    int socket = 0;                                // where tables are built
+    HealthChecker* health = nullptr;               // null: every backend is up
     HealthTransitionQueue* transitions = nullptr;  // folded into a reload that finds some waiting
     NeighbourLookup neighbours;
     // After a reload's snapshot is published and the config replaced: what else follows the config (neighbour

@@ -31,7 +31,7 @@ void RuleHitLedger::totals(const Snapshot& running, RuleHitsRecord& record) cons
         const auto found = live.by_rule.find(name);
         const auto carried = carried_.by_rule.find(name);
         record.rules.emplace_back(name, (found == live.by_rule.end() ? 0 : found->second) +
-                                     (carried == carried_.by_rule.end() ? 0 : carried->second));
+                                            (carried == carried_.by_rule.end() ? 0 : carried->second));
     }
     record.default_hits = live.default_hits + carried_.default_hits;
 }

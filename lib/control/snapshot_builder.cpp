@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include <rte_cycles.h>
-#include <rte_hash.h>
 #include <rte_errno.h>
 #include <rte_fib.h>
+#include <rte_hash.h>
 #include <rte_lpm6.h>
 
 #include "common/ip_proto.hpp"
@@ -33,7 +33,9 @@ Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::
     rule.name = config.name;
     rule.family = family;
     for (const std::string& port : config.in_ports) rule.in_ports.push_back(port_named(ports, port).id);
-    const auto pick = [&](const AddressMatch& m) { return m.any ? std::vector<Prefix>{} : (family == IpFamily::ipv4 ? m.v4 : m.v6); };
+    const auto pick = [&](const AddressMatch& m) {
+        return m.any ? std::vector<Prefix>{} : (family == IpFamily::ipv4 ? m.v4 : m.v6);
+    };
     rule.sources = pick(config.source);
     rule.destinations = pick(config.destination);
     rule.protocol = config.protocol;
@@ -46,7 +48,9 @@ Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::
 bool matches_family(const FirewallRuleConfig& rule, IpFamily family) {
     if (rule.protocol == kIpProtoIcmp && family == IpFamily::ipv6) return false;
     if (rule.protocol == kIpProtoIcmpv6 && family == IpFamily::ipv4) return false;
-    const auto allows = [&](const AddressMatch& m) { return m.any || !(family == IpFamily::ipv4 ? m.v4 : m.v6).empty(); };
+    const auto allows = [&](const AddressMatch& m) {
+        return m.any || !(family == IpFamily::ipv4 ? m.v4 : m.v6).empty();
+    };
     return allows(rule.source) && allows(rule.destination);
 }
 
@@ -91,7 +95,8 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
             fib_config.dir24_8.num_tbl8 = static_cast<uint32_t>(groups.size()) + 16;
             const std::string name = "sl_bl4_" + std::to_string(generation);
             built->v4 = rte_fib_create(name.c_str(), socket, &fib_config);
-            if (!built->v4) throw std::runtime_error("blocklist (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
+            if (!built->v4)
+                throw std::runtime_error("blocklist (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
             for (const Prefix& p : v4)
                 if (rte_fib_add(built->v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
                     throw std::runtime_error("blocklist (IPv4): cannot add a prefix (out of memory?)");
@@ -105,7 +110,8 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
             lpm_config.number_tbl8s = static_cast<uint32_t>(std::min<uint64_t>(groups + 16, 1u << 24));
             const std::string name = "sl_bl6_" + std::to_string(generation);
             built->v6 = rte_lpm6_create(name.c_str(), socket, &lpm_config);
-            if (!built->v6) throw std::runtime_error("blocklist (IPv6): rte_lpm6_create: " + std::string(rte_strerror(rte_errno)));
+            if (!built->v6)
+                throw std::runtime_error("blocklist (IPv6): rte_lpm6_create: " + std::string(rte_strerror(rte_errno)));
             for (const Prefix& p : v6)
                 if (rte_lpm6_add(built->v6, p.address.bytes, p.length, 1) < 0)
                     throw std::runtime_error("blocklist (IPv6): cannot add a prefix (out of memory?)");
@@ -118,7 +124,8 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
     fw.blocklist_v6 = fw.blocklist->v6;
 }
 
-void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::size_t lcore_count, std::size_t worker_count) {
+void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::size_t lcore_count,
+                       std::size_t worker_count) {
     const double tsc_hz = static_cast<double>(rte_get_tsc_hz());
     const double workers = static_cast<double>(std::max<std::size_t>(worker_count, 1));
     auto state = std::make_unique<RateLimiterState>();
@@ -145,8 +152,9 @@ void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::si
 
 }  // namespace
 
-std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry, const BackendHealth& healthy,
-                                                int socket, const NeighbourLookup& neighbours) {
+std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry,
+                                                const BackendHealth& healthy, int socket,
+                                                const NeighbourLookup& neighbours) {
     auto lb = std::make_shared<LbTables>();
     const LoadBalancerConfig& lc = config.load_balancer;
     for (std::size_t i = 0; i < lc.nat_pool.size(); ++i) {
@@ -222,7 +230,8 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
         const std::string name = "sl_vip_" + std::to_string(generation.fetch_add(1));
         rte_hash_parameters params{};
         params.name = name.c_str();
-        params.entries = static_cast<uint32_t>(std::max<std::size_t>(lb->services.size() * 4, 16));  // services and addresses
+        params.entries =
+            static_cast<uint32_t>(std::max<std::size_t>(lb->services.size() * 4, 16));  // services and addresses
         params.key_len = sizeof(VipKey);
         params.socket_id = socket;
         lb->vips = rte_hash_create(&params);  // freed by ~LbTables
@@ -230,7 +239,8 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
         for (std::size_t s = 0; s < lb->services.size(); ++s) {
             const VipKey address_alone{.address = lb->services[s].vip.address, .family = lb->services[s].vip.family};
             if (rte_hash_add_key_data(lb->vips, &lb->services[s].vip, reinterpret_cast<void*>(s)) < 0 ||
-                rte_hash_add_key_data(lb->vips, &address_alone, reinterpret_cast<void*>(intptr_t{LbTables::kVipUnserved})) < 0)
+                rte_hash_add_key_data(lb->vips, &address_alone,
+                                      reinterpret_cast<void*>(intptr_t{LbTables::kVipUnserved})) < 0)
                 throw std::runtime_error("VIP table: cannot add service '" + lb->services[s].name + "'");
         }
     }
@@ -262,7 +272,8 @@ void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector
         snapshot.port_addresses.push_back({a.address, a.family, port_named(ports, a.port).id});
     const auto add_service_address = [&](const IpAddress& address, IpFamily family) {
         auto& listed = snapshot.service_addresses;
-        if (std::none_of(listed.begin(), listed.end(), [&](const OwnedAddress& a) { return a.family == family && a.address == address; }))
+        if (std::none_of(listed.begin(), listed.end(),
+                         [&](const OwnedAddress& a) { return a.family == family && a.address == address; }))
             listed.push_back({address, family, OwnedAddress::kAnyPort});  // a VIP of several services: listed once
     };
     for (const ServiceConfig& s : config.services) add_service_address(s.vip, s.family);
@@ -273,35 +284,39 @@ void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector
 // A dataplane rate that each worker applies on its own (0: no cap); a burst of 0 is one second's worth.
 RateLimit per_worker_limit(uint32_t per_second, uint32_t burst) {
     if (per_second == 0) return {};
-    return {.tokens_per_tsc = per_second / static_cast<double>(rte_get_tsc_hz()), .burst = double(burst ? burst : per_second)};
+    return {.tokens_per_tsc = per_second / static_cast<double>(rte_get_tsc_hz()),
+            .burst = double(burst ? burst : per_second)};
 }
 
 }  // namespace
 
-std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config, const std::vector<PortIdentity>& ports,
-                                       int socket, const LiveState& live) {
+std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config,
+                                       const std::vector<PortIdentity>& ports, int socket, const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
     BackendRegistry local;
-    snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
+    snapshot->lb =
+        build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     snapshot->firewall = base.firewall;
     snapshot->new_connections = base.new_connections;
     snapshot->error_replies = base.error_replies;
     return snapshot;
 }
 
-std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports, std::size_t lcore_count,
-                                         int socket, std::size_t worker_count, const LiveState& live) {
+std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
+                                         std::size_t lcore_count, int socket, std::size_t worker_count,
+                                         const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
     BackendRegistry local;
-    snapshot->lb = build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
+    snapshot->lb =
+        build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
     StableRuleIds* stable_ids = live.rule_ids;
     // Per worker: not divided by the worker count.
-    snapshot->new_connections = per_worker_limit(config.dataplane.max_new_connections_per_second,
-                                                 config.dataplane.new_connection_burst);
-    snapshot->error_replies = per_worker_limit(config.dataplane.max_error_replies_per_second,
-                                               config.dataplane.error_reply_burst);
+    snapshot->new_connections =
+        per_worker_limit(config.dataplane.max_new_connections_per_second, config.dataplane.new_connection_burst);
+    snapshot->error_replies =
+        per_worker_limit(config.dataplane.max_error_replies_per_second, config.dataplane.error_reply_burst);
 
     const FirewallConfig& fc = config.firewall;
     FirewallTables& fw = *snapshot->firewall;
@@ -335,7 +350,8 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     }
     // The running context when its rules match as they did (a reload of services or prefix sets only): an
     // rte_acl build of 10k rules takes 0.4-0.7 s of the control thread here.
-    const auto classifier = [&](IpFamily family, const std::vector<Rule>& rules, const std::shared_ptr<const AclClassifier>& running,
+    const auto classifier = [&](IpFamily family, const std::vector<Rule>& rules,
+                                const std::shared_ptr<const AclClassifier>& running,
                                 const char* name) -> std::shared_ptr<const AclClassifier> {
         if (rules.empty()) return nullptr;
         if (running && running->built_from(rules, fc.acl_method)) return running;

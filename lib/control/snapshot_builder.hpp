@@ -3,8 +3,8 @@
 
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,7 +49,8 @@ struct LiveState {
     BackendRegistry* backends = nullptr;
     BackendHealth healthy;
     NeighbourLookup neighbours;
-    std::shared_ptr<const Blocklist> blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
+    std::shared_ptr<const Blocklist>
+        blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
     // The running snapshot's rte_acl contexts (IPv4, IPv6): each is kept when its rules match as they did
     // (AclClassifier::built_from); otherwise, with acl_method auto, its classify method stays unless another is more
     // than 5 % faster (choose_classify_method).
@@ -59,8 +60,9 @@ struct LiveState {
 // Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws
 // std::runtime_error when a table cannot be built (or more than kMaxBackends backends were ever known).
 // Backends without a configured mac on a link of sluice's (ports[].addresses) take the MAC neighbours resolved.
-std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry, const BackendHealth& healthy,
-                                                int socket = 0, const NeighbourLookup& neighbours = nullptr);
+std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry,
+                                                const BackendHealth& healthy, int socket = 0,
+                                                const NeighbourLookup& neighbours = nullptr);
 
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
                                          std::size_t lcore_count = 1, int socket = 0, std::size_t worker_count = 1,
@@ -68,7 +70,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
 
 // A new snapshot of the same config for a change of live state (a health transition, a neighbour resolved): the
 // forwarding entries and load-balancer tables are rebuilt, the rule set is shared with base, not rebuilt.
-std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config, const std::vector<PortIdentity>& ports,
-                                       int socket, const LiveState& live);
+std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config,
+                                       const std::vector<PortIdentity>& ports, int socket, const LiveState& live);
 
 }  // namespace sluice

@@ -9,9 +9,9 @@ std::string decision_log_line(const DecisionLogRecord& record, const FirewallTab
     std::string port = std::to_string(record.in_port);
     for (const PortIdentity& p : ports)
         if (p.id == record.in_port) port = p.name;
-    const std::string rule = record.rule == UINT32_MAX              ? "the default"
+    const std::string rule = record.rule == UINT32_MAX            ? "the default"
                              : record.rule < fw.rule_names.size() ? "rule '" + fw.rule_names[record.rule] + "'"
-                                                                   : "a rule";
+                                                                  : "a rule";
     const char* verdict = record.action == RuleAction::allow  ? "allowed"
                           : record.action == RuleAction::deny ? "denied"
                                                               : "rejected";

@@ -31,7 +31,7 @@ struct ReloadRecord {
     uint64_t failures = 0;
     double last_attempt_unix = 0;  // seconds; 0 before the first reload
     bool last_ok = true;
-    std::string running_hash;      // Config::hash of what runs now
+    std::string running_hash;  // Config::hash of what runs now
     std::string running_path;
     std::vector<std::string> last_errors;
 };
@@ -65,16 +65,16 @@ struct RuleHitsRecord {
 // over the workers.
 struct BackendRecord {
     std::string service;
-    std::string backend;       // address:port
-    std::string mode;          // nat, dsr, tunnel
+    std::string backend;  // address:port
+    std::string mode;     // nat, dsr, tunnel
     uint32_t weight = 0;
-    bool up = true;            // health (true without a health check)
-    bool checked = false;      // has a health check
+    bool up = true;        // health (true without a health check)
+    bool checked = false;  // has a health check
     uint64_t new_connections = 0;
     uint64_t active_connections = 0;
     uint64_t packets = 0;
     uint64_t bytes = 0;
-    std::string last_error;    // the health check's most recent failure
+    std::string last_error;  // the health check's most recent failure
 };
 
 struct BackendsRecord {
@@ -125,13 +125,13 @@ struct BgpVipRecord {
 };
 
 struct BgpRecord {
-    bool enabled = false;          // a bgp section is configured
-    bool draining = false;         // sluicectl drain or SIGTERM: every VIP withdrawn, stopping at drain_ends_unix
+    bool enabled = false;   // a bgp section is configured
+    bool draining = false;  // sluicectl drain or SIGTERM: every VIP withdrawn, stopping at drain_ends_unix
     double drain_ends_unix = 0;
-    bool in_sync = false;          // BIRD runs with what sluice wants
-    uint64_t reconfigures = 0;     // BIRD accepted a new file
+    bool in_sync = false;       // BIRD runs with what sluice wants
+    uint64_t reconfigures = 0;  // BIRD accepted a new file
     uint64_t reconfigure_failures = 0;
-    std::string last_error;        // the most recent failure talking to BIRD (empty: none yet)
+    std::string last_error;          // the most recent failure talking to BIRD (empty: none yet)
     std::vector<BgpVipRecord> vips;  // every VIP seen since start, sorted
 };
 
@@ -161,10 +161,10 @@ struct PortDeviceCounterInfo {
     std::string_view help;
 };
 
-#define SLUICE_PORT_DEVICE_COUNTERS(X)                                                     \
-    X(rx_missed, imissed, "Packets the device dropped for lack of RX descriptors")         \
-    X(rx_nombuf, rx_nombuf, "RX mbuf allocation failures")                                 \
-    X(rx_errors, ierrors, "Erroneous packets received by the device")                      \
+#define SLUICE_PORT_DEVICE_COUNTERS(X)                                             \
+    X(rx_missed, imissed, "Packets the device dropped for lack of RX descriptors") \
+    X(rx_nombuf, rx_nombuf, "RX mbuf allocation failures")                         \
+    X(rx_errors, ierrors, "Erroneous packets received by the device")              \
     X(tx_errors, oerrors, "Packets the device failed to transmit")
 
 inline constexpr std::array kPortDeviceCounterInfo = {
@@ -191,9 +191,9 @@ struct ConnTableReading {
 
 struct LcoreReading {
     unsigned lcore_id = 0;
-    std::optional<uint16_t> worker;  // the worker index, for lcores that run the pipeline
+    std::optional<uint16_t> worker;                             // the worker index, for lcores that run the pipeline
     std::array<uint64_t, kLcoreCounterInfo.size()> counters{};  // in kLcoreCounterInfo's order
-    uint64_t table_full_drops = 0;  // drops as ct_table_full
+    uint64_t table_full_drops = 0;                              // drops as ct_table_full
     std::optional<ConnTableReading> table;
     uint64_t ring_packets = 0;  // workers: their input ring's fill and size
     uint64_t ring_capacity = 0;
@@ -224,7 +224,8 @@ inline std::vector<LcoreReading> read_lcores(const Dataplane& dataplane) {
         reading.lcore_id = ctx.lcore_id;
         for (std::size_t i = 0; i < kLcoreCounterInfo.size(); ++i)
             reading.counters[i] = counter_read(ctx.counters.*kLcoreCounterInfo[i].lcore);
-        reading.table_full_drops = counter_read(ctx.counters.drops[static_cast<std::size_t>(DropReason::ct_table_full)]);
+        reading.table_full_drops =
+            counter_read(ctx.counters.drops[static_cast<std::size_t>(DropReason::ct_table_full)]);
         if (!ctx.worker) return;
         reading.worker = ctx.worker_index;
         const rte_ring* ring = ctx.worker_rings[ctx.worker_index];
@@ -239,8 +240,7 @@ inline std::vector<LcoreReading> read_lcores(const Dataplane& dataplane) {
 
 inline std::vector<PoolReading> read_pools(const StatusView& view) {
     std::vector<PoolReading> pools;
-    for (const auto& [socket, pool] : view.pools)
-        pools.push_back(PoolReading{socket, mbufs_in_use(pool), pool->size});
+    for (const auto& [socket, pool] : view.pools) pools.push_back(PoolReading{socket, mbufs_in_use(pool), pool->size});
     return pools;
 }
 

@@ -127,7 +127,9 @@ int backends_command(const char*, const char*, rte_tel_data* d) {
     strings("service", [](const BackendRecord& b) { return b.service; });
     strings("backend", [](const BackendRecord& b) { return b.backend; });
     strings("mode", [](const BackendRecord& b) { return b.mode; });
-    strings("health", [](const BackendRecord& b) { return std::string(!b.checked ? "unchecked" : b.up ? "up" : "down"); });
+    strings("health", [](const BackendRecord& b) {
+        return std::string(!b.checked ? "unchecked" : b.up ? "up" : "down");
+    });
     strings("last_error", [](const BackendRecord& b) { return b.last_error; });
     numbers("weight", [](const BackendRecord& b) { return uint64_t{b.weight}; });
     numbers("new_connections", [](const BackendRecord& b) { return b.new_connections; });
@@ -184,9 +186,9 @@ int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
         std::lock_guard lock(g_mutex);
         const std::string name = cmd;
         requester = name == "/sluice/explain" ? g_lines.explain
-                    : name == "/sluice/flows"  ? g_lines.flows
-                    : name == "/sluice/drain"  ? g_lines.drain
-                                               : g_lines.dry_run;
+                    : name == "/sluice/flows" ? g_lines.flows
+                    : name == "/sluice/drain" ? g_lines.drain
+                                              : g_lines.dry_run;
     }
     if (!requester) return -1;
     const std::vector<std::string> lines = requester(params ? params : "");
@@ -214,21 +216,30 @@ int bgp_command(const char*, const char*, rte_tel_data* d) {
         for (const BgpVipRecord& v : r.vips) get(a, v);
         rte_tel_data_add_dict_container(d, key, a, 0);
     };
-    array("vip", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_string(a, v.vip.c_str()); }, true);
-    array("wanted", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.wanted); }, false);
-    array("announced", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.announced); }, false);
-    array("announcements", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.announcements); }, false);
-    array("withdrawals", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.withdrawals); }, false);
+    array(
+        "vip", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_string(a, v.vip.c_str()); }, true);
+    array(
+        "wanted", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.wanted); }, false);
+    array(
+        "announced", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.announced); }, false);
+    array(
+        "announcements", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.announcements); },
+        false);
+    array(
+        "withdrawals", [](rte_tel_data* a, const BgpVipRecord& v) { rte_tel_data_add_array_u64(a, v.withdrawals); },
+        false);
     return 0;
 }
 
 }  // namespace
 
 void register_telemetry_commands() {
-    rte_telemetry_register_cmd("/sluice/stats", stats_command,
-                               "sluice counters: per-port packets and bytes, drops by reason, lcore polls. No parameters");
-    rte_telemetry_register_cmd("/sluice/backends", backends_command,
-                               "Load-balancer backends: service, health, weight, connections, packets, bytes. No parameters");
+    rte_telemetry_register_cmd(
+        "/sluice/stats", stats_command,
+        "sluice counters: per-port packets and bytes, drops by reason, lcore polls. No parameters");
+    rte_telemetry_register_cmd(
+        "/sluice/backends", backends_command,
+        "Load-balancer backends: service, health, weight, connections, packets, bytes. No parameters");
     rte_telemetry_register_cmd("/sluice/rules", rules_command,
                                "Firewall rules in order with the new connections each decided. No parameters");
     rte_telemetry_register_cmd("/sluice/config", config_command,
@@ -237,12 +248,14 @@ void register_telemetry_commands() {
                                "What sluice would do with a packet. Parameters: PROTO SRC:PORT DST:PORT [PORT]");
     rte_telemetry_register_cmd("/sluice/flows", lines_command,
                                "Tracked connections (at most 100 listed). Parameters: [ADDRESS] [port N] [PROTO]");
-    rte_telemetry_register_cmd("/sluice/dryrun", lines_command,
-                               "What a candidate config would change for live traffic, applying nothing. Parameters: [FILE]");
+    rte_telemetry_register_cmd(
+        "/sluice/dryrun", lines_command,
+        "What a candidate config would change for live traffic, applying nothing. Parameters: [FILE]");
     rte_telemetry_register_cmd("/sluice/bgp", bgp_command,
                                "VIP announcements through BIRD: wanted, announced, counts, drain state. No parameters");
-    rte_telemetry_register_cmd("/sluice/drain", lines_command,
-                               "Withdraw every VIP from BGP, keep forwarding bgp.drain_seconds, then stop. No parameters");
+    rte_telemetry_register_cmd(
+        "/sluice/drain", lines_command,
+        "Withdraw every VIP from BGP, keep forwarding bgp.drain_seconds, then stop. No parameters");
     rte_telemetry_register_cmd("/sluice/reload", reload_command,
                                "Reload the config file now, as SIGHUP does; answers with the outcome. No parameters");
 }

@@ -12,7 +12,8 @@
 namespace sluice {
 
 std::vector<std::string> build_eal_args(const std::string& program, const std::vector<std::string>& config_args,
-                                        const std::vector<PortSpec>& ports, const std::vector<std::string>& extra_args) {
+                                        const std::vector<PortSpec>& ports,
+                                        const std::vector<std::string>& extra_args) {
     std::vector<std::string> args{program};
     args.insert(args.end(), config_args.begin(), config_args.end());
     bool any_pci = false;

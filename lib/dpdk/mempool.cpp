@@ -19,7 +19,8 @@ MempoolPlan plan_mempool(const MempoolDemand& d) {
     const uint64_t in_flight = uint64_t{d.lcores} * kBurst * (1 + d.workers + d.ports);
     const uint64_t need = d.rx_descriptors + d.tx_descriptors + d.ring_slots + in_caches + in_flight + kMempoolHeadroom;
     plan.mbufs = static_cast<uint32_t>(std::bit_ceil(need + 1) - 1);
-    plan.data_room = static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(d.max_frame, RTE_MBUF_DEFAULT_DATAROOM));
+    plan.data_room =
+        static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<uint32_t>(d.max_frame, RTE_MBUF_DEFAULT_DATAROOM));
     rte_mempool_objsz sz{};
     const uint32_t element = sizeof(rte_mbuf) + plan.data_room;
     const uint64_t per_object = rte_mempool_calc_obj_size(element, 0, &sz);

@@ -18,7 +18,7 @@ bool is_pci_address(const std::string& device) {
     if (name.size() != shape.size()) return false;
     for (std::size_t i = 0; i < shape.size(); ++i) {
         const char c = name[i];
-        const bool ok = shape[i] == 'x' ? std::isxdigit(static_cast<unsigned char>(c)) != 0
+        const bool ok = shape[i] == 'x'   ? std::isxdigit(static_cast<unsigned char>(c)) != 0
                         : shape[i] == 'f' ? (c >= '0' && c <= '7')
                                           : c == shape[i];
         if (!ok) return false;
@@ -74,10 +74,12 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool) {
     conf.rxmode.mtu = spec_.mtu;
     if (spec_.rx_queues > 1) {
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-        conf.rx_adv_conf.rss_conf.rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+        conf.rx_adv_conf.rss_conf.rss_hf =
+            (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
     }
     // Every mbuf comes from one pool with refcnt 1, which is what fast free asks.
-    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
+        conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
 
     ret = rte_eth_dev_configure(port_id_, spec_.rx_queues, tx_queues, &conf);
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_configure: " + errstr(ret));
@@ -102,9 +104,10 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool) {
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_start: " + errstr(ret));
     started_ = true;
     tx_queues_ = tx_queues;
-    spdlog::info("{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}",
-                 who, spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues,
-                 tx_desc, spec_.mtu, socket_id);
+    spdlog::info(
+        "{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}", who,
+        spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues, tx_desc,
+        spec_.mtu, socket_id);
 }
 
 // XSK_RING_CONS__DEFAULT_NUM_DESCS, the fill-ring stock of 22.11's net_af_xdp (ETH_AF_XDP_DFLT_NUM_DESCS).

@@ -32,7 +32,9 @@ bool is_pci_address(const std::string& device);
 std::string device_name(const std::string& device);
 
 // Largest frame a port of this MTU receives: MTU + Ethernet header + two VLAN tags + CRC.
-constexpr uint32_t max_frame_size(uint16_t mtu) { return mtu + RTE_ETHER_HDR_LEN + 2 * RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN; }
+constexpr uint32_t max_frame_size(uint16_t mtu) {
+    return mtu + RTE_ETHER_HDR_LEN + 2 * RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
+}
 
 // A configured, started port. Owned by the daemon; closes the device when it goes.
 class Port {

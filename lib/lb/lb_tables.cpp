@@ -33,7 +33,8 @@ void set_vip_key_tail(VipKey& key, uint16_t port_be, uint8_t proto, IpFamily fam
     };
     static_assert(sizeof(Tail) == 8 && offsetof(VipKey, proto) == offsetof(VipKey, port_be) + 2 &&
                   offsetof(VipKey, family) == offsetof(VipKey, proto) + 1 &&
-                  offsetof(VipKey, reserved) == offsetof(VipKey, family) + 1 && sizeof(VipKey) == offsetof(VipKey, port_be) + 8);
+                  offsetof(VipKey, reserved) == offsetof(VipKey, family) + 1 &&
+                  sizeof(VipKey) == offsetof(VipKey, port_be) + 8);
     store_as_one_word(reinterpret_cast<uint8_t*>(&key) + offsetof(VipKey, port_be), Tail{port_be, proto, family, 0});
 }
 

@@ -40,33 +40,33 @@ struct LbBackend {
     IpAddress address{};
     IpFamily family = IpFamily::none;
     bool has_mac = false;
-    bool removed = false;            // no longer in the config
-    bool drop_when_removed = false;  // its service says removed_backends: drop
-    bool awaiting_neighbour = false; // on a link of sluice's but not resolved yet: neighbour_unresolved
-    LbMode mode = LbMode::nat;       // its service's
-    uint16_t port_be = 0;            // 0: keep the packet's destination port
+    bool removed = false;             // no longer in the config
+    bool drop_when_removed = false;   // its service says removed_backends: drop
+    bool awaiting_neighbour = false;  // on a link of sluice's but not resolved yet: neighbour_unresolved
+    LbMode mode = LbMode::nat;        // its service's
+    uint16_t port_be = 0;             // 0: keep the packet's destination port
     rte_ether_addr mac{};
-    uint32_t service = UINT32_MAX;   // index in LbTables::services, UINT32_MAX when removed
+    uint32_t service = UINT32_MAX;  // index in LbTables::services, UINT32_MAX when removed
 };
 
 struct LbService {
     std::string name;
     VipKey vip;
     LbMode mode = LbMode::nat;
-    bool syn_proxy = false;              // nat + tcp: new connections are answered with SYN cookies first
+    bool syn_proxy = false;  // nat + tcp: new connections are answered with SYN cookies first
     uint32_t table_size = 0;
-    std::vector<uint16_t> maglev;        // slot -> index into backend_ids, kMaglevNoBackend when none is usable
-    std::vector<uint32_t> backend_ids;   // in config order: stable ids
-    std::vector<uint8_t> backend_up;     // health, in config order (1: up)
+    std::vector<uint16_t> maglev;       // slot -> index into backend_ids, kMaglevNoBackend when none is usable
+    std::vector<uint32_t> backend_ids;  // in config order: stable ids
+    std::vector<uint8_t> backend_up;    // health, in config order (1: up)
 };
 
 struct LbTables {
     std::vector<LbService> services;
-    std::vector<LbBackend> backends;     // by stable id
-    rte_hash* vips = nullptr;            // VipKey -> index in services, or kVipUnserved for a VIP address alone
-    std::vector<IpAddress> pool;         // NAT pool addresses, by pool index (as in the config)
+    std::vector<LbBackend> backends;  // by stable id
+    rte_hash* vips = nullptr;         // VipKey -> index in services, or kVipUnserved for a VIP address alone
+    std::vector<IpAddress> pool;      // NAT pool addresses, by pool index (as in the config)
     std::vector<IpFamily> pool_family;
-    std::vector<uint8_t> pool_v4;        // pool indexes of each family
+    std::vector<uint8_t> pool_v4;  // pool indexes of each family
     std::vector<uint8_t> pool_v6;
     IpAddress tunnel_source_v4{};
     IpAddress tunnel_source_v6{};

@@ -58,6 +58,8 @@ private:
 };
 
 // The worker that owns NAT port `port` (host order): the rule the RX lcores apply to replies.
-inline uint16_t nat_port_owner(uint16_t port, uint16_t worker_count) { return static_cast<uint16_t>(port % worker_count); }
+inline uint16_t nat_port_owner(uint16_t port, uint16_t worker_count) {
+    return static_cast<uint16_t>(port % worker_count);
+}
 
 }  // namespace sluice

@@ -299,12 +299,14 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
         Families::sample(drops, {{"reason", std::string(kDropReasonInfo[r].name)}},
                          static_cast<double>(scrape.drops[r]));
     add_lcores(out, scrape);
-    out.add_per_item(kPoolFamilies, scrape.pools,
-                     [](const PoolReading& p) { return Labels{{"socket", std::to_string(p.socket)}}; });
+    out.add_per_item(kPoolFamilies, scrape.pools, [](const PoolReading& p) {
+        return Labels{{"socket", std::to_string(p.socket)}};
+    });
     add_rules(out, scrape.rules);
     if (scrape.backends)
-        out.add_per_item(kBackendFamilies, scrape.backends->backends,
-                         [](const BackendRecord& b) { return Labels{{"service", b.service}, {"backend", b.backend}}; });
+        out.add_per_item(kBackendFamilies, scrape.backends->backends, [](const BackendRecord& b) {
+            return Labels{{"service", b.service}, {"backend", b.backend}};
+        });
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
     add_reload(out, scrape.reload);

@@ -76,7 +76,7 @@ inline uint16_t checksum_ipv4_header(const void* header, std::size_t length) {
     };
     uint64_t sum = word(0) + word(4) + word(8) + word(12) + word(16);
     for (std::size_t off = 20; off < length; off += 4) sum += word(off);  // options: rare
-    sum = (sum & 0xffffffff) + (sum >> 32);  // one's-complement: the carries go around
+    sum = (sum & 0xffffffff) + (sum >> 32);                               // one's-complement: the carries go around
     sum = (sum & 0xffffffff) + (sum >> 32);
     return static_cast<uint16_t>(~checksum_fold(static_cast<uint32_t>(sum)));
 }

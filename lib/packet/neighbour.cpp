@@ -16,11 +16,11 @@ namespace {
 constexpr uint8_t kNdRouterSolicitation = 133;  // the first ND type (RFC 4861 4.1) ...
 constexpr uint8_t kNdSolicitation = 135;
 constexpr uint8_t kNdAdvertisement = 136;
-constexpr uint8_t kNdRedirect = 137;            // ... and the last
+constexpr uint8_t kNdRedirect = 137;  // ... and the last
 constexpr uint8_t kOptionSourceLinkAddress = 1;
 constexpr uint8_t kOptionTargetLinkAddress = 2;
-constexpr uint8_t kNdHopLimit = 255;             // RFC 4861: anything else was forwarded, and is ignored
-constexpr uint32_t kNdHeader = 24;               // type, code, checksum, reserved/flags, target
+constexpr uint8_t kNdHopLimit = 255;                  // RFC 4861: anything else was forwarded, and is ignored
+constexpr uint32_t kNdHeader = 24;                    // type, code, checksum, reserved/flags, target
 constexpr uint32_t kAdvertisementFlags = 0x60000000;  // solicited | override
 
 // The link-layer address option of type `wanted` among the ND options in [p, end).
@@ -102,7 +102,8 @@ bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& me
     if (message.solicitation) {
         std::memcpy(message.sender.bytes, ip->src_addr, 16);
         const bool unspecified = message.sender.quads[0] == 0 && message.sender.quads[1] == 0;
-        message.has_sender_mac = !unspecified && find_link_address(icmp + kNdHeader, end, kOptionSourceLinkAddress, message.sender_mac);
+        message.has_sender_mac =
+            !unspecified && find_link_address(icmp + kNdHeader, end, kOptionSourceLinkAddress, message.sender_mac);
     } else {
         message.sender = message.target;  // an advertisement speaks for its target address
         message.has_sender_mac = find_link_address(icmp + kNdHeader, end, kOptionTargetLinkAddress, message.sender_mac);
@@ -114,7 +115,8 @@ bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& me
     return true;
 }
 
-bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMessage& message, const rte_ether_addr& own_mac) {
+bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMessage& message,
+                          const rte_ether_addr& own_mac) {
     if (!message.solicitation || !message.has_sender_mac) return false;
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     auto* eth = reinterpret_cast<rte_ether_hdr*>(frame);
@@ -137,7 +139,8 @@ bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMe
         rte_pktmbuf_adj(m, strip);
         frame = rte_pktmbuf_mtod(m, uint8_t*);
     }
-    if (rte_pktmbuf_pkt_len(m) < kLength && !rte_pktmbuf_append(m, static_cast<uint16_t>(kLength - rte_pktmbuf_pkt_len(m))))
+    if (rte_pktmbuf_pkt_len(m) < kLength &&
+        !rte_pktmbuf_append(m, static_cast<uint16_t>(kLength - rte_pktmbuf_pkt_len(m))))
         return false;
     if (rte_pktmbuf_pkt_len(m) > kLength) rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - kLength));
     auto* ip = reinterpret_cast<rte_ipv6_hdr*>(frame + sizeof(rte_ether_hdr));
@@ -160,8 +163,8 @@ bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMe
     return true;
 }
 
-rte_mbuf* make_neighbour_solicitation(rte_mempool* pool, IpFamily family, const IpAddress& sender, const IpAddress& target,
-                                      const rte_ether_addr& own_mac) {
+rte_mbuf* make_neighbour_solicitation(rte_mempool* pool, IpFamily family, const IpAddress& sender,
+                                      const IpAddress& target, const rte_ether_addr& own_mac) {
     rte_mbuf* m = rte_pktmbuf_alloc(pool);
     if (!m) return nullptr;
     if (family == IpFamily::ipv4) {
@@ -185,7 +188,8 @@ rte_mbuf* make_neighbour_solicitation(rte_mempool* pool, IpFamily family, const 
     constexpr uint16_t kLength = sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) + kNdHeader + 8;
     auto* eth = reinterpret_cast<rte_ether_hdr*>(rte_pktmbuf_append(m, kLength));
     // Solicited-node multicast group ff02::1:ffXX:XXXX of the target, and its MAC 33:33:ff:XX:XX:XX (RFC 4291, 2464).
-    uint8_t group[16] = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, target.bytes[13], target.bytes[14], target.bytes[15]};
+    uint8_t group[16] = {
+        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, target.bytes[13], target.bytes[14], target.bytes[15]};
     const uint8_t group_mac[6] = {0x33, 0x33, 0xff, target.bytes[13], target.bytes[14], target.bytes[15]};
     std::memcpy(eth->dst_addr.addr_bytes, group_mac, 6);
     eth->src_addr = own_mac;

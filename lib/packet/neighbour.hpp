@@ -19,8 +19,8 @@ struct NeighbourMessage {
     bool solicitation = false;    // ARP request / NS (else ARP reply / NA)
     bool has_sender_mac = false;  // the sender said its MAC (ARP always; ND with a link-layer address option)
     IpFamily family = IpFamily::none;
-    IpAddress sender{};           // ARP sender / NS source (unspecified during DAD) / NA target
-    IpAddress target{};           // the address asked about (solicitations)
+    IpAddress sender{};  // ARP sender / NS source (unspecified during DAD) / NA target
+    IpAddress target{};  // the address asked about (solicitations)
     rte_ether_addr sender_mac{};
 };
 
@@ -34,11 +34,12 @@ bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& me
 
 // Turns a solicitation for message.target (one of ours) into the answer in place: an ARP reply, or a solicited NA
 // with our link-layer address, back to the sender. False when it cannot (the caller drops the frame).
-bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMessage& message, const rte_ether_addr& own_mac);
+bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMessage& message,
+                          const rte_ether_addr& own_mac);
 
 // A solicitation for target from sender (one of our addresses on that port): an ARP request to the broadcast
 // address, or an NS to target's solicited-node multicast group. Null when the pool is empty.
-rte_mbuf* make_neighbour_solicitation(rte_mempool* pool, IpFamily family, const IpAddress& sender, const IpAddress& target,
-                                      const rte_ether_addr& own_mac);
+rte_mbuf* make_neighbour_solicitation(rte_mempool* pool, IpFamily family, const IpAddress& sender,
+                                      const IpAddress& target, const rte_ether_addr& own_mac);
 
 }  // namespace sluice

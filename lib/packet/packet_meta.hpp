@@ -16,12 +16,12 @@
 namespace sluice {
 
 struct PacketMeta {
-    uint32_t flow_hash;   // symmetric_flow_hash of the tuple
-    uint16_t l3_offset;   // from the start of the frame to the IP header (14, 18 or 22)
-    uint16_t l4_offset;   // from the start of the frame to the L4 header, 0 when there is none (non-first fragment)
+    uint32_t flow_hash;  // symmetric_flow_hash of the tuple
+    uint16_t l3_offset;  // from the start of the frame to the IP header (14, 18 or 22)
+    uint16_t l4_offset;  // from the start of the frame to the L4 header, 0 when there is none (non-first fragment)
     IpFamily family;
-    uint8_t l4_proto;     // kIpProto* (common/ip_proto.hpp), after the IPv6 extension headers
-    uint8_t flags;        // kMeta*
+    uint8_t l4_proto;  // kIpProto* (common/ip_proto.hpp), after the IPv6 extension headers
+    uint8_t flags;     // kMeta*
     uint8_t reserved;
     uint16_t fragment_src_port;  // kMetaFragmentPorts: the datagram's ports, from its first fragment (network order)
     uint16_t fragment_dst_port;

@@ -28,7 +28,6 @@ constexpr uint8_t kIpv4OptionLooseSourceRoute = 131, kIpv4OptionStrictSourceRout
 
 constexpr uint8_t kIpv6RoutingType0 = 0;  // RFC 5095 deprecates it
 
-
 uint16_t load_be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 uint16_t load_raw16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
@@ -108,18 +107,16 @@ bool l4_header_cut(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t prot
         return avail < sizeof(rte_tcp_hdr) || (frame[l4 + 12] >> 4) * 4u > avail || (frame[l4 + 12] >> 4) < 5;
     case kIpProtoUdp:
     case kIpProtoIcmp:
-    case kIpProtoIcmpv6:
-        return avail < 8;
-    case kIpProtoSctp:
-        return avail < 12;
-    default:
-        return false;
+    case kIpProtoIcmpv6: return avail < 8;
+    case kIpProtoSctp: return avail < 12;
+    default: return false;
     }
 }
 
 // Fills the ports of the tuple from the L4 header at frame[l4], which ends at frame[end]. An ICMP error replaces the
 // tuple with the flow it quotes, so it reaches (and is judged by) that flow's worker.
-DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto, PacketMeta& meta, FiveTuple& tuple) {
+DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t proto, PacketMeta& meta,
+                    FiveTuple& tuple) {
     const uint32_t avail = end - l4;
     const uint8_t* h = frame + l4;
     switch (proto) {
@@ -156,8 +153,7 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
         }
         return DropReason::none;
     }
-    default:
-        return DropReason::none;  // other protocols flow on addresses alone
+    default: return DropReason::none;  // other protocols flow on addresses alone
     }
 }
 
@@ -251,9 +247,7 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
             non_first_fragment = (fragment & 0xfff8) != 0;
             break;
         }
-        default:
-            ext_length = 0;
-            break;
+        default: ext_length = 0; break;
         }
         if (ext_length == 0) break;
         if (i == kMaxIpv6ExtHeaders || ext_length > end - offset) return DropReason::ipv6_bad_ext_header;
@@ -276,7 +270,8 @@ DropReason parse_ipv6(const uint8_t* frame, uint32_t length, uint32_t l3, Packet
 
 }  // namespace
 
-void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple, uint8_t& tcp_flags) {
+void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple,
+                     uint8_t& tcp_flags) {
     tcp_flags = 0;
     const uint8_t* l4 = meta.l4_offset ? frame + meta.l4_offset : nullptr;
     if (meta.flags & kMetaIcmpError) {
@@ -305,19 +300,14 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
     }
     if (!l4) return;
     switch (meta.l4_proto) {
-    case kIpProtoTcp:
-        tcp_flags = l4[13];
-        [[fallthrough]];
+    case kIpProtoTcp: tcp_flags = l4[13]; [[fallthrough]];
     case kIpProtoUdp:
-    case kIpProtoSctp:
-        set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2));
-        break;
+    case kIpProtoSctp: set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2)); break;
     case kIpProtoIcmp:
     case kIpProtoIcmpv6:
         if (is_icmp_echo(meta.l4_proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -335,8 +325,7 @@ void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t
     case kIpProtoIcmpv6:
         if (is_icmp_echo(meta.l4_proto, l4[0])) src_port = dst_port = load_raw16(l4 + 4);  // as parse_frame does
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -360,8 +349,8 @@ FragmentInfo fragment_info(const uint8_t* frame, const PacketMeta& meta) {
     return {rte_be_to_cpu_32(id), (fragment & 0xfff8u), (fragment & 1) != 0};
 }
 
-DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
-                       FiveTuple& tuple, uint32_t& datagram_end) {
+DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta, FiveTuple& tuple,
+                       uint32_t& datagram_end) {
     meta = PacketMeta{};
     tuple = FiveTuple{};
     datagram_end = length;
@@ -380,10 +369,8 @@ DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions optio
     DropReason verdict;
     if (SLUICE_LIKELY(ether_type == kEtherIpv4))
         verdict = parse_ipv4(frame, length, l3, options, meta, tuple, datagram_end);
-    else if (ether_type == kEtherIpv6)
-        verdict = parse_ipv6(frame, length, l3, meta, tuple, datagram_end);
-    else
-        return DropReason::not_ip;
+    else if (ether_type == kEtherIpv6) verdict = parse_ipv6(frame, length, l3, meta, tuple, datagram_end);
+    else return DropReason::not_ip;
     if (verdict != DropReason::none) return verdict;
 
     if (options.hash_flow) meta.flow_hash = symmetric_flow_hash(tuple);

@@ -35,12 +35,13 @@ struct ParseOptions {
 // offset just past the IP datagram (its total length, or payload length + 40, from l3_offset), or length for a frame
 // with no IP datagram: the bytes past it (Ethernet padding, or anything appended) belong to no header, and the RX
 // lcore trims them so no stage forwards them.
-DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta,
-                       FiveTuple& tuple, uint32_t& datagram_end);
+DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions options, PacketMeta& meta, FiveTuple& tuple,
+                       uint32_t& datagram_end);
 
 // The worker's side: rebuilds the tuple parse_frame gave a frame it accepted, from the frame and its meta, without
 // validating again; tcp_flags gets the TCP flag byte (0 for other protocols and for ICMP errors). Writes the whole
 // tuple on every path (stateful_burst keeps its tuples in raw storage on that promise).
-void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple, uint8_t& tcp_flags);
+void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple,
+                     uint8_t& tcp_flags);
 
 }  // namespace sluice

@@ -31,7 +31,8 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
     uint8_t* l3 = frame + meta.l3_offset;
     if (meta.family == IpFamily::ipv4) {
         const auto* ip = reinterpret_cast<const rte_ipv4_hdr*>(l3);
-        payload = rte_be_to_cpu_16(ip->total_length) - (meta.l4_offset - meta.l3_offset) - (tcp->data_off >> 4) * uint32_t{4};
+        payload =
+            rte_be_to_cpu_16(ip->total_length) - (meta.l4_offset - meta.l3_offset) - (tcp->data_off >> 4) * uint32_t{4};
     } else {
         const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
         payload = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr) - (meta.l4_offset - meta.l3_offset) -
@@ -39,7 +40,8 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
     }
     // RFC 9293 3.10.7.1: with an ACK, <SEQ=SEG.ACK><CTL=RST>; without, <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
     const bool had_ack = tcp->tcp_flags & RTE_TCP_ACK_FLAG;
-    const uint32_t seg_len = payload + ((tcp->tcp_flags & RTE_TCP_SYN_FLAG) ? 1 : 0) + ((tcp->tcp_flags & RTE_TCP_FIN_FLAG) ? 1 : 0);
+    const uint32_t seg_len =
+        payload + ((tcp->tcp_flags & RTE_TCP_SYN_FLAG) ? 1 : 0) + ((tcp->tcp_flags & RTE_TCP_FIN_FLAG) ? 1 : 0);
     const uint32_t seq = had_ack ? rte_be_to_cpu_32(tcp->recv_ack) : 0;
     const uint32_t ack = had_ack ? 0 : rte_be_to_cpu_32(tcp->sent_seq) + seg_len;
     const uint16_t src_port = tcp->src_port;  // packed fields: no std::swap
@@ -83,13 +85,15 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
         std::memcpy(tmp, ip->src_addr, 16);
         std::memcpy(ip->src_addr, ip->dst_addr, 16);
         std::memcpy(ip->dst_addr, tmp, 16);
-        ip->payload_len = rte_cpu_to_be_16(static_cast<uint16_t>(l4_from_l3 - sizeof(rte_ipv6_hdr) + sizeof(rte_tcp_hdr)));
+        ip->payload_len =
+            rte_cpu_to_be_16(static_cast<uint16_t>(l4_from_l3 - sizeof(rte_ipv6_hdr) + sizeof(rte_tcp_hdr)));
         ip->hop_limits = kReplyTtl;
         tcp->cksum = rte_ipv6_udptcp_cksum(ip, tcp);
         write_ethernet(l3 - sizeof(rte_ether_hdr), peer, own_mac, RTE_BE16(RTE_ETHER_TYPE_IPV6));
     }
     rte_pktmbuf_adj(m, strip);
-    rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - (sizeof(rte_ether_hdr) + l4_from_l3 + sizeof(rte_tcp_hdr))));
+    rte_pktmbuf_trim(
+        m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - (sizeof(rte_ether_hdr) + l4_from_l3 + sizeof(rte_tcp_hdr))));
     return true;
 }
 
@@ -177,7 +181,8 @@ bool may_answer(const uint8_t* l3, const PacketMeta& meta) {
 void answer_on_ethernet(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac) {
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     const rte_ether_addr peer = reinterpret_cast<rte_ether_hdr*>(frame)->src_addr;
-    const uint16_t ether_type = meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
+    const uint16_t ether_type =
+        meta.family == IpFamily::ipv4 ? RTE_BE16(RTE_ETHER_TYPE_IPV4) : RTE_BE16(RTE_ETHER_TYPE_IPV6);
     write_ethernet(frame + meta.l3_offset - sizeof(rte_ether_hdr), peer, own_mac, ether_type);
     rte_pktmbuf_adj(m, static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr)));
 }
@@ -186,7 +191,8 @@ void answer_on_ethernet(rte_mbuf* m, const PacketMeta& meta, const rte_ether_add
 
 bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta) {
     // A tiny first fragment may end before its ICMP header (the RX lcore drops those, but this must not read past).
-    if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError) || rte_pktmbuf_data_len(m) < meta.l4_offset + 8u) return false;
+    if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError) || rte_pktmbuf_data_len(m) < meta.l4_offset + 8u)
+        return false;
     const uint8_t type = *rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset);
     return meta.family == IpFamily::ipv4 ? meta.l4_proto == kIpProtoIcmp && type == kIcmpEchoRequest
                                          : meta.l4_proto == kIpProtoIcmpv6 && type == kIcmp6EchoRequest;
@@ -214,7 +220,8 @@ bool make_echo_reply(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& 
         ip->dst_addr = src;
         ip->time_to_live = kReplyTtl;
         ip->hdr_checksum = 0;
-        ip->hdr_checksum = checksum_ipv4_header(ip, rte_ipv4_hdr_len(ip));  // options, if any, are returned as they came
+        ip->hdr_checksum =
+            checksum_ipv4_header(ip, rte_ipv4_hdr_len(ip));  // options, if any, are returned as they came
         icmp->icmp_type = kIcmpEchoReply;
     } else {
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(l3);
@@ -257,7 +264,8 @@ bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_e
 bool make_time_exceeded(rte_mbuf* m, const PacketMeta& meta, const IpAddress& source, const rte_ether_addr& own_mac) {
     if (!may_answer(rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset), meta)) return false;
     const bool v4 = meta.family == IpFamily::ipv4;
-    return icmp_error(m, meta, own_mac, v4 ? 11 : 3, 0, 0, &source);  // time exceeded in transit (RFC 792, RFC 4443 3.3)
+    return icmp_error(m, meta, own_mac, v4 ? 11 : 3, 0, 0,
+                      &source);  // time exceeded in transit (RFC 792, RFC 4443 3.3)
 }
 
 }  // namespace sluice

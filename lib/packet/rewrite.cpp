@@ -80,8 +80,9 @@ void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint
     else nat_rewrite_l4<IpFamily::ipv6>(l3, l4, meta.l4_proto, src, src_port, dst, dst_port);
 }
 
-bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_dst, const IpAddress& quoted_src,
-                            uint16_t quoted_src_port, const IpAddress& quoted_dst, uint16_t quoted_dst_port) {
+bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_dst,
+                            const IpAddress& quoted_src, uint16_t quoted_src_port, const IpAddress& quoted_dst,
+                            uint16_t quoted_dst_port) {
     uint8_t* frame = rte_pktmbuf_mtod(m, uint8_t*);
     uint8_t* l3 = frame + meta.l3_offset;
     const bool v4 = meta.family == IpFamily::ipv4;
@@ -138,7 +139,8 @@ bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress
     return true;
 }
 
-bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst, uint16_t mtu) {
+bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst,
+                 uint16_t mtu) {
     const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
     const bool v4 = meta.family == IpFamily::ipv4;
     uint32_t inner_len;
@@ -173,7 +175,8 @@ bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src
         eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV6);
         auto* ip = reinterpret_cast<rte_ipv6_hdr*>(outer);
         // Traffic class copied from the inner header, as the inner IPv4 TOS is above (RFC 2983's uniform model).
-        const uint32_t inner_flow = rte_be_to_cpu_32(reinterpret_cast<const rte_ipv6_hdr*>(outer + outer_len)->vtc_flow);
+        const uint32_t inner_flow =
+            rte_be_to_cpu_32(reinterpret_cast<const rte_ipv6_hdr*>(outer + outer_len)->vtc_flow);
         ip->vtc_flow = rte_cpu_to_be_32((6u << 28) | (inner_flow & 0x0ff00000u));
         ip->payload_len = rte_cpu_to_be_16(static_cast<uint16_t>(inner_len));
         ip->proto = kIpProtoIpv6;

@@ -25,13 +25,15 @@ void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint
 // checksum are updated; the ICMP checksum is computed again. meta is the error's as parse_frame left it (the quote
 // holds an IP header; the frame ends with the datagram). Returns false, changing nothing, unless the quote is of TCP
 // or UDP with its ports (not an IPv4 later fragment).
-bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_dst, const IpAddress& quoted_src,
-                            uint16_t quoted_src_port, const IpAddress& quoted_dst, uint16_t quoted_dst_port);
+bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_dst,
+                            const IpAddress& quoted_src, uint16_t quoted_src_port, const IpAddress& quoted_dst,
+                            uint16_t quoted_dst_port);
 
 // Replaces the L2 header with a fresh Ethernet header and an outer IP header of the packet's family (IPIP, protocol 4,
 // for IPv4; next header 41 for IPv6) from outer_src to outer_dst, TTL/hop limit 64; the inner packet is left as it
 // came (Ethernet padding trimmed). The Ethernet addresses are left for the caller. Returns false (nothing
 // changed) when the result would exceed mtu (the outer IP packet's size) or the mbuf lacks headroom.
-bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst, uint16_t mtu);
+bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst,
+                 uint16_t mtu);
 
 }  // namespace sluice

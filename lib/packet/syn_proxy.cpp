@@ -19,7 +19,8 @@ constexpr uint8_t kTcpOptionMss = 2;
 constexpr uint8_t kSegmentTtl = 64;
 
 // The MAC covers the MSS index too, so a client cannot choose the MSS sluice announces to the backend.
-uint32_t cookie_mac(const SipHashKey& key, const FiveTuple& tuple, uint32_t client_isn, uint64_t period, uint32_t mss_index) {
+uint32_t cookie_mac(const SipHashKey& key, const FiveTuple& tuple, uint32_t client_isn, uint64_t period,
+                    uint32_t mss_index) {
     struct {
         uint8_t src[16];
         uint8_t dst[16];

@@ -3,8 +3,9 @@
 // worker only.
 //
 // A cookie is the initial sequence number of sluice's SYN+ACK. Its 32 bits: a 27-bit SipHash MAC of the client's
-// tuple, its ISN, the time period and the MSS index | 3 low bits of the period | a 2-bit index into kSynCookieMss. A period is 64
-// s; a cookie is accepted in its period and the next one (64-128 s), as Linux accepts its own for 2 minutes.
+// tuple, its ISN, the time period and the MSS index | 3 low bits of the period | a 2-bit index into kSynCookieMss. A
+// period is 64 s; a cookie is accepted in its period and the next one (64-128 s), as Linux accepts its own for 2
+// minutes.
 #pragma once
 
 #include <cstdint>
@@ -44,11 +45,11 @@ struct TcpSegment {
     IpAddress dst{};
     uint16_t src_port = 0;  // network order
     uint16_t dst_port = 0;
-    uint32_t seq = 0;       // host order
+    uint32_t seq = 0;  // host order
     uint32_t ack = 0;
-    uint8_t flags = 0;      // RTE_TCP_*_FLAG
+    uint8_t flags = 0;  // RTE_TCP_*_FLAG
     uint16_t window = 0;
-    uint16_t mss = 0;       // > 0: an MSS option is sent
+    uint16_t mss = 0;  // > 0: an MSS option is sent
 
     // Addresses, ports and family from a packet's tuple: its own direction, or reversed for an answer to it.
     void set_endpoints(const FiveTuple& tuple, bool answer) {

@@ -18,44 +18,44 @@ namespace sluice {
 // and forgotten in another. Columns: member, telemetry key ("": not shown), Prometheus counter family ("": none),
 // which lcores export it (every lcore with an "lcore" label, workers with a "worker" label, or only workers with a
 // connection table), its unit (a count, or TSC cycles exported as seconds), and its help text.
-#define SLUICE_LCORE_COUNTERS(X)                                                                                    \
+#define SLUICE_LCORE_COUNTERS(X)                                                                                     \
     X(polls, "polls", "sluice_lcore_polls_total", every_lcore, count, "Poll loop iterations (the lcore heartbeat)")  \
-    X(busy_polls, "busy_polls", "sluice_lcore_busy_polls_total", every_lcore, count,                                \
-      "Poll loop iterations that moved packets")                                                                    \
-    X(busy_cycles, "busy_cycles", "sluice_lcore_busy_seconds_total", every_lcore, tsc_cycles,                       \
-      "Time the poll loop spent in iterations that moved packets; rate() is the lcore's load, 0 to 1")              \
-    X(ring_enqueued, "ring_enqueued", "", every_lcore, count, "Packets an RX lcore handed to a worker's input ring")   \
-    X(ring_dequeued, "ring_dequeued", "", every_lcore, count, "Packets a worker took from its input ring")            \
-    X(conn_inserts, "conn_inserts", "sluice_conntrack_inserts_total", table_workers, count,                         \
-      "Connections a worker started tracking")                                                                      \
-    X(conn_expired, "conn_expired", "sluice_conntrack_expired_total", table_workers, count,                         \
-      "Connections a worker stopped tracking (timed out, or removed early: a backend removed with drop, a NAT "     \
-      "connection that found no port, a client that gave up a SYN-proxy handshake)")                                \
-    X(rejects_sent, "rejects_sent", "sluice_rejects_sent_total", workers, count,                                    \
-      "TCP RSTs and ICMP unreachables sent for reject rules")                                                       \
-    X(too_big_sent, "too_big_sent", "sluice_icmp_too_big_sent_total", workers, count,                               \
-      "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU")       \
+    X(busy_polls, "busy_polls", "sluice_lcore_busy_polls_total", every_lcore, count,                                 \
+      "Poll loop iterations that moved packets")                                                                     \
+    X(busy_cycles, "busy_cycles", "sluice_lcore_busy_seconds_total", every_lcore, tsc_cycles,                        \
+      "Time the poll loop spent in iterations that moved packets; rate() is the lcore's load, 0 to 1")               \
+    X(ring_enqueued, "ring_enqueued", "", every_lcore, count, "Packets an RX lcore handed to a worker's input ring") \
+    X(ring_dequeued, "ring_dequeued", "", every_lcore, count, "Packets a worker took from its input ring")           \
+    X(conn_inserts, "conn_inserts", "sluice_conntrack_inserts_total", table_workers, count,                          \
+      "Connections a worker started tracking")                                                                       \
+    X(conn_expired, "conn_expired", "sluice_conntrack_expired_total", table_workers, count,                          \
+      "Connections a worker stopped tracking (timed out, or removed early: a backend removed with drop, a NAT "      \
+      "connection that found no port, a client that gave up a SYN-proxy handshake)")                                 \
+    X(rejects_sent, "rejects_sent", "sluice_rejects_sent_total", workers, count,                                     \
+      "TCP RSTs and ICMP unreachables sent for reject rules")                                                        \
+    X(too_big_sent, "too_big_sent", "sluice_icmp_too_big_sent_total", workers, count,                                \
+      "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU")        \
     X(error_replies_limited, "error_replies_limited", "sluice_error_replies_limited_total", workers, count,          \
-      "Reject replies and ICMP too-big and time-exceeded errors a worker did not send: over "                       \
-      "dataplane.max_error_replies_per_second")                                                                     \
-    X(echo_replies, "echo_replies", "sluice_icmp_echo_replies_total", workers, count,                               \
-      "ICMP and ICMPv6 echo replies sent for pings of sluice's own addresses (ports' addresses, VIPs, NAT pool)")   \
-    X(time_exceeded_sent, "time_exceeded_sent", "sluice_icmp_time_exceeded_sent_total", workers, count,             \
+      "Reject replies and ICMP too-big and time-exceeded errors a worker did not send: over "                        \
+      "dataplane.max_error_replies_per_second")                                                                      \
+    X(echo_replies, "echo_replies", "sluice_icmp_echo_replies_total", workers, count,                                \
+      "ICMP and ICMPv6 echo replies sent for pings of sluice's own addresses (ports' addresses, VIPs, NAT pool)")    \
+    X(time_exceeded_sent, "time_exceeded_sent", "sluice_icmp_time_exceeded_sent_total", workers, count,              \
       "ICMP time-exceeded errors sent for packets whose TTL or hop limit expired, from the ingress port's address")  \
-    X(neighbour_replies, "neighbour_replies", "", every_lcore, count,                                               \
-      "ARP replies and NAs sent for sluice's addresses")                                                            \
-    X(neighbour_solicitations, "neighbour_solicitations", "", every_lcore, count,                                   \
-      "ARP requests and NSs sent to resolve next hops and backends")                                                \
-    X(neighbour_events_lost, "neighbour_events_lost", "", every_lcore, count,                                       \
-      "Learned neighbours the full event ring could not take to the control thread")                                \
-    X(log_suppressed, "", "", every_lcore, count, "Decisions to log that the log rate (or a full ring) left out")   \
-    X(lb_adoptions, "lb_stateless_adoptions", "sluice_lb_stateless_adoptions_total", workers, count,                \
-      "dsr/tunnel connections a worker picked up mid-stream by Maglev (no SYN seen: another instance opened them)") \
-    X(lb_stateless_forwards, "lb_stateless_forwards", "sluice_lb_stateless_forwards_total", workers, count,         \
-      "FINs and RSTs of unknown dsr/tunnel connections a worker sent to their Maglev backend without an entry")     \
-    X(syn_cookies_sent, "syn_cookies_sent", "sluice_syn_cookies_sent_total", workers, count,                        \
-      "SYN+ACKs with a SYN cookie a worker sent for syn_proxy services (no state made)")                            \
-    X(syn_cookies_accepted, "syn_cookies_accepted", "sluice_syn_cookies_accepted_total", workers, count,            \
+    X(neighbour_replies, "neighbour_replies", "", every_lcore, count,                                                \
+      "ARP replies and NAs sent for sluice's addresses")                                                             \
+    X(neighbour_solicitations, "neighbour_solicitations", "", every_lcore, count,                                    \
+      "ARP requests and NSs sent to resolve next hops and backends")                                                 \
+    X(neighbour_events_lost, "neighbour_events_lost", "", every_lcore, count,                                        \
+      "Learned neighbours the full event ring could not take to the control thread")                                 \
+    X(log_suppressed, "", "", every_lcore, count, "Decisions to log that the log rate (or a full ring) left out")    \
+    X(lb_adoptions, "lb_stateless_adoptions", "sluice_lb_stateless_adoptions_total", workers, count,                 \
+      "dsr/tunnel connections a worker picked up mid-stream by Maglev (no SYN seen: another instance opened them)")  \
+    X(lb_stateless_forwards, "lb_stateless_forwards", "sluice_lb_stateless_forwards_total", workers, count,          \
+      "FINs and RSTs of unknown dsr/tunnel connections a worker sent to their Maglev backend without an entry")      \
+    X(syn_cookies_sent, "syn_cookies_sent", "sluice_syn_cookies_sent_total", workers, count,                         \
+      "SYN+ACKs with a SYN cookie a worker sent for syn_proxy services (no state made)")                             \
+    X(syn_cookies_accepted, "syn_cookies_accepted", "sluice_syn_cookies_accepted_total", workers, count,             \
       "ACKs with a valid SYN cookie: connections a worker opened towards their backend")
 
 enum class LcoreCounter : uint8_t {
@@ -66,10 +66,10 @@ enum class LcoreCounter : uint8_t {
 
 // Each port's software counters, kept by the lcores: /sluice/stats "port/NAME/<member>", Prometheus
 // sluice_port_<member>_total{port}.
-#define SLUICE_PORT_COUNTERS(X)               \
-    X(rx_packets, "Packets received")         \
-    X(rx_bytes, "Bytes received")             \
-    X(tx_packets, "Packets transmitted")      \
+#define SLUICE_PORT_COUNTERS(X)          \
+    X(rx_packets, "Packets received")    \
+    X(rx_bytes, "Bytes received")        \
+    X(tx_packets, "Packets transmitted") \
     X(tx_bytes, "Bytes transmitted")
 
 struct PortCounters {
@@ -111,11 +111,11 @@ enum class CounterUnit : uint8_t {
 };
 
 struct LcoreCounterInfo {
-    std::string_view name;            // the member's name
-    uint64_t LcoreCounters::*lcore;   // the owning lcore's slot
-    uint64_t CounterTotals::*total;   // its sum
-    std::string_view telemetry_key;   // "": not in /sluice/stats
-    std::string_view family;          // "": not exported to Prometheus
+    std::string_view name;           // the member's name
+    uint64_t LcoreCounters::*lcore;  // the owning lcore's slot
+    uint64_t CounterTotals::*total;  // its sum
+    std::string_view telemetry_key;  // "": not in /sluice/stats
+    std::string_view family;         // "": not exported to Prometheus
     CounterExporters exported_by;
     CounterUnit unit;
     std::string_view help;

@@ -7,8 +7,8 @@
 
 #include <sys/random.h>
 
-#include <rte_lcore.h>
 #include <rte_cycles.h>
+#include <rte_lcore.h>
 #include <rte_malloc.h>
 
 #include <spdlog/spdlog.h>
@@ -25,7 +25,8 @@ namespace {
 void release_connection(void* arg, const ConnEntry& entry) {
     auto& ctx = *static_cast<LcoreContext*>(arg);
     if (entry.nat_port != 0) ctx.nat_ports->release(entry.nat_address, entry.nat_port);
-    if (entry.backend != 0 && entry.backend <= kMaxBackends) counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
+    if (entry.backend != 0 && entry.backend <= kMaxBackends)
+        counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
 }
 
 }  // namespace
@@ -56,11 +57,13 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         throw StartupError("cannot set up RCU (QSBR) for the snapshot");
 
     // ARP/ND: every worker reports senders to the control thread; the control thread asks worker 0 to solicit.
-    neighbour_events_ = rte_ring_create_elem("sluice_nd_events", sizeof(NeighbourEvent), 1024, SOCKET_ID_ANY, RING_F_SC_DEQ);
+    neighbour_events_ =
+        rte_ring_create_elem("sluice_nd_events", sizeof(NeighbourEvent), 1024, SOCKET_ID_ANY, RING_F_SC_DEQ);
     neighbour_requests_ = rte_ring_create_elem("sluice_nd_requests", sizeof(NeighbourRequest), 256, SOCKET_ID_ANY,
                                                RING_F_SP_ENQ | RING_F_SC_DEQ);
     if (!neighbour_events_ || !neighbour_requests_) throw StartupError("cannot create the neighbour rings");
-    decision_log_ = rte_ring_create_elem("sluice_decision_log", sizeof(DecisionLogRecord), 1024, SOCKET_ID_ANY, RING_F_SC_DEQ);
+    decision_log_ =
+        rte_ring_create_elem("sluice_decision_log", sizeof(DecisionLogRecord), 1024, SOCKET_ID_ANY, RING_F_SC_DEQ);
     if (!decision_log_) throw StartupError("cannot create the decision log ring");
 
     // Several RX lcores may feed one ring; only its worker takes from it.
@@ -68,8 +71,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
     for (const LcorePlan& plan : spec.lcores) {
         if (!plan.worker) continue;
         const std::string name = "sluice_w" + std::to_string(rings_.size());
-        rte_ring* ring = rte_ring_create(name.c_str(), spec.ring_size, static_cast<int>(rte_lcore_to_socket_id(plan.lcore_id)),
-                                         ring_flags);
+        rte_ring* ring = rte_ring_create(name.c_str(), spec.ring_size,
+                                         static_cast<int>(rte_lcore_to_socket_id(plan.lcore_id)), ring_flags);
         if (!ring) throw StartupError("cannot create ring " + name + ": " + rte_strerror(rte_errno));
         rings_.push_back(ring);
     }
@@ -83,7 +86,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
     uint16_t next_worker = 0;
     for (const LcorePlan& plan : spec.lcores) {
         const int socket = static_cast<int>(rte_lcore_to_socket_id(plan.lcore_id));
-        auto* ctx = static_cast<LcoreContext*>(rte_zmalloc_socket("sluice_lcore", sizeof(LcoreContext), kCacheLine, socket));
+        auto* ctx =
+            static_cast<LcoreContext*>(rte_zmalloc_socket("sluice_lcore", sizeof(LcoreContext), kCacheLine, socket));
         if (!ctx) throw StartupError("out of memory for lcore " + std::to_string(plan.lcore_id) + "'s context");
         new (ctx) LcoreContext{};
         contexts_.push_back(ctx);
@@ -104,7 +108,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         std::copy(plan.rx_queues.begin(), plan.rx_queues.end(), ctx->rx_queues.begin());
         if (plan.rx && spec.conntrack) {
             try {
-                ctx->fragments = new FragmentTracker("sluice_frag" + std::to_string(plan.lcore_id), socket, rte_get_tsc_hz());
+                ctx->fragments =
+                    new FragmentTracker("sluice_frag" + std::to_string(plan.lcore_id), socket, rte_get_tsc_hz());
             } catch (const std::exception& e) {
                 throw StartupError(std::string("lcore ") + std::to_string(plan.lcore_id) + ": " + e.what());
             }
@@ -125,17 +130,18 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
             try {
                 ctx->conn_table = new ConnTable("sluice_ct" + std::to_string(next_worker), spec.conn_table_size, socket,
                                                 spec.conn_timeouts, rte_get_tsc_hz(), spec.conn_table_ipv6_size);
-                ctx->rule_traffic = static_cast<RuleTraffic*>(
-                    rte_zmalloc_socket("sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
+                ctx->rule_traffic = static_cast<RuleTraffic*>(rte_zmalloc_socket(
+                    "sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
                 if (!ctx->rule_traffic) throw std::runtime_error("out of memory for rule counters");
-                ctx->backend_traffic = static_cast<BackendTraffic*>(
-                    rte_zmalloc_socket("sluice_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
+                ctx->backend_traffic = static_cast<BackendTraffic*>(rte_zmalloc_socket(
+                    "sluice_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
                 if (!ctx->backend_traffic) throw std::runtime_error("out of memory for backend counters");
                 ctx->nat_ports = new NatPortPool(spec.nat_port_first, spec.nat_port_last, next_worker,
                                                  static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
                 ctx->conn_table->set_release_hook(release_connection, ctx);
             } catch (const std::exception& e) {
-                throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " + e.what());
+                throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " +
+                                   e.what());
             }
         }
         ++next_worker;
@@ -259,7 +265,8 @@ std::vector<NeighbourEvent> Dataplane::take_neighbour_events(std::size_t max) {
 }
 
 std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& filter, std::size_t max_records,
-                                                             const Snapshot* candidate, std::chrono::milliseconds timeout) {
+                                                             const Snapshot* candidate,
+                                                             std::chrono::milliseconds timeout) {
     std::vector<std::unique_ptr<FlowWalk>> walks;
     std::vector<LcoreContext*> workers;
     for (LcoreContext* ctx : contexts_) {

@@ -25,11 +25,11 @@ struct DataplaneSpec {
     std::vector<uint16_t> tx_port_ids;  // every port; each worker owns TX queue <worker index> on each
     uint32_t ring_size = 4096;          // per worker, a power of two
     uint32_t idle_sleep_us = 0;
-    bool conntrack = false;             // one connection table per worker (the firewall is on, or services exist)
+    bool conntrack = false;  // one connection table per worker (the firewall is on, or services exist)
     uint32_t conn_table_size = 0;
     uint32_t conn_table_ipv6_size = 0;  // 0: ConnTable's default share
     ConnTimeouts conn_timeouts;
-    uint16_t nat_port_first = 1024;     // each worker's NAT ports: those of this range it owns (nat_ports.hpp)
+    uint16_t nat_port_first = 1024;  // each worker's NAT ports: those of this range it owns (nat_ports.hpp)
     uint16_t nat_port_last = 65535;
     std::size_t nat_pool_addresses = 0;
     rte_mempool* solicitation_pool = nullptr;  // worker 0 builds ARP/ND solicitations from it

@@ -54,8 +54,13 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget) {
         if (!matches(walk.filter, tuple)) continue;
         ++walk.matched;
         if (walk.records.size() < walk.max_records)  // reserved: never reallocates
-            walk.records.push_back({tuple, e.state, e.backend, e.nat_port, {e.packets[0], e.packets[1]},
-                                    {e.bytes[0], e.bytes[1]}, e.expires_tsc});
+            walk.records.push_back({tuple,
+                                    e.state,
+                                    e.backend,
+                                    e.nat_port,
+                                    {e.packets[0], e.packets[1]},
+                                    {e.bytes[0], e.bytes[1]},
+                                    e.expires_tsc});
     }
     if (walk.cursor >= end) walk.done.store(true, std::memory_order_release);
 }

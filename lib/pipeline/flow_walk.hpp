@@ -17,9 +17,9 @@ struct Snapshot;
 struct LcoreContext;
 
 struct FlowRecord {
-    FiveTuple tuple;        // initiator -> responder
+    FiveTuple tuple;  // initiator -> responder
     ConnState state;
-    uint32_t backend;       // stable id + 1, 0 when not balanced
+    uint32_t backend;  // stable id + 1, 0 when not balanced
     uint16_t nat_port;
     uint64_t packets[2];
     uint64_t bytes[2];
@@ -30,25 +30,25 @@ struct FlowFilter {
     bool by_address = false;  // either endpoint is `address`
     IpAddress address{};
     IpFamily family = IpFamily::none;
-    uint16_t port = 0;        // either endpoint's port (host order), 0: any
-    uint8_t proto = 0;        // 0: any
+    uint16_t port = 0;  // either endpoint's port (host order), 0: any
+    uint8_t proto = 0;  // 0: any
 };
 
 struct FlowWalk {
     FlowFilter filter;
-    std::size_t max_records = 0;       // records.capacity() is reserved to this before the walk starts
+    std::size_t max_records = 0;  // records.capacity() is reserved to this before the walk starts
     std::vector<FlowRecord> records;
-    uint64_t matched = 0;              // all matching connections, recorded or not
+    uint64_t matched = 0;  // all matching connections, recorded or not
 
     // reload --dry-run: each connection re-judged by a candidate snapshot (rules; Maglev for balanced ones).
     const Snapshot* candidate = nullptr;
     uint64_t examined = 0;
-    uint64_t would_deny = 0;           // the candidate's rules would refuse it as a new connection
-    uint64_t backend_gone_drop = 0;    // its backend leaves the config and its service drops such connections
-    uint64_t backend_gone_keep = 0;    // its backend leaves the config; the connection is kept until it ends
-    uint64_t maglev_moves = 0;         // as a new connection it would get another backend (sticky: it does not move)
+    uint64_t would_deny = 0;         // the candidate's rules would refuse it as a new connection
+    uint64_t backend_gone_drop = 0;  // its backend leaves the config and its service drops such connections
+    uint64_t backend_gone_keep = 0;  // its backend leaves the config; the connection is kept until it ends
+    uint64_t maglev_moves = 0;       // as a new connection it would get another backend (sticky: it does not move)
 
-    uint32_t cursor = 0;               // worker: next slot
+    uint32_t cursor = 0;  // worker: next slot
     std::atomic<bool> done{false};
 };
 

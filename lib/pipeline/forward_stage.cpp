@@ -92,7 +92,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         IpAddress client, vip;
         uint16_t client_port, vip_port;
         ctx.conn_table->origin(route.conn, client, client_port, vip, vip_port);
-        if (!nat_rewrite_icmp_error(m, meta, client, client, client_port, vip, vip_port)) return DropReason::icmp_bad_quote;
+        if (!nat_rewrite_icmp_error(m, meta, client, client, client_port, vip, vip_port))
+            return DropReason::icmp_bad_quote;
         rewrite_hop(m, meta, out);
         return DropReason::none;
     }
@@ -101,8 +102,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
     if (SLUICE_UNLIKELY(route.kind == RouteKind::nat_icmp_to_backend)) {
         // About sluice's reply VIP -> client: to the backend, about its own reply to pool:port.
         const ConnEntry& entry = ctx.conn_table->entry(route.conn);
-        if (!nat_rewrite_icmp_error(m, meta, backend.address, backend.address, backend.port_be, lb.pool[entry.nat_address],
-                                    rte_cpu_to_be_16(entry.nat_port)))
+        if (!nat_rewrite_icmp_error(m, meta, backend.address, backend.address, backend.port_be,
+                                    lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port)))
             return DropReason::icmp_bad_quote;
         rewrite_hop(m, meta, out);
         return DropReason::none;
@@ -113,7 +114,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         if (SLUICE_UNLIKELY((entry.flags & (kConnFlagSynProxy | kConnFlagSynProxyPending)) == kConnFlagSynProxy) &&
             meta.l4_offset) {
             uint8_t* tcp = rte_pktmbuf_mtod_offset(m, uint8_t*, meta.l4_offset);
-            if (tcp[13] & RTE_TCP_ACK_FLAG) tcp_shift_ack(tcp, ctx.conn_table->seq_shift(static_cast<int32_t>(entry.peer)));
+            if (tcp[13] & RTE_TCP_ACK_FLAG)
+                tcp_shift_ack(tcp, ctx.conn_table->seq_shift(static_cast<int32_t>(entry.peer)));
         }
         uint16_t dst_port = meta.fragment_dst_port;  // a later fragment has no L4 header
         if (meta.l4_offset) std::memcpy(&dst_port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
@@ -122,12 +124,11 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         rewrite_hop(m, meta, out);
         return DropReason::none;
     }
-    case LbMode::dsr:
-        rewrite_l2(m, meta, out.dst_mac, out.src_mac);
-        return DropReason::none;
+    case LbMode::dsr: rewrite_l2(m, meta, out.dst_mac, out.src_mac); return DropReason::none;
     case LbMode::tunnel: {
         const IpAddress& source = meta.family == IpFamily::ipv4 ? lb.tunnel_source_v4 : lb.tunnel_source_v6;
-        if (!encapsulate(m, meta, source, backend.address, snapshot.port_mtu[out.out_port])) return DropReason::tunnel_too_big;
+        if (!encapsulate(m, meta, source, backend.address, snapshot.port_mtu[out.out_port]))
+            return DropReason::tunnel_too_big;
         auto* eth = rte_pktmbuf_mtod(m, rte_ether_hdr*);
         eth->dst_addr = out.dst_mac;
         eth->src_addr = out.src_mac;
@@ -166,7 +167,8 @@ bool routed_hop(const Snapshot& snapshot, const PacketRoute* route) {
 
 }  // namespace
 
-void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count, const PacketRoute* routes) {
+void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
+                   const PacketRoute* routes) {
     rte_mbuf* dropped[kBurst];
     uint16_t dropped_count = 0;
     for (uint16_t i = 0; i < count; ++i) {
@@ -184,8 +186,9 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             // from the packet's destination would show traceroute a hop that is not there.
             verdict = DropReason::ttl_expired;
             const IpAddress* own = port_address(snapshot, meta.family, in_port);
-            if (own && write_error_reply(ctx, snapshot, rte_rdtsc(),
-                                         [&] { return make_time_exceeded(m, meta, *own, snapshot.port_mac[in_port]); })) {
+            if (own && write_error_reply(ctx, snapshot, rte_rdtsc(), [&] {
+                    return make_time_exceeded(m, meta, *own, snapshot.port_mac[in_port]);
+                })) {
                 ctx.counters.drop(verdict);
                 counter_add(ctx.counters.time_exceeded_sent);
                 send_out(ctx, in_port, m);
@@ -196,7 +199,8 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             // sluice does not fragment. The sender learns the path MTU, as from any router on the path (RFC 1191,
             // RFC 8201), unless it allowed fragmentation (IPv4 without DF): that packet is only dropped.
             verdict = mtu == snapshot.port_mtu[entry.out_port] ? DropReason::frame_too_big : DropReason::tunnel_too_big;
-            if (write_error_reply(ctx, snapshot, rte_rdtsc(), [&] { return make_too_big(m, meta, mtu, snapshot.port_mac[in_port]); })) {
+            if (write_error_reply(ctx, snapshot, rte_rdtsc(),
+                                  [&] { return make_too_big(m, meta, mtu, snapshot.port_mac[in_port]); })) {
                 ctx.counters.drop(verdict);  // the packet is, its error goes back out of the port it came in on
                 counter_add(ctx.counters.too_big_sent);
                 send_out(ctx, in_port, m);

@@ -4,8 +4,8 @@
 
 #include <netinet/in.h>
 
-#include <rte_tcp.h>
 #include <rte_malloc.h>
+#include <rte_tcp.h>
 
 #include "common/compiler.hpp"
 #include "common/ip_proto.hpp"
@@ -60,7 +60,8 @@ DropReason FragmentTracker::annotate(rte_mbuf* m, uint64_t now_tsc) {
         meta.fragment_src_port = src_port;
         meta.fragment_dst_port = dst_port;
     } else {
-        if (tuple.proto == kIpProtoTcp && info.offset < sizeof(rte_tcp_hdr)) return DropReason::fragment_invalid;  // rewrites the TCP header
+        if (tuple.proto == kIpProtoTcp && info.offset < sizeof(rte_tcp_hdr))
+            return DropReason::fragment_invalid;  // rewrites the TCP header
         const int32_t position = rte_hash_lookup(table_, &key);
         if (position < 0) return DropReason::fragment_unmatched;
         const Record& record = records_[position];

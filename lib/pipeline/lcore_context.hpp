@@ -67,7 +67,7 @@ static_assert(sizeof(NeighbourRequest) == 40);
 // A firewall decision to log (rules with `log: true`), worker -> control thread. 48 bytes: an rte_ring element.
 struct DecisionLogRecord {
     FiveTuple tuple;
-    uint32_t rule;       // rule id in the snapshot that decided, UINT32_MAX: the default
+    uint32_t rule;  // rule id in the snapshot that decided, UINT32_MAX: the default
     uint16_t in_port;
     RuleAction action;
     uint8_t reserved;
@@ -81,9 +81,9 @@ enum class RouteKind : uint8_t { plain, to_backend, nat_reply, nat_icmp_to_clien
 inline constexpr uint32_t kNoService = UINT32_MAX;
 
 struct PacketRoute {
-    int32_t conn = -1;        // the connection's entry (to_backend, nat_icmp_to_backend; -1 for a dsr/tunnel FIN or
-                              // RST sent on without one), or its alias entry (nat_reply, nat_icmp_to_client)
-    uint32_t backend = 0;     // stable backend id (to_backend, nat_reply)
+    int32_t conn = -1;     // the connection's entry (to_backend, nat_icmp_to_backend; -1 for a dsr/tunnel FIN or
+                           // RST sent on without one), or its alias entry (nat_reply, nat_icmp_to_client)
+    uint32_t backend = 0;  // stable backend id (to_backend, nat_reply)
     RouteKind kind = RouteKind::plain;
 };
 
@@ -128,22 +128,22 @@ struct alignas(kCacheLine) LcoreContext {
     unsigned qsbr_thread_id = 0;
     std::array<RxQueue, kMaxRxQueuesPerLcore> rx_queues{};
     std::array<rte_ring*, kMaxWorkers> worker_rings{};  // input ring of every worker
-    std::array<uint16_t, RTE_MAX_ETHPORTS> tx_ports{};    // ports this worker may send on
+    std::array<uint16_t, RTE_MAX_ETHPORTS> tx_ports{};  // ports this worker may send on
     uint16_t tx_port_count = 0;
     std::array<rte_eth_dev_tx_buffer*, RTE_MAX_ETHPORTS> tx_buffers{};
     std::array<TxDropSink, RTE_MAX_ETHPORTS> tx_drop_sinks{};
     SharedState* shared = nullptr;
-    ConnTable* conn_table = nullptr;  // workers, when the firewall is on
-    RuleTraffic* rule_traffic = nullptr;  // kMaxCountedRules entries, with conn_table
+    ConnTable* conn_table = nullptr;            // workers, when the firewall is on
+    RuleTraffic* rule_traffic = nullptr;        // kMaxCountedRules entries, with conn_table
     BackendTraffic* backend_traffic = nullptr;  // kMaxBackends entries, with conn_table
-    NatPortPool* nat_ports = nullptr;     // with conn_table
-    FragmentTracker* fragments = nullptr; // rx lcores, when connections are tracked (fragments.hpp)
-    rte_ring* neighbour_events = nullptr;   // every worker -> control thread (MP/SC)
-    rte_ring* decision_log = nullptr;       // every worker -> control thread (MP/SC)
-    rte_ring* neighbour_requests = nullptr; // control thread -> worker 0 only (SP/SC)
-    rte_mempool* pool = nullptr;            // worker 0: where its solicitations come from
-    SipHashKey syn_cookie_key{};            // workers: the process's SYN cookie key (syn_proxy.hpp)
-    uint64_t syn_cookie_period_tsc = 0;     // a cookie period in TSC cycles
+    NatPortPool* nat_ports = nullptr;           // with conn_table
+    FragmentTracker* fragments = nullptr;       // rx lcores, when connections are tracked (fragments.hpp)
+    rte_ring* neighbour_events = nullptr;       // every worker -> control thread (MP/SC)
+    rte_ring* decision_log = nullptr;           // every worker -> control thread (MP/SC)
+    rte_ring* neighbour_requests = nullptr;     // control thread -> worker 0 only (SP/SC)
+    rte_mempool* pool = nullptr;                // worker 0: where its solicitations come from
+    SipHashKey syn_cookie_key{};                // workers: the process's SYN cookie key (syn_proxy.hpp)
+    uint64_t syn_cookie_period_tsc = 0;         // a cookie period in TSC cycles
 
     // Set by the control thread (a walk of this worker's connections, flow_walk.hpp); cleared by it once done.
     std::atomic<FlowWalk*> walk{nullptr};
@@ -153,7 +153,7 @@ struct alignas(kCacheLine) LcoreContext {
     uint64_t next_drain_tsc = 0;
     uint64_t drain_interval_tsc = 0;
     uint32_t idle_streak = 0;
-    double log_tokens = 0;          // decision-log token bucket (firewall.log_rate, burst of one second)
+    double log_tokens = 0;  // decision-log token bucket (firewall.log_rate, burst of one second)
     uint64_t log_refill_tsc = 0;
     TokenBucket new_connections{0.0, 0, 0, 0};  // Snapshot::new_connections; starts full (refilled since tsc 0)
     TokenBucket error_replies{0.0, 0, 0, 0};    // Snapshot::error_replies; the same

@@ -101,7 +101,8 @@ inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, con
     const uint8_t proto = v4 ? q[9] : q[6];
     uint16_t fragment_be = 0, port_be;
     if (v4) std::memcpy(&fragment_be, q + 6, 2);
-    if ((proto != kIpProtoTcp && proto != kIpProtoUdp) || avail < header + 4 || (rte_be_to_cpu_16(fragment_be) & 0x1fff))
+    if ((proto != kIpProtoTcp && proto != kIpProtoUdp) || avail < header + 4 ||
+        (rte_be_to_cpu_16(fragment_be) & 0x1fff))
         return worker_for_hash(meta.flow_hash, workers);  // no ports quoted: not a NAT connection's
     IpAddress src{};
     std::memcpy(src.bytes, q + (v4 ? 12 : 8), v4 ? 4 : 16);
@@ -113,12 +114,14 @@ inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, con
 // The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
 // worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
 inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
-    if (SLUICE_UNLIKELY(meta.flags & kMetaIcmpError) && !lb.pool.empty()) return icmp_error_worker(m, meta, lb, workers);
+    if (SLUICE_UNLIKELY(meta.flags & kMetaIcmpError) && !lb.pool.empty())
+        return icmp_error_worker(m, meta, lb, workers);
     // ICMP errors go on their quote; fragments on addresses alone, unless the RX lcore gave them their datagram's
     // ports (fragments.hpp): then as the datagram would.
     const bool fragment_ports = meta.flags & kMetaFragmentPorts;
-    if (lb.pool.empty() || (meta.l4_proto != kIpProtoTcp && meta.l4_proto != kIpProtoUdp) || (meta.flags & kMetaIcmpError) ||
-        (meta.l4_offset == 0 && !fragment_ports) || ((meta.flags & kMetaFragment) && !fragment_ports))
+    if (lb.pool.empty() || (meta.l4_proto != kIpProtoTcp && meta.l4_proto != kIpProtoUdp) ||
+        (meta.flags & kMetaIcmpError) || (meta.l4_offset == 0 && !fragment_ports) ||
+        ((meta.flags & kMetaFragment) && !fragment_ports))
         return worker_for_hash(meta.flow_hash, workers);
     const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
     IpAddress dst{};
@@ -220,8 +223,8 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
 
 uint32_t worker_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
     rte_mbuf* pkts[kBurst];
-    const unsigned n = rte_ring_dequeue_burst(ctx.worker_rings[ctx.worker_index], reinterpret_cast<void**>(pkts), kBurst,
-                                              nullptr);
+    const unsigned n =
+        rte_ring_dequeue_burst(ctx.worker_rings[ctx.worker_index], reinterpret_cast<void**>(pkts), kBurst, nullptr);
     if (n == 0) return 0;
     counter_add(ctx.counters.ring_dequeued, n);
     run_pipeline(ctx, snapshot, pkts, static_cast<uint16_t>(n), now_tsc);
@@ -267,14 +270,14 @@ int lcore_main(void* arg) {
         uint32_t moved = 0;
 
         if (ctx.rx) {
-            if (SLUICE_LIKELY(phase == Phase::running))
-                moved += rx_stage(ctx, snapshot, now);
+            if (SLUICE_LIKELY(phase == Phase::running)) moved += rx_stage(ctx, snapshot, now);
             else if (!ctx.rx_quiesced.load(std::memory_order_relaxed))
                 ctx.rx_quiesced.store(true, std::memory_order_release);  // nothing of ours is pending any more
         }
         if (ctx.worker) {
             moved += worker_stage(ctx, snapshot, now);
-            if (ctx.neighbour_requests && ctx.counters.polls % kNeighbourRequestPolls == 0 && !rte_ring_empty(ctx.neighbour_requests))
+            if (ctx.neighbour_requests && ctx.counters.polls % kNeighbourRequestPolls == 0 &&
+                !rte_ring_empty(ctx.neighbour_requests))
                 send_solicitations(ctx, snapshot);
             if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
             if (FlowWalk* walk = ctx.walk.load(std::memory_order_acquire);

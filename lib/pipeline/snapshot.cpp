@@ -23,7 +23,8 @@ bool listed(const std::vector<OwnedAddress>& addresses, IpFamily family, const I
 }  // namespace
 
 bool owns(const Snapshot& snapshot, IpFamily family, const IpAddress& address, uint16_t port) {
-    return listed(snapshot.port_addresses, family, address, port) || listed(snapshot.service_addresses, family, address, port);
+    return listed(snapshot.port_addresses, family, address, port) ||
+           listed(snapshot.service_addresses, family, address, port);
 }
 
 bool is_port_address(const Snapshot& snapshot, IpFamily family, const IpAddress& address) {

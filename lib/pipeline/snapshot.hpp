@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <rte_ether.h>
 #include <rte_ethdev.h>
+#include <rte_ether.h>
 
 #include "classify/acl_classifier.hpp"
 #include "classify/rule.hpp"
@@ -74,7 +74,8 @@ struct TokenBucket {
 // Takes a token from the bucket, refilled first for the time since its last use; false when none is left.
 // Fast-path safe; the caller owns the bucket (a worker's own, or its lcore slot's).
 inline bool take_token(TokenBucket& bucket, const RateLimit& limit, uint64_t now_tsc) {
-    bucket.tokens = std::min(limit.burst, bucket.tokens + static_cast<double>(now_tsc - bucket.last_tsc) * limit.tokens_per_tsc);
+    bucket.tokens =
+        std::min(limit.burst, bucket.tokens + static_cast<double>(now_tsc - bucket.last_tsc) * limit.tokens_per_tsc);
     bucket.last_tsc = now_tsc;
     if (bucket.tokens < 1.0) return false;
     bucket.tokens -= 1.0;
@@ -86,7 +87,7 @@ inline constexpr std::size_t kSourceBuckets = 1024;  // per limited rule and lco
 struct RateLimiterState {
     std::vector<uint32_t> first_bucket;  // by rule id: index of its buckets in a slot's range (limited rules only)
     std::size_t buckets_per_slot = 0;
-    std::vector<TokenBucket> buckets;    // slot s owns [s * buckets_per_slot, (s + 1) * buckets_per_slot)
+    std::vector<TokenBucket> buckets;  // slot s owns [s * buckets_per_slot, (s + 1) * buckets_per_slot)
 };
 
 // The early-drop sets' tables and the prefixes they were built from. The snapshots of reloads that leave those
@@ -117,26 +118,24 @@ struct FirewallTables {
     std::shared_ptr<const AclClassifier> acl_v6;
     std::vector<uint32_t> v4_rule_ids;  // index in acl_v4's rules -> rule id (its place in the config)
     std::vector<uint32_t> v6_rule_ids;
-    std::vector<RuleAction> actions;    // by rule id
-    std::vector<uint32_t> stable_ids;   // by rule id: the rule's id for the daemon's life (by name), kept in entries
+    std::vector<RuleAction> actions;   // by rule id
+    std::vector<uint32_t> stable_ids;  // by rule id: the rule's id for the daemon's life (by name), kept in entries
     std::vector<std::string> rule_names;
-    rte_fib* blocklist_v4 = nullptr;    // early-drop prefix sets, matched on source addresses by RX lcores
-    rte_lpm6* blocklist_v6 = nullptr;   // (both owned by blocklist)
+    rte_fib* blocklist_v4 = nullptr;   // early-drop prefix sets, matched on source addresses by RX lcores
+    rte_lpm6* blocklist_v6 = nullptr;  // (both owned by blocklist)
     std::shared_ptr<const Blocklist> blocklist;
     std::size_t blocklist_prefixes = 0;
-    std::unique_ptr<RuleHits> hits;     // mutable counters, see RuleHits
-    std::vector<RateLimit> limits;      // by rule id
-    std::vector<uint8_t> log_rule;      // by rule id: 1 when its decisions are logged
+    std::unique_ptr<RuleHits> hits;  // mutable counters, see RuleHits
+    std::vector<RateLimit> limits;   // by rule id
+    std::vector<uint8_t> log_rule;   // by rule id: 1 when its decisions are logged
     bool log_default = false;
-    double log_tokens_per_tsc = 0;      // each worker's decision-log budget (firewall.log_rate)
+    double log_tokens_per_tsc = 0;              // each worker's decision-log budget (firewall.log_rate)
     std::unique_ptr<RateLimiterState> limiter;  // mutable, per lcore slot; null when no rule is limited
 
     FirewallTables() = default;
     FirewallTables(const FirewallTables&) = delete;
 
-    const AclClassifier* acl(IpFamily family) const {
-        return family == IpFamily::ipv4 ? acl_v4.get() : acl_v6.get();
-    }
+    const AclClassifier* acl(IpFamily family) const { return family == IpFamily::ipv4 ? acl_v4.get() : acl_v6.get(); }
     const std::vector<uint32_t>& rule_ids(IpFamily family) const {
         return family == IpFamily::ipv4 ? v4_rule_ids : v6_rule_ids;
     }

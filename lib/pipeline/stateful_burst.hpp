@@ -58,8 +58,8 @@ struct StatefulBurst {
     tcp::Pickup pickup[kBurst];    // a mid-stream TCP packet to a dsr or tunnel VIP (docs/architecture.md)
     uint32_t pickup_rule[kBurst];  // pickup == forward: the stable id of the rule that allowed it
     SynProxyStep proxy[kBurst];
-    bool echo_to_us[kBurst];       // an echo request to one of sluice's addresses: answered once the rules allow it
-    uint8_t cookie_mss[kBurst];    // proxy == open_backend: the kSynCookieMss index the cookie carried
+    bool echo_to_us[kBurst];          // an echo request to one of sluice's addresses: answered once the rules allow it
+    uint8_t cookie_mss[kBurst];       // proxy == open_backend: the kSynCookieMss index the cookie carried
     uint32_t backend_hashes[kBurst];  // a new packet to a service: stable_flow_hash, Maglev's (computed once)
 
     // Packets of no connection: first to be triaged, then by family for the rules.

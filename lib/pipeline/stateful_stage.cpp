@@ -75,8 +75,8 @@ void gather(StatefulBurst& b) {
     const FiveTuple* tuple_ptrs[kBurst] = {};  // {}: GCC cannot see that count >= 1 fills them
     for (uint16_t i = 0; i < b.count; ++i) {
         const PacketMeta& meta = b.meta(i);
-        tuple_from_meta(rte_pktmbuf_mtod(b.mbuf(i), const uint8_t*), rte_pktmbuf_data_len(b.mbuf(i)), meta,
-                        b.tuples[i], b.tcp_flags[i]);
+        tuple_from_meta(rte_pktmbuf_mtod(b.mbuf(i), const uint8_t*), rte_pktmbuf_data_len(b.mbuf(i)), meta, b.tuples[i],
+                        b.tcp_flags[i]);
         tuple_ptrs[i] = &b.tuples[i];
         b.hashes[i] = meta.flow_hash;
         b.route[i] = PacketRoute{};
@@ -139,7 +139,8 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, bool icmp_erro
     count_backend_traffic(b.ctx, backend, b.length(i));
     // Replies of dsr and tunnel connections do not come back through sluice; if they do, they are routed.
     if (!reply) b.route[i] = PacketRoute{conn, backend, RouteKind::to_backend};
-    else if (via_alias) b.route[i] = PacketRoute{position, backend, RouteKind::nat_reply};  // the alias holds the origin
+    else if (via_alias)
+        b.route[i] = PacketRoute{position, backend, RouteKind::nat_reply};  // the alias holds the origin
 }
 
 // Phase 2: packets of known connections are settled; ICMP errors quoting none are dropped; the rest are fresh.

@@ -99,7 +99,7 @@ bool triage(StatefulBurst& b, uint16_t i, tcp::Kind kind) {
 }
 
 bool settle_pending(StatefulBurst& b, uint16_t i, int32_t conn, int32_t position, bool via_alias) {
-    b.drop(i, DropReason::syn_proxy_pending);  // until the backend answers, the client's packets wait (resent)
+    b.drop(i, DropReason::syn_proxy_pending);    // until the backend answers, the client's packets wait (resent)
     if (b.meta(i).l4_offset == 0) return false;  // a later fragment
     const tcp::Kind kind = tcp::classify(b.tcp_flags[i]);
     if (!via_alias) {

@@ -76,18 +76,21 @@ std::vector<PortSpec> prepare_xdp_ports(const std::vector<PortSpec>& ports) {
         std::string name;
         if (const uint32_t id = attached_program(ifindex, name)) {
             if (name != kProgramName)
-                throw StartupError("port '" + spec.name + "': interface " + iface + " already has XDP program '" + name +
-                                   "' (id " + std::to_string(id) + "); remove it (ip link set dev " + iface +
+                throw StartupError("port '" + spec.name + "': interface " + iface + " already has XDP program '" +
+                                   name + "' (id " + std::to_string(id) + "); remove it (ip link set dev " + iface +
                                    " xdp off) or set xdp_steering: off to let the PMD use its own");
             // A sluice killed without its clean stop leaves its program attached, and the PMD attaches only to a
             // free interface.
             if (bpf_xdp_detach(ifindex, 0, nullptr) != 0)
-                throw StartupError("port '" + spec.name + "': cannot remove the XDP program a previous sluice left on " + iface);
-            spdlog::warn("port '{}': removed the XDP program (id {}) a previous sluice left on {}", spec.name, id, iface);
+                throw StartupError("port '" + spec.name +
+                                   "': cannot remove the XDP program a previous sluice left on " + iface);
+            spdlog::warn("port '{}': removed the XDP program (id {}) a previous sluice left on {}", spec.name, id,
+                         iface);
         }
         const std::string program = steering_program_path();
         if (!std::filesystem::exists(program))
-            throw StartupError("port '" + spec.name + "': sluice's XDP program " + program + " is missing (build or install it)");
+            throw StartupError("port '" + spec.name + "': sluice's XDP program " + program +
+                               " is missing (build or install it)");
         spec.device += ",xdp_prog=" + program;
     }
     return prepared;
@@ -126,7 +129,8 @@ std::vector<SteeringEntry> kernel_addresses(const std::string& iface) {
             entry.prefix = {IpAddress::from_v4(reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr), 32};
         } else if (a->ifa_addr->sa_family == AF_INET6) {
             entry.family = IpFamily::ipv6;
-            entry.prefix = {IpAddress::from_v6(reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr.s6_addr), 128};
+            entry.prefix = {IpAddress::from_v6(reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr.s6_addr),
+                            128};
         } else {
             continue;
         }
@@ -148,7 +152,8 @@ XdpSteering::XdpSteering(std::string port, std::string iface) : port_(std::move(
     std::vector<uint32_t> map_ids(16);
     info.nr_map_ids = static_cast<uint32_t>(map_ids.size());
     info.map_ids = reinterpret_cast<uint64_t>(map_ids.data());
-    if (bpf_obj_get_info_by_fd(program.get(), &info, &length) != 0) throw StartupError("port '" + port_ + "': cannot read XDP program " + std::to_string(id) + "'s maps");
+    if (bpf_obj_get_info_by_fd(program.get(), &info, &length) != 0)
+        throw StartupError("port '" + port_ + "': cannot read XDP program " + std::to_string(id) + "'s maps");
     for (uint32_t i = 0; i < std::min<uint32_t>(info.nr_map_ids, map_ids.size()); ++i) {
         UniqueFd fd(bpf_map_get_fd_by_id(map_ids[i]));
         if (!fd.valid()) continue;
@@ -164,7 +169,8 @@ XdpSteering::XdpSteering(std::string port, std::string iface) : port_(std::move(
         if (slot && !slot->valid()) *slot = std::move(fd);
     }
     if (!prefixes_fd_.valid() || !mode_fd_.valid() || !stats_fd_.valid())
-        throw StartupError("port '" + port_ + "': the XDP program on " + iface_ + " lacks sluice's maps (an old build?)");
+        throw StartupError("port '" + port_ + "': the XDP program on " + iface_ +
+                           " lacks sluice's maps (an old build?)");
 }
 
 bool XdpSteering::publish(XdpSteeringMode mode, const std::vector<SteeringEntry>& entries) {
@@ -173,7 +179,8 @@ bool XdpSteering::publish(XdpSteeringMode mode, const std::vector<SteeringEntry>
         const steer_key key = to_key(entry);
         const uint32_t verdict = static_cast<uint32_t>(entry.verdict);
         if (bpf_map_update_elem(prefixes_fd_.get(), &key, &verdict, BPF_ANY) != 0) {
-            spdlog::error("port '{}': XDP steering: cannot add a prefix on {}: {}", port_, iface_, std::strerror(errno));
+            spdlog::error("port '{}': XDP steering: cannot add a prefix on {}: {}", port_, iface_,
+                          std::strerror(errno));
             ok = false;
         }
     }
@@ -202,7 +209,9 @@ SteeringCounters XdpSteering::counters() const {
         if (bpf_map_lookup_elem(stats_fd_.get(), &counter, values.data()) != 0) continue;
         uint64_t sum = 0;
         for (uint64_t v : values) sum += v;
-        (counter == STEER_COUNT_SLUICE ? totals.to_sluice : counter == STEER_COUNT_KERNEL ? totals.to_kernel : totals.other) = sum;
+        (counter == STEER_COUNT_SLUICE   ? totals.to_sluice
+         : counter == STEER_COUNT_KERNEL ? totals.to_kernel
+                                         : totals.other) = sum;
     }
     return totals;
 }

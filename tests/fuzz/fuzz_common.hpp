@@ -13,14 +13,14 @@
 
 #include "common/five_tuple.hpp"
 
-#define FUZZ_CHECK(cond, ...)                                                                  \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
+#define FUZZ_CHECK(cond, ...)                                                                        \
+    do {                                                                                             \
+        if (!(cond)) {                                                                               \
             std::fprintf(stderr, "\nFUZZ_CHECK failed at %s:%d: %s\n  ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__);                                                 \
-            std::fputc('\n', stderr);                                                          \
-            std::abort();                                                                      \
-        }                                                                                      \
+            std::fprintf(stderr, __VA_ARGS__);                                                       \
+            std::fputc('\n', stderr);                                                                \
+            std::abort();                                                                            \
+        }                                                                                            \
     } while (0)
 
 namespace sluice::fuzz {
@@ -88,8 +88,7 @@ inline bool reference_quote(const uint8_t* q, uint32_t avail, IpFamily family, F
         if (l4_avail < 8) return false;
         if (is_echo(t.proto, l4[0])) t.src_port = t.dst_port = raw16(l4 + 4);
         return true;
-    default:
-        return true;
+    default: return true;
     }
 }
 

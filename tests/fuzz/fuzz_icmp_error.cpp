@@ -29,8 +29,9 @@ using namespace sluice::fuzz;
 namespace {
 
 constexpr std::size_t kMaxQuote = 1500;
-constexpr uint8_t kV4Errors[8] = {3, 11, 12, 4, 5, 3, 11, 3};  // unreachable, time exceeded, parameter, quench, redirect
-constexpr uint8_t kV6Errors[8] = {1, 2, 3, 4, 1, 2, 3, 1};     // unreachable, too big, time exceeded, parameter
+constexpr uint8_t kV4Errors[8] = {3, 11, 12, 4,
+                                  5, 3,  11, 3};            // unreachable, time exceeded, parameter, quench, redirect
+constexpr uint8_t kV6Errors[8] = {1, 2, 3, 4, 1, 2, 3, 1};  // unreachable, too big, time exceeded, parameter
 constexpr uint32_t kPadding[4] = {0, 5, 17, 40};
 
 struct Parsed {
@@ -46,8 +47,8 @@ std::vector<uint8_t> exact(const std::vector<uint8_t>& f) { return std::vector<u
 Parsed parse(const std::vector<uint8_t>& frame, bool checksum_verified = false) {
     const std::vector<uint8_t> f = exact(frame);
     Parsed p;
-    p.verdict = parse_frame(f.data(), static_cast<uint32_t>(f.size()), ParseOptions{.ipv4_checksum_verified = checksum_verified},
-                            p.meta, p.tuple, p.datagram_end);
+    p.verdict = parse_frame(f.data(), static_cast<uint32_t>(f.size()),
+                            ParseOptions{.ipv4_checksum_verified = checksum_verified}, p.meta, p.tuple, p.datagram_end);
     return p;
 }
 
@@ -120,7 +121,8 @@ void check_translation(const std::vector<uint8_t>& frame, std::size_t end, const
         return;
     }
     const Parsed t = parse(e);
-    FUZZ_CHECK(t.verdict == DropReason::none, "the translated error parses as %s", std::string(drop_reason_name(t.verdict)).c_str());
+    FUZZ_CHECK(t.verdict == DropReason::none, "the translated error parses as %s",
+               std::string(drop_reason_name(t.verdict)).c_str());
     FiveTuple want = quoted;
     want.src = src;
     want.dst = dst;

@@ -42,8 +42,8 @@ struct Parsed {
 
 Parsed parse(const uint8_t* f, uint32_t n, bool checksum_verified) {
     Parsed p;
-    p.verdict = parse_frame(f, n, ParseOptions{.ipv4_checksum_verified = checksum_verified}, p.meta, p.tuple,
-                            p.datagram_end);
+    p.verdict =
+        parse_frame(f, n, ParseOptions{.ipv4_checksum_verified = checksum_verified}, p.meta, p.tuple, p.datagram_end);
     return p;
 }
 
@@ -98,7 +98,8 @@ void check_accepted(const uint8_t* f, uint32_t n, const Parsed& p) {
         FUZZ_CHECK(m.l4_offset + 8u <= end, "ICMP error header beyond the datagram");
         FUZZ_CHECK(is_icmp_error_type(m.l4_proto, l4[0]), "ICMP type %u taken for an error", l4[0]);
         FiveTuple quoted;
-        FUZZ_CHECK(reference_quote(l4 + 8, end - m.l4_offset - 8, m.family, quoted), "accepted a quote that is unusable");
+        FUZZ_CHECK(reference_quote(l4 + 8, end - m.l4_offset - 8, m.family, quoted),
+                   "accepted a quote that is unusable");
         FUZZ_CHECK(quoted == t, "ICMP error tuple %s, the quote says %s", str(t).c_str(), str(quoted).c_str());
     } else {
         FUZZ_CHECK(t.proto == m.l4_proto, "tuple proto %u, l4_proto %u", t.proto, m.l4_proto);
@@ -129,8 +130,7 @@ void check_accepted(const uint8_t* f, uint32_t n, const Parsed& p) {
                 FUZZ_CHECK(!is_icmp_error_type(m.l4_proto, l4[0]), "ICMP error type %u not flagged", l4[0]);
                 if (is_echo(m.l4_proto, l4[0])) sport = dport = raw16(l4 + 4);
                 break;
-            default:
-                break;
+            default: break;
             }
         }
         FUZZ_CHECK(t.src_port == sport && t.dst_port == dport, "tuple %s, expected ports %u %u", str(t).c_str(),
@@ -212,12 +212,14 @@ void check_nat_rewrite(const uint8_t* f, uint32_t n, const Parsed& p) {
     IpAddress src = p.tuple.dst, dst = p.tuple.src;
     src.bytes[h % len] ^= static_cast<uint8_t>(h >> 8 | 1);
     dst.bytes[(h >> 4) % len] = static_cast<uint8_t>(h >> 16);
-    const uint16_t ports[] = {0, 0xffff, 0x0100, static_cast<uint16_t>(h >> 16), static_cast<uint16_t>(h), p.tuple.src_port};
+    const uint16_t ports[] = {
+        0, 0xffff, 0x0100, static_cast<uint16_t>(h >> 16), static_cast<uint16_t>(h), p.tuple.src_port};
     const uint16_t sport = ports[(h >> 3) % 6], dport = ports[(h >> 11) % 6];
 
     FakeMbuf mb(f, n, RTE_PKTMBUF_HEADROOM);
     nat_rewrite(&mb.m, m, src, sport, dst, dport);
-    FUZZ_CHECK(mb.m.data_off == RTE_PKTMBUF_HEADROOM && mb.m.data_len == n && mb.m.pkt_len == n, "nat_rewrite resized the mbuf");
+    FUZZ_CHECK(mb.m.data_off == RTE_PKTMBUF_HEADROOM && mb.m.data_len == n && mb.m.pkt_len == n,
+               "nat_rewrite resized the mbuf");
     const uint8_t* g = mb.data();
 
     std::vector<bool> may_change(n, false);
@@ -252,13 +254,14 @@ void check_encapsulate(const uint8_t* f, uint32_t n, const Parsed& p) {
     const uint32_t inner_len = ip_end(f, m) - m.l3_offset;
     const uint32_t outer_len = v4(m) ? 20 : 40;
     const uint32_t h = m.flow_hash;
-    static constexpr uint16_t kHeadrooms[] = {0, 2, 14, 20, 34, 40, 54, 64, RTE_PKTMBUF_HEADROOM};  // even: the mbuf data stays 2-aligned
+    static constexpr uint16_t kHeadrooms[] = {
+        0, 2, 14, 20, 34, 40, 54, 64, RTE_PKTMBUF_HEADROOM};  // even: the mbuf data stays 2-aligned
     const uint16_t headroom = kHeadrooms[h % std::size(kHeadrooms)];
     const uint32_t mtus[] = {inner_len + outer_len, inner_len + outer_len - 1, 1500, 9000, 68};
     const uint16_t mtu = static_cast<uint16_t>(std::min<uint32_t>(mtus[(h >> 8) % 5], 65535));
     IpAddress outer_src{}, outer_dst{};
     if (v4(m)) {
-        outer_src = IpAddress::from_v4(htonl(0xc0000201));  // 192.0.2.1
+        outer_src = IpAddress::from_v4(htonl(0xc0000201));              // 192.0.2.1
         outer_dst = IpAddress::from_v4(htonl(0xc6336400 | (h >> 24)));  // 198.51.100.x
     } else {
         const uint8_t s[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
@@ -332,12 +335,15 @@ bool check_reply(const char* what, const uint8_t* f, uint32_t end, const Parsed&
         return false;
     }
     FUZZ_CHECK(mb.m.data_len == mb.m.pkt_len && mb.m.data_off + mb.m.data_len <= mb.buffer.size(),
-               "%s: reply of %u bytes at %u past the %zu-byte buffer", what, mb.m.data_len, mb.m.data_off, mb.buffer.size());
+               "%s: reply of %u bytes at %u past the %zu-byte buffer", what, mb.m.data_len, mb.m.data_off,
+               mb.buffer.size());
     out.assign(mb.data(), mb.data() + mb.m.data_len);
     q = parse(out.data(), static_cast<uint32_t>(out.size()), false);
-    FUZZ_CHECK(q.verdict == DropReason::none, "%s: the reply is dropped: %s", what, std::string(drop_reason_name(q.verdict)).c_str());
+    FUZZ_CHECK(q.verdict == DropReason::none, "%s: the reply is dropped: %s", what,
+               std::string(drop_reason_name(q.verdict)).c_str());
     FUZZ_CHECK(q.meta.family == p.meta.family && q.meta.l3_offset == 14, "%s: reply family/offset", what);
-    FUZZ_CHECK(q.datagram_end == out.size(), "%s: %zu bytes of frame behind a %u-byte datagram", what, out.size(), q.datagram_end);
+    FUZZ_CHECK(q.datagram_end == out.size(), "%s: %zu bytes of frame behind a %u-byte datagram", what, out.size(),
+               q.datagram_end);
     FUZZ_CHECK(reply_checksums_valid(out.data(), q.meta, q.datagram_end), "%s: a checksum of the reply is wrong", what);
     const uint8_t* ip = out.data() + 14;
     const uint8_t* orig = f + p.meta.l3_offset;
@@ -367,13 +373,18 @@ void check_replies(const uint8_t* f, const Parsed& p) {
     // Echo: answered exactly when it is an unfragmented request right behind the IP header, from a unicast source,
     // with a valid ICMP checksum.
     const uint8_t* l4 = f + m.l4_offset;
-    const bool request = m.l4_offset && m.l4_offset + 8u <= end && !error &&
-                         (v4(m) ? m.l4_proto == IPPROTO_ICMP && l4[0] == 8 : m.l4_proto == IPPROTO_ICMPV6 && l4[0] == 128);
+    const bool request =
+        m.l4_offset && m.l4_offset + 8u <= end && !error &&
+        (v4(m) ? m.l4_proto == IPPROTO_ICMP && l4[0] == 8 : m.l4_proto == IPPROTO_ICMPV6 && l4[0] == 128);
     FakeMbuf probe(f, end, headroom);
     FUZZ_CHECK(is_echo_request(&probe.m, m) == request, "is_echo_request says %d", !request);
-    const bool sum_valid = request && (v4(m) ? ones_sum(l4, end - m.l4_offset) == 0xffff : l4_checksum_valid(f, m, end));
-    const bool echo = sum_valid && !(m.flags & kMetaFragment) && answerable && (v4(m) || m.l4_offset - m.l3_offset == 40);
-    if (check_reply("make_echo_reply", f, end, p, headroom, echo, [&](rte_mbuf* mb) { return make_echo_reply(mb, m, own); }, q, out)) {
+    const bool sum_valid =
+        request && (v4(m) ? ones_sum(l4, end - m.l4_offset) == 0xffff : l4_checksum_valid(f, m, end));
+    const bool echo =
+        sum_valid && !(m.flags & kMetaFragment) && answerable && (v4(m) || m.l4_offset - m.l3_offset == 40);
+    if (check_reply(
+            "make_echo_reply", f, end, p, headroom, echo, [&](rte_mbuf* mb) { return make_echo_reply(mb, m, own); }, q,
+            out)) {
         FUZZ_CHECK(q.tuple == p.tuple.reversed(), "echo reply tuple %s", str(q.tuple).c_str());
         FUZZ_CHECK(out.size() == 14 + (end - m.l3_offset), "the echo reply is not the request's size");
     }
@@ -386,18 +397,21 @@ void check_replies(const uint8_t* f, const Parsed& p) {
         if (!check_reply(what, f, end, p, headroom, must, build, q, out)) return;
         FUZZ_CHECK(q.meta.flags & kMetaIcmpError, "%s: the reply is no ICMP error", what);
         const uint32_t quote_at = q.meta.l4_offset + 8;
-        FUZZ_CHECK(std::memcmp(out.data() + quote_at, f + m.l3_offset, std::min<uint32_t>(out.size() - quote_at, 28)) == 0,
+        FUZZ_CHECK(std::memcmp(out.data() + quote_at, f + m.l3_offset, std::min<uint32_t>(out.size() - quote_at, 28)) ==
+                       0,
                    "%s: the quote is not the packet as it came", what);
     };
     error_reply("make_time_exceeded", answerable && room,
                 [&](rte_mbuf* mb) { return make_time_exceeded(mb, m, source, own); });
     const uint16_t mtu = static_cast<uint16_t>(1280 + (h >> 16) % 8000);
-    error_reply("make_too_big", answerable && room ? -1 : 0, [&](rte_mbuf* mb) { return make_too_big(mb, m, mtu, own); });
+    error_reply("make_too_big", answerable && room ? -1 : 0,
+                [&](rte_mbuf* mb) { return make_too_big(mb, m, mtu, own); });
     const auto reject = [&](rte_mbuf* mb) { return make_reject(mb, m, own); };
     if (m.l4_proto != IPPROTO_TCP || m.l4_offset == 0) {
         error_reply("make_reject", -1, reject);
     } else if (check_reply("make_reject", f, end, p, headroom, -1, reject, q, out)) {  // a RST
-        FUZZ_CHECK(q.meta.l4_proto == IPPROTO_TCP && (out[q.meta.l4_offset + 13] & RTE_TCP_RST_FLAG), "the reject is no RST");
+        FUZZ_CHECK(q.meta.l4_proto == IPPROTO_TCP && (out[q.meta.l4_offset + 13] & RTE_TCP_RST_FLAG),
+                   "the reject is no RST");
         FUZZ_CHECK(q.tuple == p.tuple.reversed(), "RST tuple %s", str(q.tuple).c_str());
     }
 }

@@ -19,11 +19,11 @@
 #include <rte_eal.h>
 #include <rte_mempool.h>
 
-static void **held;
+static void** held;
 static unsigned held_count;
 
 /* Takes every object the pool's common store has now; returns how many. */
-static unsigned sweep(struct rte_mempool *mp, unsigned capacity) {
+static unsigned sweep(struct rte_mempool* mp, unsigned capacity) {
     unsigned taken = 0;
     for (unsigned chunk = 256; chunk > 0 && held_count < capacity;) {
         if (chunk > capacity - held_count) chunk = capacity - held_count;
@@ -37,29 +37,29 @@ static unsigned sweep(struct rte_mempool *mp, unsigned capacity) {
     return taken;
 }
 
-static void give_back(struct rte_mempool *mp) {
+static void give_back(struct rte_mempool* mp) {
     rte_mempool_generic_put(mp, held, held_count, NULL);
     held_count = 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s POOL_NAME EAL_ARGS... (with --file-prefix=SLUICE_PREFIX)\n", argv[0]);
         return 2;
     }
-    const char *pool_name = argv[1];
-    argv[1] = argv[0];  /* the EAL takes argv[0] as the program name */
+    const char* pool_name = argv[1];
+    argv[1] = argv[0]; /* the EAL takes argv[0] as the program name */
     if (rte_eal_init(argc - 1, argv + 1) < 0) {
         fprintf(stderr, "pool_hog: rte_eal_init failed\n");
         return 1;
     }
-    struct rte_mempool *mp = rte_mempool_lookup(pool_name);
+    struct rte_mempool* mp = rte_mempool_lookup(pool_name);
     if (!mp) {
         fprintf(stderr, "pool_hog: no mempool named %s\n", pool_name);
         rte_eal_cleanup();
         return 1;
     }
-    held = calloc(mp->size, sizeof(void *));
+    held = calloc(mp->size, sizeof(void*));
     if (!held) return 1;
     sweep(mp, mp->size);
     printf("held %u\n", held_count);
@@ -78,8 +78,7 @@ int main(int argc, char **argv) {
             printf("released %u\n", n);
             fflush(stdout);
             /* Hold nothing more; wait for EOF. */
-            while (fgets(line, sizeof line, stdin)) {
-            }
+            while (fgets(line, sizeof line, stdin)) {}
             break;
         }
     }

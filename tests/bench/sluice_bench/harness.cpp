@@ -101,8 +101,7 @@ void start_eal(Dpdk& d, const Options& o, const char* argv0) {
         d.hugepages = std::none_of(o.eal.begin(), o.eal.end(), [](const std::string& a) { return a == "--no-huge"; });
     }
     const auto names_null = [](const std::string& a) { return a.find("net_null") != std::string::npos; };
-    if (std::none_of(args.begin(), args.end(), names_null))
-        args.emplace_back("--vdev=net_null0,no-rx=1");
+    if (std::none_of(args.begin(), args.end(), names_null)) args.emplace_back("--vdev=net_null0,no-rx=1");
     for (std::size_t i = 1; i < args.size(); ++i) d.eal_line += (i > 1 ? " " : "") + args[i];
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -326,8 +325,9 @@ std::string drops_since(const LcoreCounters& counters, const DropCounts& before)
     std::string out;
     for (std::size_t r = 0; r < kDropReasonCount; ++r) {
         const uint64_t n = counters.drops[r] - before[r];
-        if (n) out += (out.empty() ? "" : ", ") + std::string(drop_reason_name(static_cast<DropReason>(r))) + " " +
-                      std::to_string(n);
+        if (n)
+            out += (out.empty() ? "" : ", ") + std::string(drop_reason_name(static_cast<DropReason>(r))) + " " +
+                   std::to_string(n);
     }
     return out;
 }

@@ -113,8 +113,8 @@ void run_section(const Dpdk& d, const Options& o, const char* name, const std::f
                             name, seconds_since(d, t0), 100 * others_share(a, b));
     if (g_preempted.bursts)
         std::snprintf(line + len, sizeof line - len,
-                      "; %" PRIu64 " of %" PRIu64 " timed bursts (%.2f%%) left out as preempted",
-                      g_preempted.excluded, g_preempted.bursts, 100.0 * g_preempted.excluded / g_preempted.bursts);
+                      "; %" PRIu64 " of %" PRIu64 " timed bursts (%.2f%%) left out as preempted", g_preempted.excluded,
+                      g_preempted.bursts, 100.0 * g_preempted.excluded / g_preempted.bursts);
     std::printf("%s\n", line);
     std::fflush(stdout);
 }

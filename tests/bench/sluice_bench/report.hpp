@@ -22,10 +22,10 @@ struct Row {
     std::string id;           // stable key for firewall.sh
     std::string measurement;  // what sluice does
     std::string unit;
-    std::string reference;    // what it is compared with
+    std::string reference;  // what it is compared with
     Stat ref, sluice;
     bool has_ref = true;
-    std::string note;         // printed under the table
+    std::string note;  // printed under the table
 };
 
 std::string fmt(double v);

@@ -8,8 +8,8 @@
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 
-#include "pipeline/stateful_stage.hpp"
 #include "pipeline/forward_stage.hpp"
+#include "pipeline/stateful_stage.hpp"
 #include "sections.hpp"
 #include "services.hpp"
 #include "traffic.hpp"
@@ -52,11 +52,10 @@ void section_established(Dpdk& d, const Options& o, Table& table) {
         };
         const auto drops_before = drops_of(d);
         const uint64_t inserts_before = ctx.counters.conn_inserts;
-        auto r = interleaved(o.reps,
-                             {[&] { return timed_pass(d, stream, fw_small); },
-                              [&] { return timed_pass(d, stream, fw_large); },
-                              [&] { return timed_pass(d, stream, forward_only); },
-                              [&] { return timed_pass(d, stream, fw_forward); }});
+        auto r = interleaved(o.reps, {[&] { return timed_pass(d, stream, fw_small); },
+                                      [&] { return timed_pass(d, stream, fw_large); },
+                                      [&] { return timed_pass(d, stream, forward_only); },
+                                      [&] { return timed_pass(d, stream, fw_forward); }});
         const std::string drops = drops_since(d, drops_before);
         const std::string conns = ordinal_count(live) + " conns";
         table.add(Row{.id = "established-" + ordinal_count(live),

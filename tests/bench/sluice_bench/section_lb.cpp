@@ -40,8 +40,9 @@ double timed_removal(Dpdk& d, ConnTable& table, const std::vector<PacketSpec>& s
 std::string port_pool_state(const NatPortPool& ports, std::size_t addresses) {
     std::size_t lowest = ports.capacity();
     for (std::size_t a = 0; a < addresses; ++a) lowest = std::min(lowest, ports.free_ports(a));
-    return lowest == ports.capacity() ? std::string() : "a pool address has " + std::to_string(lowest) + " of " +
-                                                            std::to_string(ports.capacity()) + " ports free";
+    return lowest == ports.capacity() ? std::string()
+                                      : "a pool address has " + std::to_string(lowest) + " of " +
+                                            std::to_string(ports.capacity()) + " ports free";
 }
 
 // The rows of lb_new: r holds the passes' cycles per connection (no service, nat, nat with the firewall off, no
@@ -63,13 +64,13 @@ void add_lb_new_rows(const Dpdk& d, Table& table, const std::vector<std::vector<
                   .reference = "the same, no service (firewall only)",
                   .ref = ref,
                   .sluice = nat});
-    table.add(Row{.id = "lb-new-nat-rate",
-                  .measurement =
-                      "new conns, nat service, 1k rules: firewall + forward; " + fmt(nat.median) + " cycles/conn",
-                  .unit = "M conn/s",
-                  .reference = "target (issue #8) per worker",
-                  .ref = target,
-                  .sluice = millions_per_second(d, nat)});
+    table.add(
+        Row{.id = "lb-new-nat-rate",
+            .measurement = "new conns, nat service, 1k rules: firewall + forward; " + fmt(nat.median) + " cycles/conn",
+            .unit = "M conn/s",
+            .reference = "target (issue #8) per worker",
+            .ref = target,
+            .sluice = millions_per_second(d, nat)});
     table.add(Row{.id = "lb-new-nat-nofw-rate",
                   .measurement = "new conns, nat service, firewall off: firewall + forward; " + fmt(nat_open.median) +
                                  " cycles/conn",
@@ -89,13 +90,13 @@ void add_lb_new_rows(const Dpdk& d, Table& table, const std::vector<std::vector<
                   .reference = "the same, no service (firewall only)",
                   .ref = stat_of(ref_cycle),
                   .sluice = nat_sustained});
-    table.add(Row{.id = "lb-new-nat-sustained-rate",
-                  .measurement =
-                      "new + removed conns, nat service, 1k rules; " + fmt(nat_sustained.median) + " cycles/conn",
-                  .unit = "M conn/s",
-                  .reference = "target (issue #8) per worker",
-                  .ref = target,
-                  .sluice = millions_per_second(d, nat_sustained)});
+    table.add(
+        Row{.id = "lb-new-nat-sustained-rate",
+            .measurement = "new + removed conns, nat service, 1k rules; " + fmt(nat_sustained.median) + " cycles/conn",
+            .unit = "M conn/s",
+            .reference = "target (issue #8) per worker",
+            .ref = target,
+            .sluice = millions_per_second(d, nat_sustained)});
     table.add(Row{.id = "lb-new-other",
                   .measurement = "new conns to no service, services configured, 1k rules",
                   .unit = "cycles/conn",
@@ -140,10 +141,9 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
         return cycles;
     };
     const auto drops_before = drops_of(d);
-    auto r = interleaved(o.reps, {[&] { return pass(0, to_other, plain, 1); },
-                                  [&] { return pass(1, to_vip, balanced, 2); },
-                                  [&] { return pass(2, to_vip, balanced_open, 2); },
-                                  [&] { return pass(3, to_other, balanced, 1); }});
+    auto r = interleaved(
+        o.reps, {[&] { return pass(0, to_other, plain, 1); }, [&] { return pass(1, to_vip, balanced, 2); },
+                 [&] { return pass(2, to_vip, balanced_open, 2); }, [&] { return pass(3, to_other, balanced, 1); }});
     for (auto& v : removal) v.erase(v.begin());  // interleaved's warm-up pass
     const std::string drops = drops_since(d, drops_before);
     uint64_t opened = 0, closed = 0;
@@ -176,9 +176,9 @@ void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& pla
 
     struct Kind {
         const char* name;
-        uint32_t dst;            // host order
+        uint32_t dst;  // host order
         const Snapshot* snapshot;
-        bool replies;            // the SYN+ACK comes back through sluice
+        bool replies;  // the SYN+ACK comes back through sluice
         uint32_t entries_per_conn;
         std::unique_ptr<ConnTable> conns;
         std::vector<PacketSpec> forward, reply;  // one packet (ACK) per connection, each direction
@@ -216,8 +216,7 @@ void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& pla
             std::printf("WARNING: lb %s: connections failed to open (drops so far {%s})\n", k.name,
                         drops_since(d, DropCounts{}).c_str());
     }
-    std::printf("lb: %u connections per kind opened through the worker path in %.1f s\n", live,
-                seconds_since(d, t0));
+    std::printf("lb: %u connections per kind opened through the worker path in %.1f s\n", live, seconds_since(d, t0));
 
     // The measured streams: random connections, one packet each.
     const auto stream_of = [&](const Kind& k, uint32_t reply_percent) {
@@ -251,11 +250,10 @@ void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& pla
                     sizes_changed ? ", table sizes changed" : "");
     const std::string count = ordinal_count(live);
     const std::string reference = "the same, " + count + " conns of no service, half replies";
-    const std::pair<const char*, const char*> rows[] = {
-        {"nat", "nat conns, client -> VIP, NAT to backend"},
-        {"nat-reply", "nat conns, backend -> pool, NAT to client"},
-        {"dsr", "dsr conns, client -> VIP, MAC rewrite"},
-        {"tunnel", "tunnel conns, client -> VIP, IPIP encap"}};
+    const std::pair<const char*, const char*> rows[] = {{"nat", "nat conns, client -> VIP, NAT to backend"},
+                                                        {"nat-reply", "nat conns, backend -> pool, NAT to client"},
+                                                        {"dsr", "dsr conns, client -> VIP, MAC rewrite"},
+                                                        {"tunnel", "tunnel conns, client -> VIP, IPIP encap"}};
     for (std::size_t k = 0; k < std::size(rows); ++k)
         table.add(Row{.id = "lb-established-" + std::string(rows[k].first) + "-" + count,
                       .measurement = "established, " + count + " " + rows[k].second + ": firewall + forward",
@@ -272,9 +270,9 @@ void lb_established(Dpdk& d, const Options& o, Table& table, const Snapshot& pla
 void section_lb(Dpdk& d, const Options& o, Table& table) {
     const auto rules = generate_rules(1000, o.seed);
     const uint64_t t0 = rte_rdtsc();
-    const auto plain = make_snapshot(d, rules);                       // the firewall alone: the reference
-    const auto balanced = make_snapshot(d, rules, true);              // the same rules and three services
-    const auto balanced_open = make_snapshot(d, {}, true, false);     // the services, firewall off
+    const auto plain = make_snapshot(d, rules);                    // the firewall alone: the reference
+    const auto balanced = make_snapshot(d, rules, true);           // the same rules and three services
+    const auto balanced_open = make_snapshot(d, {}, true, false);  // the services, firewall off
     std::printf("lb: snapshots (1k rules; %zu services of %u backends, Maglev %u) built in %.2f s\n",
                 balanced->lb->services.size(), kLbBackends, kLbMaglevSize, seconds_since(d, t0));
     // The worker's NAT ports, as the Dataplane gives worker 0 of 1 (config/sluice.yaml's nat_ports: 1024-65535).

@@ -45,7 +45,7 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
     std::vector<double> cycles_per_conn;
     const auto drops_before = drops_of(d);
     uint32_t short_passes = 0;
-    for (unsigned r = 0; r <= o.reps; ++r) {  // pass 0 touches the table's pages and is not counted
+    for (unsigned r = 0; r <= o.reps; ++r) {              // pass 0 touches the table's pages and is not counted
         const double cycles = timed_pass(d, stream, fw);  // per SYN: each opens one connection
         if (conn_table.size() != stream.size()) ++short_passes;
         if (r > 0) cycles_per_conn.push_back(cycles);

@@ -38,11 +38,14 @@ void section_parse(Dpdk& d, const Options& o, Table& table) {
     for (const bool good : {false, true}) {
         const PassOptions po{.parse_first = false, .checksum_good = good};
         auto r = interleaved(o.reps, {[&] { return timed_pass(d, stream, ptype, po); },
-                                         [&] { return timed_pass(d, stream, parse, po); },
-                                         [&] { return timed_pass(d, stream, parse_unhashed, po); }});
+                                      [&] { return timed_pass(d, stream, parse, po); },
+                                      [&] { return timed_pass(d, stream, parse_unhashed, po); }});
         const auto add = [&](std::string id, std::string measurement, const std::vector<double>& sluice) {
-            table.add(Row{.id = std::move(id), .measurement = std::move(measurement), .unit = "cycles/pkt",
-                          .reference = "rte_net_get_ptype (DPDK's parser)", .ref = stat_of(r[0]),
+            table.add(Row{.id = std::move(id),
+                          .measurement = std::move(measurement),
+                          .unit = "cycles/pkt",
+                          .reference = "rte_net_get_ptype (DPDK's parser)",
+                          .ref = stat_of(r[0]),
                           .sluice = stat_of(sluice)});
         };
         add(good ? "parse-csum-good" : "parse",

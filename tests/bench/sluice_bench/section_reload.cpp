@@ -59,7 +59,7 @@ namespace {
 constexpr uint32_t kReloadRules = 10000;
 constexpr uint32_t kBlocklistPrefixes = 100000;
 constexpr uint32_t kPartnerPrefixes = 1000;
-constexpr uint64_t kWindowUs = 1000;          // the worker counts its packets per window of this length
+constexpr uint64_t kWindowUs = 1000;  // the worker counts its packets per window of this length
 constexpr auto kQuietBeforeReload = std::chrono::milliseconds(100);  // the worker's reference windows
 constexpr double kReloadBudgetSeconds = 90;  // for the repetitions: fewer than --reps when they would take longer
 const char* const kReloadPort = "bench";
@@ -276,15 +276,14 @@ private:
         // tables (a load), yaml-cpp alone (less than a load) and two quiet stretches.
         const double rep_seconds = (first_ms_ + 3 * first_load_ms_ + 2 * cycles_to_ms(d_, ref_cycles_)) / 1e3 +
                                    2 * kQuietBeforeReload.count() / 1e3;
-        reps_ = static_cast<unsigned>(
-            std::clamp<double>(std::floor(kReloadBudgetSeconds / rep_seconds), 1, o_.reps));
+        reps_ = static_cast<unsigned>(std::clamp<double>(std::floor(kReloadBudgetSeconds / rep_seconds), 1, o_.reps));
         char why[160] = "";
         if (reps_ < o_.reps)
             std::snprintf(why, sizeof why,
-                          " (fewer than --reps: one takes about %.0f s, the section keeps within %.0f s)",
-                          rep_seconds, kReloadBudgetSeconds);
-        std::printf("reload: the early-drop set alone (%zu prefixes) built in %.0f ms; %u repetitions%s\n",
-                    blocklisted, set_ms_, reps_, why);
+                          " (fewer than --reps: one takes about %.0f s, the section keeps within %.0f s)", rep_seconds,
+                          kReloadBudgetSeconds);
+        std::printf("reload: the early-drop set alone (%zu prefixes) built in %.0f ms; %u repetitions%s\n", blocklisted,
+                    set_ms_, reps_, why);
         std::fflush(stdout);
     }
 
@@ -294,8 +293,8 @@ private:
         worker_lcore_ = second_lcore();
         with_worker_ = worker_lcore_ < RTE_MAX_LCORE;
         live_ = o_.lb_conns;
-        dataplane_ = bench_dataplane(d_, {with_worker_ ? worker_lcore_ : rte_get_main_lcore()}, 2 * live_,
-                                     std::move(first_));
+        dataplane_ =
+            bench_dataplane(d_, {with_worker_ ? worker_lcore_ : rte_get_main_lcore()}, 2 * live_, std::move(first_));
         ctx_ = worker_contexts(*dataplane_).front();
         const std::vector<FiveTuple> flows = distinct_flows(live_, rng_, 70);
         refused_ = insert_established(*ctx_->conn_table, flows);
@@ -304,8 +303,14 @@ private:
         windows_.assign(600'000'000 / kWindowUs, 0);  // 10 minutes
         window_timed_.assign(windows_.size(), 0);
         window_cycles_.assign(windows_.size(), 0);
-        worker_ = WorkerRun{.d = &d_, .ctx = ctx_, .stream = &stream_, .start_tsc = rte_rdtsc(), .stop = &stop_,
-                            .window_tsc = window_tsc_, .windows = &windows_, .window_cycles = &window_cycles_,
+        worker_ = WorkerRun{.d = &d_,
+                            .ctx = ctx_,
+                            .stream = &stream_,
+                            .start_tsc = rte_rdtsc(),
+                            .stop = &stop_,
+                            .window_tsc = window_tsc_,
+                            .windows = &windows_,
+                            .window_cycles = &window_cycles_,
                             .window_timed = &window_timed_};
         drops_before_ = ctx_->counters.drops;
         if (with_worker_) launch_worker(worker_, worker_lcore_);
@@ -421,13 +426,18 @@ private:
         const std::string what = "reload " + ordinal_count(kReloadRules) + " rules + " +
                                  ordinal_count(kBlocklistPrefixes) + "-prefix early-drop set";
         const auto add = [&](const char* id, const std::string& measurement, const std::vector<double>& v) {
-            table.add(Row{.id = id, .measurement = measurement, .unit = "ms", .reference = acl, .ref = ref,
-                          .sluice = stat_of(v), .has_ref = reference_valid_});
+            table.add(Row{.id = id,
+                          .measurement = measurement,
+                          .unit = "ms",
+                          .reference = acl,
+                          .ref = ref,
+                          .sluice = stat_of(v),
+                          .has_ref = reference_valid_});
         };
         add("reload", what + ": YAML -> published", r[0]);
         if (reps_ != o_.reps)
-            table.note("reload: median of " + std::to_string(reps_) + " repetitions, not " +
-                       std::to_string(o_.reps) + " (see above).");
+            table.note("reload: median of " + std::to_string(reps_) + " repetitions, not " + std::to_string(o_.reps) +
+                       " (see above).");
         add("reload-load", "  of which load_config_file (YAML, checks, 100k-line file)", load_ms_);
         add("reload-build", "  of which build_snapshot (+ restart check, live state)", build_ms_);
         add("reload-publish", "  of which publish (swap, RCU grace period)", publish_ms_);
@@ -501,17 +511,30 @@ private:
         const std::string window = std::to_string(kWindowUs) + " us window";
         const std::string reference_rate = "median " + window + " in the 100 ms before";
         const Stat before = stat_of(f.before);
-        table.add(Row{.id = "reload-rate-min", .measurement = "forwarded during a reload: lowest " + window,
-                      .unit = "Mpps", .reference = reference_rate, .ref = before, .sluice = stat_of(f.during_min)});
-        table.add(Row{.id = "reload-rate-median", .measurement = "forwarded during a reload: median " + window,
-                      .unit = "Mpps", .reference = reference_rate, .ref = before,
+        table.add(Row{.id = "reload-rate-min",
+                      .measurement = "forwarded during a reload: lowest " + window,
+                      .unit = "Mpps",
+                      .reference = reference_rate,
+                      .ref = before,
+                      .sluice = stat_of(f.during_min)});
+        table.add(Row{.id = "reload-rate-median",
+                      .measurement = "forwarded during a reload: median " + window,
+                      .unit = "Mpps",
+                      .reference = reference_rate,
+                      .ref = before,
                       .sluice = stat_of(f.during_median)});
-        table.add(Row{.id = "reload-stage-cycles", .measurement = "worker stage during a reload (not preempted)",
-                      .unit = "cycles/pkt", .reference = "the same in the 100 ms before",
-                      .ref = stat_of(f.cycles_before), .sluice = stat_of(f.cycles_during)});
+        table.add(Row{.id = "reload-stage-cycles",
+                      .measurement = "worker stage during a reload (not preempted)",
+                      .unit = "cycles/pkt",
+                      .reference = "the same in the 100 ms before",
+                      .ref = stat_of(f.cycles_before),
+                      .sluice = stat_of(f.cycles_during)});
         table.add(Row{.id = "reload-rate-quiet-min",
-                      .measurement = "forwarded, no reload: lowest " + window + " (noise)", .unit = "Mpps",
-                      .reference = reference_rate, .ref = before, .sluice = stat_of(f.quiet_min)});
+                      .measurement = "forwarded, no reload: lowest " + window + " (noise)",
+                      .unit = "Mpps",
+                      .reference = reference_rate,
+                      .ref = before,
+                      .sluice = stat_of(f.quiet_min)});
         const std::string drops = drops_since(ctx_->counters, drops_before_);
         std::printf("reload: the worker forwarded %" PRIu64 " packets of %u connections in %.1f s (%.2f Mpps)%s%s\n",
                     worker_.packets, live_ - refused_, worker_.seconds(), worker_.mpps(),

@@ -78,8 +78,11 @@ private:
         const auto duration = static_cast<uint64_t>(kScalingSeconds * static_cast<double>(d_.tsc_hz));
         for (std::size_t k = 0; k < which.size(); ++k) {
             const std::size_t w = which[k];
-            runs[k] = WorkerRun{.d = &d_, .ctx = workers_[w], .stream = new_conns ? &syns_[w] : &established_[w],
-                                .start_tsc = start, .end_tsc = new_conns ? UINT64_MAX : start + duration,
+            runs[k] = WorkerRun{.d = &d_,
+                                .ctx = workers_[w],
+                                .stream = new_conns ? &syns_[w] : &established_[w],
+                                .start_tsc = start,
+                                .end_tsc = new_conns ? UINT64_MAX : start + duration,
                                 .one_pass = new_conns};
         }
         for (std::size_t k = 0; k < which.size(); ++k)
@@ -104,34 +107,43 @@ private:
     void measure(Table& table, bool new_conns) {
         unsigned turn = 0;
         std::vector<double> stage_one, stage_two, speedup;
-        auto r = interleaved(o_.reps, {[&] {
-                                           const auto runs = run_workers({turn++ % 2}, new_conns);
-                                           stage_one.push_back(runs[0].stage_cycles_per_packet());
-                                           return runs[0].mpps();
-                                       },
-                                       [&] {
-                                           const auto runs = run_workers({0, 1}, new_conns);
-                                           stage_two.push_back((runs[0].stage_cycles_per_packet() +
-                                                                runs[1].stage_cycles_per_packet()) / 2);
-                                           return runs[0].mpps() + runs[1].mpps();
-                                       }});
+        auto r =
+            interleaved(o_.reps, {[&] {
+                                      const auto runs = run_workers({turn++ % 2}, new_conns);
+                                      stage_one.push_back(runs[0].stage_cycles_per_packet());
+                                      return runs[0].mpps();
+                                  },
+                                  [&] {
+                                      const auto runs = run_workers({0, 1}, new_conns);
+                                      stage_two.push_back(
+                                          (runs[0].stage_cycles_per_packet() + runs[1].stage_cycles_per_packet()) / 2);
+                                      return runs[0].mpps() + runs[1].mpps();
+                                  }});
         stage_one.erase(stage_one.begin());
         stage_two.erase(stage_two.begin());
         for (std::size_t k = 0; k < r[0].size(); ++k) speedup.push_back(r[1][k] / r[0][k]);
         const std::string what = new_conns ? "new nat conns, " + ordinal_count(kScalingSyns) + " SYNs/worker"
                                            : "established nat, " + ordinal_count(live_) + " conns/worker";
         const std::string id = new_conns ? "scaling-new" : "scaling-established";
-        table.add(Row{.id = id, .measurement = "scaling, " + what + ": 2 workers at once",
-                      .unit = new_conns ? "M conn/s" : "Mpps", .reference = "1 worker alone",
-                      .ref = stat_of(r[0]), .sluice = stat_of(r[1])});
-        table.add(Row{.id = id + "-speedup", .measurement = "scaling 1 -> 2 workers, " + what + " (speed-up)",
-                      .unit = "x", .reference = "target (issue)", .ref = constant_stat(1.8),
+        table.add(Row{.id = id,
+                      .measurement = "scaling, " + what + ": 2 workers at once",
+                      .unit = new_conns ? "M conn/s" : "Mpps",
+                      .reference = "1 worker alone",
+                      .ref = stat_of(r[0]),
+                      .sluice = stat_of(r[1])});
+        table.add(Row{.id = id + "-speedup",
+                      .measurement = "scaling 1 -> 2 workers, " + what + " (speed-up)",
+                      .unit = "x",
+                      .reference = "target (issue)",
+                      .ref = constant_stat(1.8),
                       .sluice = stat_of(speedup)});
-        table.add(Row{.id = id + "-stage",
-                      .measurement = "  firewall + forward per " + std::string(new_conns ? "conn" : "pkt") +
-                                     ", 2 at once",
-                      .unit = new_conns ? "cycles/conn" : "cycles/pkt", .reference = "1 worker alone",
-                      .ref = stat_of(stage_one), .sluice = stat_of(stage_two)});
+        table.add(
+            Row{.id = id + "-stage",
+                .measurement = "  firewall + forward per " + std::string(new_conns ? "conn" : "pkt") + ", 2 at once",
+                .unit = new_conns ? "cycles/conn" : "cycles/pkt",
+                .reference = "1 worker alone",
+                .ref = stat_of(stage_one),
+                .sluice = stat_of(stage_two)});
     }
 
     Dpdk& d_;

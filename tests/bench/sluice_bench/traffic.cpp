@@ -8,8 +8,8 @@
 #include <rte_cycles.h>
 
 #include "dpdk/mempool.hpp"
-#include "pipeline/stateful_stage.hpp"
 #include "pipeline/forward_stage.hpp"
+#include "pipeline/stateful_stage.hpp"
 #include "services.hpp"
 #include "traffic.hpp"
 

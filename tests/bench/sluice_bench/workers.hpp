@@ -32,11 +32,11 @@ struct WorkerRun {
     Dpdk* d = nullptr;
     LcoreContext* ctx = nullptr;
     const std::vector<PacketSpec>* stream = nullptr;
-    uint64_t start_tsc = 0;              // spins until then: the workers of a run start together
-    uint64_t end_tsc = UINT64_MAX;       // stops then,
-    bool one_pass = false;               // or after one pass over the stream,
+    uint64_t start_tsc = 0;                   // spins until then: the workers of a run start together
+    uint64_t end_tsc = UINT64_MAX;            // stops then,
+    bool one_pass = false;                    // or after one pass over the stream,
     const std::atomic<bool>* stop = nullptr;  // or once this is set
-    uint64_t window_tsc = 0;             // with windows: packets per window of window_tsc since start_tsc,
+    uint64_t window_tsc = 0;                  // with windows: packets per window of window_tsc since start_tsc,
     std::vector<uint32_t>* windows = nullptr;
     std::vector<uint64_t>* window_cycles = nullptr;  // and the stage's cycles and packets of its bursts that
     std::vector<uint32_t>* window_timed = nullptr;   // took under 100 us (not preempted, as in timed_pass)
@@ -44,9 +44,7 @@ struct WorkerRun {
     uint64_t packets = 0, stage_cycles = 0, began_tsc = 0, finished_tsc = 0, malformed = 0;
     bool pool_empty = false;
 
-    double seconds() const {
-        return static_cast<double>(finished_tsc - began_tsc) / static_cast<double>(d->tsc_hz);
-    }
+    double seconds() const { return static_cast<double>(finished_tsc - began_tsc) / static_cast<double>(d->tsc_hz); }
     double mpps() const { return finished_tsc > began_tsc ? static_cast<double>(packets) / seconds() / 1e6 : 0; }
     double stage_cycles_per_packet() const {
         return packets ? static_cast<double>(stage_cycles) / static_cast<double>(packets) : 0;

@@ -213,7 +213,8 @@ TEST_CASE("acl: the classify method is the fastest one timed, and the one the co
     web6.destination_ports = {{80, 80}, {443, 443}};
     const AclClassifier six(IpFamily::ipv6, {web6}, SOCKET_ID_ANY, "t6_method");
 
-    for (const auto& [c, name] : {std::pair{&few, "t4_method_few"}, std::pair{&many, "t4_method_many"}, std::pair{&six, "t6_method"}}) {
+    for (const auto& [c, name] :
+         {std::pair{&few, "t4_method_few"}, std::pair{&many, "t4_method_many"}, std::pair{&six, "t6_method"}}) {
         INFO(name << ": " << c->method_report());
         CHECK(context_method(name) == c->classify_method());
         const std::string chosen = acl_method_name(c->classify_method());
@@ -246,15 +247,15 @@ TEST_CASE("acl: the running method stays unless another is more than 5 % faster"
     };
     const T close[] = {{RTE_ACL_CLASSIFY_SSE, 100}, {RTE_ACL_CLASSIFY_AVX2, 103}, {RTE_ACL_CLASSIFY_AVX512X16, 99}};
     check(close, 0, RTE_ACL_CLASSIFY_AVX512X16, false);
-    check(close, RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_AVX2, true);                // 103 <= 99 x 1.05
-    check(close, RTE_ACL_CLASSIFY_AVX512X16, RTE_ACL_CLASSIFY_AVX512X16, false);    // it is the fastest
-    check(close, RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_AVX512X16, false);       // not timed
+    check(close, RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_AVX2, true);             // 103 <= 99 x 1.05
+    check(close, RTE_ACL_CLASSIFY_AVX512X16, RTE_ACL_CLASSIFY_AVX512X16, false);  // it is the fastest
+    check(close, RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_AVX512X16, false);     // not timed
     const T apart[] = {{RTE_ACL_CLASSIFY_SSE, 110}, {RTE_ACL_CLASSIFY_AVX512X16, 100}};
-    check(apart, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_AVX512X16, false);          // 110 > 105
+    check(apart, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_AVX512X16, false);  // 110 > 105
     const T edge[] = {{RTE_ACL_CLASSIFY_SSE, 105}, {RTE_ACL_CLASSIFY_AVX512X16, 100}};
     check(edge, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_SSE, true);
     const T tie[] = {{RTE_ACL_CLASSIFY_SSE, 100}, {RTE_ACL_CLASSIFY_AVX2, 100}};
-    check(tie, RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_AVX2, false);                // tied: not slower
+    check(tie, RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_AVX2, false);  // tied: not slower
     check({}, RTE_ACL_CLASSIFY_SSE, 0, false);
 
     // Through the constructor: the context runs what classify_method() names, and only the method given to keep
@@ -389,8 +390,9 @@ TEST_CASE("acl: construction errors name their cause", "[classify]") {
         big.sources.push_back({a, 32});
         big.destinations.push_back({a, 32});
     }
-    REQUIRE_THROWS_WITH(AclClassifier(IpFamily::ipv4, {make_rule("ok", IpFamily::ipv4, 6), big}, SOCKET_ID_ANY, "t4_err"),
-                        Contains("rule #1 'cross-product'") && Contains("2250000"));
+    REQUIRE_THROWS_WITH(
+        AclClassifier(IpFamily::ipv4, {make_rule("ok", IpFamily::ipv4, 6), big}, SOCKET_ID_ANY, "t4_err"),
+        Contains("rule #1 'cross-product'") && Contains("2250000"));
 
     Rule wrong_family = make_rule("v6-in-v4", IpFamily::ipv6, IPPROTO_TCP);
     REQUIRE_THROWS_WITH(AclClassifier(IpFamily::ipv4, {wrong_family}, SOCKET_ID_ANY, "t4_err"),

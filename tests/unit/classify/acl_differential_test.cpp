@@ -47,8 +47,8 @@ public:
     std::vector<Rule> rules(int n) {
         std::vector<Rule> out;
         for (int i = 0; i < n; ++i) out.push_back(rule());
-        const auto tail = std::stable_partition(out.begin(), out.end(),
-                                                [this](const Rule& r) { return !wide(r.sources) || !wide(r.destinations); });
+        const auto tail = std::stable_partition(
+            out.begin(), out.end(), [this](const Rule& r) { return !wide(r.sources) || !wide(r.destinations); });
         // And none of them is a catch-all, so some packets match nothing.
         for (auto it = tail; it != out.end(); ++it) {
             if (it->protocol == kAnyProtocol) it->protocol = IPPROTO_TCP;
@@ -76,10 +76,8 @@ private:
 
     IpAddress random_address() {
         IpAddress a{};
-        if (family_ == IpFamily::ipv4)
-            a.words[0] = static_cast<uint32_t>(rng_());
-        else
-            a.quads[0] = rng_(), a.quads[1] = rng_();
+        if (family_ == IpFamily::ipv4) a.words[0] = static_cast<uint32_t>(rng_());
+        else a.quads[0] = rng_(), a.quads[1] = rng_();
         return a;
     }
 
@@ -120,8 +118,10 @@ private:
     }
 
     PortRange port_range() {
-        static constexpr uint16_t kInteresting[] = {0, 1, 22, 53, 79, 80, 81, 443, 1023, 1024, 8080, 32768, 65534, 65535};
-        const uint16_t first = chance(50) ? kInteresting[below(std::size(kInteresting))] : static_cast<uint16_t>(rng_());
+        static constexpr uint16_t kInteresting[] = {0,   1,    22,   53,   79,    80,    81,
+                                                    443, 1023, 1024, 8080, 32768, 65534, 65535};
+        const uint16_t first =
+            chance(50) ? kInteresting[below(std::size(kInteresting))] : static_cast<uint16_t>(rng_());
         static constexpr uint32_t kWidths[] = {0, 0, 1, 2, 10, 100, 1000, 30000, 65535};
         const uint32_t last = std::min<uint32_t>(65535, first + kWidths[below(std::size(kWidths))]);
         return PortRange{first, static_cast<uint16_t>(last)};
@@ -162,13 +162,15 @@ private:
         if (how == 1) a = all_ones();
         IpAddress out;
         const IpAddress net_mask = mask_address(all_ones(), p.length);
-        for (int b = 0; b < 16; ++b) out.bytes[b] = static_cast<uint8_t>(p.address.bytes[b] | (a.bytes[b] & ~net_mask.bytes[b]));
+        for (int b = 0; b < 16; ++b)
+            out.bytes[b] = static_cast<uint8_t>(p.address.bytes[b] | (a.bytes[b] & ~net_mask.bytes[b]));
         if (family_ == IpFamily::ipv4) out.words[1] = out.words[2] = out.words[3] = 0;
         return out;
     }
 
     IpAddress address_near(const std::vector<Prefix>& list) {
-        if (list.empty() || chance(10)) return chance(50) ? random_address() : perturb(seeds_[below(seeds_.size())], below(max_length() + 1));
+        if (list.empty() || chance(10))
+            return chance(50) ? random_address() : perturb(seeds_[below(seeds_.size())], below(max_length() + 1));
         const Prefix& p = list[below(list.size())];
         if (chance(10) && p.length > 0) {  // just outside: flip the last network bit
             IpAddress a = inside(p);
@@ -193,21 +195,21 @@ private:
 
     uint8_t random_proto() {
         static constexpr uint8_t kProtos[] = {IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP,
-                                              IPPROTO_GRE, 0, 255};
+                                              IPPROTO_GRE, 0,           255};
         return kProtos[below(std::size(kProtos))];
     }
 
     void finish(Packet& p) {
         FiveTuple& t = p.tuple;
         if (t.proto == IPPROTO_ICMP || t.proto == IPPROTO_ICMPV6) t.dst_port = t.src_port;  // echo identifier
-        if (chance(3)) t.src_port = t.dst_port = 0;                                            // non-first fragment
+        if (chance(3)) t.src_port = t.dst_port = 0;                                         // non-first fragment
     }
 
     Packet derived(const Rule& r) {
         Packet p;
         p.tuple.family = family_;
         p.in_port = r.in_ports.empty() || chance(10) ? static_cast<uint16_t>(below(kPorts + 1))
-                                                      : r.in_ports[below(r.in_ports.size())];
+                                                     : r.in_ports[below(r.in_ports.size())];
         p.tuple.proto = r.protocol == kAnyProtocol || chance(10) ? random_proto() : static_cast<uint8_t>(r.protocol);
         p.tuple.src = address_near(r.sources);
         p.tuple.dst = address_near(r.destinations);
@@ -249,7 +251,8 @@ std::vector<uint32_t> classifier_verdicts(const AclClassifier& c, const std::vec
     const FiveTuple* tuples[AclClassifier::kMaxBurst];
     uint16_t ports[AclClassifier::kMaxBurst];
     for (std::size_t done = 0; done < packets.size();) {
-        const uint32_t n = std::min<uint32_t>(1 + rng() % AclClassifier::kMaxBurst, static_cast<uint32_t>(packets.size() - done));
+        const uint32_t n =
+            std::min<uint32_t>(1 + rng() % AclClassifier::kMaxBurst, static_cast<uint32_t>(packets.size() - done));
         for (uint32_t i = 0; i < n; ++i) {
             tuples[i] = &packets[done + i].tuple;
             ports[i] = packets[done + i].in_port;
@@ -320,7 +323,8 @@ const Fixture& fixture(IpFamily family) {
 
 }  // namespace
 
-TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear first-match", "[classify][differential]") {
+TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear first-match",
+          "[classify][differential]") {
     for (IpFamily family : {IpFamily::ipv4, IpFamily::ipv6}) {
         const std::string fam = family == IpFamily::ipv4 ? "ipv4" : "ipv6";
         DYNAMIC_SECTION(fam) {
@@ -356,13 +360,14 @@ TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear 
             CHECK(rules_hit > kRules / 2);
 
             t0 = std::chrono::steady_clock::now();
-            const Comparison cmp = compare(f.rules, classifier_verdicts(c, f.packets, kSeed), f.rules, f.want, f.packets);
+            const Comparison cmp =
+                compare(f.rules, classifier_verdicts(c, f.packets, kSeed), f.rules, f.want, f.packets);
             const double classify_s = seconds_since(t0);
             WARN(fam << ": " << f.rules.size() << " rules -> " << c.expanded_rule_count() << " rte_acl rules, build "
                      << build_s << " s; " << f.packets.size() << " packets, " << matched << " matched, " << rules_hit
                      << " distinct rules won, " << overlapping << " of " << sampled
-                     << " sampled matches also match a later rule; generate+reference " << gen_s << " s, classify+compare " << classify_s
-                     << " s");
+                     << " sampled matches also match a later rule; generate+reference " << gen_s
+                     << " s, classify+compare " << classify_s << " s");
             INFO(cmp.first);
             REQUIRE(cmp.mismatches == 0);
 
@@ -475,8 +480,9 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
                    << " rte_acl rules: build " << build_s << " s; cycles/packet in bursts of " << kBench
                    << " (median, mean):";
             rte_acl_ctx* ctx = rte_acl_find_existing("bench");
-            for (enum rte_acl_classify_alg alg : {RTE_ACL_CLASSIFY_DEFAULT, RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_SSE,
-                                                  RTE_ACL_CLASSIFY_AVX2, RTE_ACL_CLASSIFY_AVX512X16}) {
+            for (enum rte_acl_classify_alg alg :
+                 {RTE_ACL_CLASSIFY_DEFAULT, RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_AVX2,
+                  RTE_ACL_CLASSIFY_AVX512X16}) {
                 if (alg != RTE_ACL_CLASSIFY_DEFAULT && rte_acl_set_ctx_classify(ctx, alg) != 0) continue;
                 const FiveTuple* tuples[kBench];
                 uint16_t ports[kBench];
@@ -496,8 +502,8 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
                 // The first pass runs AclClassifier's own method (the later ones change the context's).
                 const int ran = alg == RTE_ACL_CLASSIFY_DEFAULT ? c.classify_method() : alg;
                 report << " " << (alg == RTE_ACL_CLASSIFY_DEFAULT ? "AclClassifier's " : "") << acl_method_name(ran)
-                       << " " << per_burst[per_burst.size() / 2] / kBench << ", "
-                       << total / (per_burst.size() * kBench) << ";";
+                       << " " << per_burst[per_burst.size() / 2] / kBench << ", " << total / (per_burst.size() * kBench)
+                       << ";";
             }
             WARN(report.str());
         }

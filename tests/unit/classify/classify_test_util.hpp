@@ -84,14 +84,15 @@ inline bool rule_matches(const Rule& r, const FiveTuple& t, uint16_t in_port) {
         return false;
     if (r.protocol != kAnyProtocol && r.protocol != t.proto) return false;
     auto any_prefix = [](const std::vector<Prefix>& list, const IpAddress& a) {
-        return list.empty() || std::any_of(list.begin(), list.end(), [&](const Prefix& p) { return prefix_contains(p, a); });
+        return list.empty() ||
+               std::any_of(list.begin(), list.end(), [&](const Prefix& p) { return prefix_contains(p, a); });
     };
     if (!any_prefix(r.sources, t.src) || !any_prefix(r.destinations, t.dst)) return false;
     if (!rule_uses_ports(r)) return true;
     auto any_range = [](const std::vector<PortRange>& list, uint16_t port_be) {
         const uint16_t port = ntohs(port_be);
-        return list.empty() ||
-               std::any_of(list.begin(), list.end(), [&](const PortRange& pr) { return pr.first <= port && port <= pr.last; });
+        return list.empty() || std::any_of(list.begin(), list.end(),
+                                           [&](const PortRange& pr) { return pr.first <= port && port <= pr.last; });
     };
     return any_range(r.source_ports, t.src_port) && any_range(r.destination_ports, t.dst_port);
 }

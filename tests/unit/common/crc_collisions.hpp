@@ -4,8 +4,8 @@
 #include <netinet/in.h>
 
 #include <array>
-#include <cstddef>
 #include <bitset>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>

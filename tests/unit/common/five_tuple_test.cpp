@@ -70,7 +70,8 @@ TEST_CASE("stable hash: distinct flows spread evenly over Maglev slots", "[five_
     std::mt19937_64 rng(9);
     constexpr uint32_t kSlots = 65537, kFlows = 20 * kSlots;
     std::vector<uint32_t> per_slot(kSlots);
-    for (uint32_t i = 0; i < kFlows; ++i) ++per_slot[stable_flow_hash(random_tuple(rng, i % 2 ? IpFamily::ipv6 : IpFamily::ipv4)) % kSlots];
+    for (uint32_t i = 0; i < kFlows; ++i)
+        ++per_slot[stable_flow_hash(random_tuple(rng, i % 2 ? IpFamily::ipv6 : IpFamily::ipv4)) % kSlots];
     // Poisson(20) per slot. Seeded flows and an unkeyed hash: the same counts every run (random flows would give
     // an empty or an over-50 slot about once in 2000 runs).
     CHECK(*std::min_element(per_slot.begin(), per_slot.end()) >= 1);
@@ -85,7 +86,8 @@ TEST_CASE("symmetric hash: protocol and family are part of the flow", "[five_tup
     CHECK(symmetric_flow_hash(t) != symmetric_flow_hash(u));
 }
 
-TEST_CASE("stable hash: its values are pinned (every sluice picks the same Maglev backend for a flow)", "[five_tuple]") {
+TEST_CASE("stable hash: its values are pinned (every sluice picks the same Maglev backend for a flow)",
+          "[five_tuple]") {
     // Values of the implementation every sluice has used so far: a change here sends flows to other backends
     // after an upgrade, and boxes of two versions behind one ECMP group would disagree.
     FiveTuple a;
@@ -114,8 +116,10 @@ TEST_CASE("stable hash: its values are pinned (every sluice picks the same Magle
     CHECK(stable_flow_hash(c) == 0x50758645u);
     // The keyed IPv4 hash from values in canonical order (the connection table's 16-byte keys) is
     // symmetric_flow_hash.
-    CHECK(ordered_ipv4_flow_hash(a.src.words[0], a.dst.words[0], a.src_port, a.dst_port, a.proto) == symmetric_flow_hash(a));
-    CHECK(ordered_ipv4_flow_hash(b.dst.words[0], b.src.words[0], b.dst_port, b.src_port, b.proto) == symmetric_flow_hash(b));
+    CHECK(ordered_ipv4_flow_hash(a.src.words[0], a.dst.words[0], a.src_port, a.dst_port, a.proto) ==
+          symmetric_flow_hash(a));
+    CHECK(ordered_ipv4_flow_hash(b.dst.words[0], b.src.words[0], b.dst_port, b.src_port, b.proto) ==
+          symmetric_flow_hash(b));
 }
 
 TEST_CASE("keyed hash: another key gives other values, the same key the same", "[five_tuple]") {
@@ -176,4 +180,3 @@ TEST_CASE("keyed hash: flows crafted to share one CRC32C spread over buckets and
     CHECK(buckets.size() > 3800);
     for (int n : per_worker) CHECK(std::abs(n - 2048) < 200);
 }
-

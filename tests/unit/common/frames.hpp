@@ -19,10 +19,10 @@ using Bytes = std::vector<uint8_t>;
 inline constexpr uint8_t kSyn = 0x02, kAck = 0x10, kRst = 0x04, kFin = 0x01;
 
 struct FrameSpec {
-    std::string src;         // IPv4 or IPv6 text; the family follows
+    std::string src;  // IPv4 or IPv6 text; the family follows
     std::string dst;
     uint8_t proto = IPPROTO_UDP;
-    uint16_t src_port = 0;   // ICMP echo: the identifier
+    uint16_t src_port = 0;  // ICMP echo: the identifier
     uint16_t dst_port = 0;
     uint8_t tcp_flags = kSyn;
     uint32_t seq = 1000;
@@ -59,7 +59,8 @@ inline bool is_v6(const std::string& address) { return address.find(':') != std:
 
 inline Bytes address_bytes(const std::string& text) {
     Bytes b(is_v6(text) ? 16 : 4);
-    if (inet_pton(is_v6(text) ? AF_INET6 : AF_INET, text.c_str(), b.data()) != 1) throw std::runtime_error("bad address " + text);
+    if (inet_pton(is_v6(text) ? AF_INET6 : AF_INET, text.c_str(), b.data()) != 1)
+        throw std::runtime_error("bad address " + text);
     return b;
 }
 

@@ -114,8 +114,8 @@ TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]"
     std::vector<FiveTuple> flows;
     std::set<int32_t> indices;
     for (int i = 0; i < 600; ++i) {
-        const FiveTuple t = random_tuple(rng, (i % 3) ? IpFamily::ipv4 : IpFamily::ipv6,
-                                         (i % 2) ? IPPROTO_TCP : IPPROTO_UDP);
+        const FiveTuple t =
+            random_tuple(rng, (i % 3) ? IpFamily::ipv4 : IpFamily::ipv6, (i % 2) ? IPPROTO_TCP : IPPROTO_UDP);
         ConnState initial{};
         REQUIRE(ConnTable::initial_state(t, 0x02, false, initial) == TrackVerdict::ok);
         const int32_t index = table.insert(t, symmetric_flow_hash(t), initial, static_cast<uint32_t>(i), 0);
@@ -134,8 +134,8 @@ TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]"
         REQUIRE_FALSE(table.is_reply(forward[i], flows[i]));
         REQUIRE(table.is_reply(forward[i], flows[i].reversed()));
         REQUIRE(table.entry(forward[i]).rule_index == i);
-        REQUIRE(table.entry(forward[i]).state == (flows[i].proto == IPPROTO_TCP ? ConnState::tcp_syn_sent
-                                                                                 : ConnState::udp_unreplied));
+        REQUIRE(table.entry(forward[i]).state ==
+                (flows[i].proto == IPPROTO_TCP ? ConnState::tcp_syn_sent : ConnState::udp_unreplied));
     }
 
     SECTION("unknown tuples are not found") {
@@ -192,7 +192,7 @@ TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]"
 TEST_CASE("ConnTable: a NAT alias keeps its origin, shift and window apart and leaves the connection's counters",
           "[conntrack]") {
     ConnTable table(unique_table_name(), 64, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
-    const FiveTuple client_side = v4_tuple(IPPROTO_TCP, 0x0a000001, 40000, 0xc6336401, 443);  // client -> VIP
+    const FiveTuple client_side = v4_tuple(IPPROTO_TCP, 0x0a000001, 40000, 0xc6336401, 443);   // client -> VIP
     const FiveTuple backend_side = v4_tuple(IPPROTO_TCP, 0x0a010002, 8443, 0xcb007101, 1025);  // backend -> pool
     const int32_t conn = table.insert(client_side, symmetric_flow_hash(client_side), ConnState::tcp_syn_sent, 7, 0);
     REQUIRE(conn >= 0);
@@ -268,7 +268,9 @@ TEST_CASE("ConnTable: IPv6 connections fill a share of their own; IPv4 ones the 
     std::mt19937_64 rng(5);
     std::vector<FiveTuple> v6, v4;
     std::set<int32_t> indices;
-    const auto insert = [&](const FiveTuple& t) { return table.insert(t, symmetric_flow_hash(t), ConnState::udp_unreplied, 0, 0); };
+    const auto insert = [&](const FiveTuple& t) {
+        return table.insert(t, symmetric_flow_hash(t), ConnState::udp_unreplied, 0, 0);
+    };
     for (int i = 0; i < 16; ++i) {
         v6.push_back(random_tuple(rng, IpFamily::ipv6, IPPROTO_UDP));
         const int32_t index = insert(v6.back());
@@ -322,14 +324,16 @@ TEST_CASE("ConnTable: IPv6 connections fill a share of their own; IPv4 ones the 
     CHECK(table.size() == 64);
     CHECK(insert(v4[0]) == -1);
     CHECK(lookup_all(table, {extra6, extra4, v6[1]}) == std::vector<int32_t>{lookup_all(table, {extra6})[0],
-                                                                            lookup_all(table, {extra4})[0],
-                                                                            lookup_all(table, {v6[1]})[0]});
+                                                                             lookup_all(table, {extra4})[0],
+                                                                             lookup_all(table, {v6[1]})[0]});
 }
 
 TEST_CASE("ConnTable: rejects bad construction parameters", "[conntrack]") {
     CHECK_THROWS_AS(ConnTable(unique_table_name(), 0, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
-    CHECK_THROWS_AS(ConnTable("a_name_of_19_chars_", 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz), std::runtime_error);
-    CHECK_THROWS_AS(ConnTable(unique_table_name(), 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz, 17), std::runtime_error);
+    CHECK_THROWS_AS(ConnTable("a_name_of_19_chars_", 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz),
+                    std::runtime_error);
+    CHECK_THROWS_AS(ConnTable(unique_table_name(), 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz, 17),
+                    std::runtime_error);
     const std::string name = unique_table_name();
     ConnTable first(name, 16, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
     const uint32_t log_level = rte_log_get_global_level();
@@ -419,7 +423,8 @@ TEST_CASE("ConnTable: expiry and removal reach IPv6 entries too", "[conntrack]")
     CHECK(table.ipv6_size() == 256);
 }
 
-TEST_CASE("ConnTable: the IPv6 share's default is an eighth of the capacity, at least 1024 (or the capacity)", "[conntrack]") {
+TEST_CASE("ConnTable: the IPv6 share's default is an eighth of the capacity, at least 1024 (or the capacity)",
+          "[conntrack]") {
     CHECK(ConnTable::default_ipv6_capacity(1'000'000) == 125'000);
     CHECK(ConnTable::default_ipv6_capacity(16'384) == 2048);
     CHECK(ConnTable::default_ipv6_capacity(4096) == 1024);

@@ -104,9 +104,9 @@ TEST_CASE("TCP: the close sequences reach time_wait", "[conntrack]") {
         c.play(kHandshake);
         c.play({
             {O, FIN | ACK, ok, ConnState::tcp_fin_wait},
-            {O, FIN | ACK, ok, ConnState::tcp_fin_wait},  // retransmitted FIN
-            {O, ACK, ok, ConnState::tcp_fin_wait},        // the FIN sender's own ACK does not acknowledge its FIN
-            {R, ACK, ok, ConnState::tcp_close_wait},      // the responder acknowledges it
+            {O, FIN | ACK, ok, ConnState::tcp_fin_wait},    // retransmitted FIN
+            {O, ACK, ok, ConnState::tcp_fin_wait},          // the FIN sender's own ACK does not acknowledge its FIN
+            {R, ACK, ok, ConnState::tcp_close_wait},        // the responder acknowledges it
             {R, ACK | PSH, ok, ConnState::tcp_close_wait},  // and may still send (half close)
             {O, ACK, ok, ConnState::tcp_close_wait},
             {R, FIN | ACK, ok, ConnState::tcp_last_ack},
@@ -238,8 +238,8 @@ TEST_CASE("TCP: retransmissions and ignored segments", "[conntrack]") {
 TEST_CASE("TCP: simultaneous open", "[conntrack]") {
     TcpConn c;
     c.play({
-        {R, SYN, ok, ConnState::tcp_syn_sent},  // both sides sent a SYN
-        {R, SYN, ok, ConnState::tcp_syn_sent},  // retransmitted
+        {R, SYN, ok, ConnState::tcp_syn_sent},        // both sides sent a SYN
+        {R, SYN, ok, ConnState::tcp_syn_sent},        // retransmitted
         {O, SYN | ACK, ok, ConnState::tcp_syn_recv},  // valid from the initiator only in a simultaneous open
         {R, SYN | ACK, ok, ConnState::tcp_syn_recv},
         {O, ACK, ok, ConnState::tcp_established},
@@ -273,7 +273,8 @@ TEST_CASE("TCP: the state table stays within TCP states", "[conntrack]") {
                     INFO(conn_state_name(state) << " sub " << int{sub} << " reply " << reply << " kind " << k);
                     const tcp::Transition t = tcp::step(state, sub, reply, kind);
                     CHECK(t.state <= ConnState::tcp_close);
-                    if (kind == tcp::Kind::rst) CHECK((t.step == tcp::Step::advance && t.state == ConnState::tcp_close));
+                    if (kind == tcp::Kind::rst)
+                        CHECK((t.step == tcp::Step::advance && t.state == ConnState::tcp_close));
                     if (kind == tcp::Kind::bad) CHECK(t.step == tcp::Step::invalid);
                     if (t.step != tcp::Step::advance) {
                         CHECK(t.state == state);  // refused or ignored: nothing changes

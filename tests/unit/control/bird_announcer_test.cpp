@@ -18,7 +18,8 @@ using namespace std::chrono_literals;
 namespace {
 
 ServiceHealth service(const char* name, const char* vip, uint32_t usable, uint32_t min_healthy = 1) {
-    return {name, vip, std::string(vip).find(':') != std::string::npos ? IpFamily::ipv6 : IpFamily::ipv4, usable, min_healthy};
+    return {name, vip, std::string(vip).find(':') != std::string::npos ? IpFamily::ipv6 : IpFamily::ipv4, usable,
+            min_healthy};
 }
 
 std::string read_file(const std::filesystem::path& path) {
@@ -29,7 +30,8 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 std::filesystem::path temp_dir(const char* tag) {
-    auto dir = std::filesystem::temp_directory_path() / ("sluice-bird-" + std::string(tag) + "-" + std::to_string(getpid()));
+    auto dir =
+        std::filesystem::temp_directory_path() / ("sluice-bird-" + std::string(tag) + "-" + std::to_string(getpid()));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     return dir;
@@ -86,8 +88,8 @@ TEST_CASE("bgp: a VIP is wanted while one of its services has min_healthy usable
     // min_healthy 0: announced whatever the backends do.
     CHECK(wanted_vips({service("web", "10.0.0.1", 0, 0)}, true, false) == std::vector<std::string>{"10.0.0.1"});
     // Two services on one VIP (80 and 443): one healthy is enough, and the VIP appears once.
-    CHECK(wanted_vips({service("web", "10.0.0.1", 0), service("tls", "10.0.0.1", 2), service("dns", "2001:db8::53", 1)}, true, false) ==
-          std::vector<std::string>{"10.0.0.1", "2001:db8::53"});
+    CHECK(wanted_vips({service("web", "10.0.0.1", 0), service("tls", "10.0.0.1", 2), service("dns", "2001:db8::53", 1)},
+                      true, false) == std::vector<std::string>{"10.0.0.1", "2001:db8::53"});
 }
 
 TEST_CASE("bgp: nothing is wanted while a link is down or sluice drains", "[bgp]") {
@@ -99,8 +101,10 @@ TEST_CASE("bgp: nothing is wanted while a link is down or sluice drains", "[bgp]
 
 TEST_CASE("bgp: the include file holds both static protocols and one host route per VIP", "[bgp]") {
     const std::string text = render_bird_include({"10.0.0.1", "2001:db8::1"});
-    CHECK(text.find("protocol static sluice_vips4 {\n    ipv4;\n    route 10.0.0.1/32 blackhole;\n}") != std::string::npos);
-    CHECK(text.find("protocol static sluice_vips6 {\n    ipv6;\n    route 2001:db8::1/128 blackhole;\n}") != std::string::npos);
+    CHECK(text.find("protocol static sluice_vips4 {\n    ipv4;\n    route 10.0.0.1/32 blackhole;\n}") !=
+          std::string::npos);
+    CHECK(text.find("protocol static sluice_vips6 {\n    ipv6;\n    route 2001:db8::1/128 blackhole;\n}") !=
+          std::string::npos);
     const std::string empty = render_bird_include({});
     CHECK(empty.find("protocol static sluice_vips4 {\n    ipv4;\n}") != std::string::npos);
     CHECK(empty.find("protocol static sluice_vips6 {\n    ipv6;\n}") != std::string::npos);
@@ -200,7 +204,9 @@ TEST_CASE("bgp: the announcer writes the file and runs configure on BIRD's socke
         CHECK(bird.received == "configure\n");
     }
     {
-        FakeBird bird(config.bird_socket, "0002-Reading configuration from /etc/bird/bird.conf\n8002 /run/bird/sluice-vips.conf:2:5 syntax error\n");
+        FakeBird bird(
+            config.bird_socket,
+            "0002-Reading configuration from /etc/bird/bird.conf\n8002 /run/bird/sluice-vips.conf:2:5 syntax error\n");
         const BirdReply reply = bird_request(config.bird_socket, "configure", 1000ms);
         CHECK_FALSE(reply.ok);
         CHECK(reply.code == 8002);
@@ -252,10 +258,10 @@ TEST_CASE("config: bgp is off without its section and takes its defaults with an
     CHECK(on.config->bgp.include_file == "/run/bird/sluice-vips.conf");
     CHECK(on.config->bgp.drain_seconds == 10);
     CHECK(on.config->bgp.drain_on_sigterm);
-    const ConfigResult set = load_config_text(std::string(kBgpBase) +
-                                                  "bgp: {bird_socket: /run/b.ctl, include_file: /run/v.conf, drain_seconds: 0,"
-                                                  " drain_on_sigterm: false, timeout_ms: 500}\n",
-                                              "bgp.yaml");
+    const ConfigResult set = load_config_text(
+        std::string(kBgpBase) + "bgp: {bird_socket: /run/b.ctl, include_file: /run/v.conf, drain_seconds: 0,"
+                                " drain_on_sigterm: false, timeout_ms: 500}\n",
+        "bgp.yaml");
     REQUIRE(set.config);
     CHECK(set.config->bgp.drain_seconds == 0);
     CHECK_FALSE(set.config->bgp.drain_on_sigterm);
@@ -263,9 +269,11 @@ TEST_CASE("config: bgp is off without its section and takes its defaults with an
     // Where BIRD is needs a restart; how long to drain does not.
     Config moved = *set.config;
     moved.bgp.include_file = "/run/other.conf";
-    CHECK(restart_required_changes(*set.config, moved) == std::vector<std::string>{"bgp bird_socket or include_file changed"});
+    CHECK(restart_required_changes(*set.config, moved) ==
+          std::vector<std::string>{"bgp bird_socket or include_file changed"});
     Config longer = *set.config;
     longer.bgp.drain_seconds = 30;
     CHECK(restart_required_changes(*set.config, longer).empty());
-    CHECK(restart_required_changes(*off.config, *on.config) == std::vector<std::string>{"bgp section added or removed"});
+    CHECK(restart_required_changes(*off.config, *on.config) ==
+          std::vector<std::string>{"bgp section added or removed"});
 }

@@ -89,7 +89,8 @@ TEST_CASE("config: errors carry line and column, and all are reported", "[config
 lcores:
   - id: 1
     roles: [rx, wrker]
-)", "bad.yaml");
+)",
+                                            "bad.yaml");
     REQUIRE_FALSE(r.config);
     const std::string all = errors_of(r);
     INFO(all);
@@ -144,7 +145,8 @@ TEST_CASE("config: the shipped configs are valid", "[config]") {
     }
 }
 
-TEST_CASE("config: error replies are capped at 1000 a second by default; 0 lifts the cap, which a burst then needs", "[config]") {
+TEST_CASE("config: error replies are capped at 1000 a second by default; 0 lifts the cap, which a burst then needs",
+          "[config]") {
     const ConfigResult plain = load_config_text(kValid, "valid.yaml");
     REQUIRE(plain.config);
     CHECK(plain.config->dataplane.max_error_replies_per_second == 1000);
@@ -195,7 +197,8 @@ TEST_CASE("config: the new-connection cap defaults off, its burst to one second'
     ring.replace(ring.find("ring_size: 1024"), 15, "ring_size: 2048");
     const ConfigResult bigger = load_config_text(ring, "ring.yaml");
     REQUIRE(bigger.config);
-    CHECK(restart_required_changes(*plain.config, *bigger.config) == std::vector<std::string>{"dataplane settings changed"});
+    CHECK(restart_required_changes(*plain.config, *bigger.config) ==
+          std::vector<std::string>{"dataplane settings changed"});
 }
 
 TEST_CASE("config: acl_method names an rte_acl method, defaults to auto, and reloads live", "[config]") {
@@ -203,11 +206,12 @@ TEST_CASE("config: acl_method names an rte_acl method, defaults to auto, and rel
     INFO(errors_of(plain));
     REQUIRE(plain.config);
     CHECK(plain.config->firewall.acl_method == RTE_ACL_CLASSIFY_DEFAULT);
-    for (const auto& [name, method] : {std::pair{"auto", RTE_ACL_CLASSIFY_DEFAULT}, std::pair{"scalar", RTE_ACL_CLASSIFY_SCALAR},
-                                       std::pair{"sse", RTE_ACL_CLASSIFY_SSE}, std::pair{"avx2", RTE_ACL_CLASSIFY_AVX2},
-                                       std::pair{"avx512x16", RTE_ACL_CLASSIFY_AVX512X16},
-                                       std::pair{"avx512x32", RTE_ACL_CLASSIFY_AVX512X32}}) {
-        const ConfigResult set = load_config_text(std::string(kValid) + "firewall:\n  acl_method: " + name + "\n", "set.yaml");
+    for (const auto& [name, method] :
+         {std::pair{"auto", RTE_ACL_CLASSIFY_DEFAULT}, std::pair{"scalar", RTE_ACL_CLASSIFY_SCALAR},
+          std::pair{"sse", RTE_ACL_CLASSIFY_SSE}, std::pair{"avx2", RTE_ACL_CLASSIFY_AVX2},
+          std::pair{"avx512x16", RTE_ACL_CLASSIFY_AVX512X16}, std::pair{"avx512x32", RTE_ACL_CLASSIFY_AVX512X32}}) {
+        const ConfigResult set =
+            load_config_text(std::string(kValid) + "firewall:\n  acl_method: " + name + "\n", "set.yaml");
         INFO(name << ": " << errors_of(set));
         REQUIRE(set.config);
         CHECK(set.config->firewall.acl_method == method);
@@ -220,25 +224,30 @@ TEST_CASE("config: acl_method names an rte_acl method, defaults to auto, and rel
                               "avx512x32") != std::string::npos);
 }
 
-TEST_CASE("config: ipv6_table_size is a share of table_size, defaults to ConnTable's, and needs a restart", "[config]") {
+TEST_CASE("config: ipv6_table_size is a share of table_size, defaults to ConnTable's, and needs a restart",
+          "[config]") {
     const std::string firewall = "firewall:\n  table_size: 100000\n";
     const ConfigResult plain = load_config_text(std::string(kValid) + firewall, "plain.yaml");
     INFO(errors_of(plain));
     REQUIRE(plain.config);
     CHECK(plain.config->firewall.ipv6_table_size == 0);  // ConnTable::default_ipv6_capacity(100000) = 12500
 
-    const ConfigResult set = load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 50000\n", "set.yaml");
+    const ConfigResult set =
+        load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 50000\n", "set.yaml");
     INFO(errors_of(set));
     REQUIRE(set.config);
     CHECK(set.config->firewall.ipv6_table_size == 50000);
     CHECK(restart_required_changes(*plain.config, *set.config) ==
           std::vector<std::string>{"firewall ipv6_table_size changed"});
 
-    const ConfigResult above = load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 100001\n", "above.yaml");
+    const ConfigResult above =
+        load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 100001\n", "above.yaml");
     INFO(errors_of(above));
     REQUIRE_FALSE(above.config);
-    CHECK(errors_of(above).find("above.yaml:29:20: ipv6_table_size 100001 is above table_size 100000") != std::string::npos);
-    const ConfigResult small = load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 1000\n", "small.yaml");
+    CHECK(errors_of(above).find("above.yaml:29:20: ipv6_table_size 100001 is above table_size 100000") !=
+          std::string::npos);
+    const ConfigResult small =
+        load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 1000\n", "small.yaml");
     REQUIRE_FALSE(small.config);
     CHECK(errors_of(small).find("small.yaml:29:20: ipv6_table_size") != std::string::npos);
 }

@@ -72,8 +72,7 @@ public:
     // Closes the listener: connections to the port are refused from here on.
     ~Backend() {
         const uint64_t one = 1;
-        if (::write(stop_fd_, &one, sizeof one) < 0) {
-        }
+        if (::write(stop_fd_, &one, sizeof one) < 0) {}
         thread_.join();
         ::close(listen_fd_);
         ::close(stop_fd_);
@@ -122,8 +121,7 @@ private:
         const std::string response = mode_ == Mode::http_200
                                          ? "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
                                          : "HTTP/1.0 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy";
-        if (::send(fd, response.data(), response.size(), MSG_NOSIGNAL) < 0) {
-        }
+        if (::send(fd, response.data(), response.size(), MSG_NOSIGNAL) < 0) {}
     }
 
     Mode mode_;
@@ -328,9 +326,8 @@ TEST_CASE("health: HTTP 200 is up, 503 goes down and says so", "[health]") {
     CHECK(s1.up);
     CHECK(s1.failures == 0);
     CHECK(recorder.of(1).empty());
-    CHECK(ok.last_request().rfind("GET /healthz?full=1 HTTP/1.0\r\nHost: 127.0.0.1:" + std::to_string(ok.port()) +
-                                      "\r\n",
-                                  0) == 0);
+    CHECK(ok.last_request().rfind(
+              "GET /healthz?full=1 HTTP/1.0\r\nHost: 127.0.0.1:" + std::to_string(ok.port()) + "\r\n", 0) == 0);
 
     // A backend whose 503 is what "healthy" means (a drain-aware check, say) is up.
     busy_spec.expect_status = 503;
@@ -450,7 +447,8 @@ TEST_CASE("health: bad targets are refused and change nothing", "[health]") {
     checker.set_targets({{1, good}});
     HealthCheckSpec no_port = good;
     no_port.port = 0;
-    CHECK_THROWS_WITH(checker.set_targets({{2, good}, {3, no_port}}), "health check of target 3: port must be 1..65535");
+    CHECK_THROWS_WITH(checker.set_targets({{2, good}, {3, no_port}}),
+                      "health check of target 3: port must be 1..65535");
     CHECK_THROWS_WITH(checker.set_targets({{2, good}, {2, good}}), "health check target 2 listed twice");
     CHECK(checker.status(1));
     CHECK_FALSE(checker.status(2));

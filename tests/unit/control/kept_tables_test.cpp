@@ -6,13 +6,13 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
-#include <rte_byteorder.h>
 #include <rte_acl.h>
+#include <rte_byteorder.h>
 #include <rte_fib.h>
 #include <rte_lpm6.h>
 
-#include "control/snapshot_builder.hpp"
 #include "common/five_tuple.hpp"
+#include "control/snapshot_builder.hpp"
 
 using namespace sluice;
 
@@ -33,8 +33,12 @@ std::string dotted(uint32_t a) {
 // Prefixes in three /8s that nest: 300 of /16-/24, each with five more-specifics inside it (down to /32), and 1000
 // lone ones of /25-/32. No prefix is shorter than /16, so none decides a whole probe block by itself.
 std::vector<V4Prefix> nested_prefixes(std::mt19937& rng) {
-    const auto in_blocks = [&rng] { return (uint32_t{10u + static_cast<uint32_t>(rng() % 3)} << 24) | static_cast<uint32_t>(rng() & 0x00ffffffu); };
-    const auto length_in = [&rng](int lo, int hi) { return static_cast<uint8_t>(std::uniform_int_distribution<int>(lo, hi)(rng)); };
+    const auto in_blocks = [&rng] {
+        return (uint32_t{10u + static_cast<uint32_t>(rng() % 3)} << 24) | static_cast<uint32_t>(rng() & 0x00ffffffu);
+    };
+    const auto length_in = [&rng](int lo, int hi) {
+        return static_cast<uint8_t>(std::uniform_int_distribution<int>(lo, hi)(rng));
+    };
     std::vector<V4Prefix> out;
     for (int i = 0; i < 300; ++i) {
         const uint8_t length = length_in(16, 24);
@@ -83,7 +87,8 @@ TEST_CASE("early-drop set: nested IPv4 prefixes in any order match as a linear s
 
     // Random addresses in the same /8s, each prefix's first and last address, and the ones just outside it.
     std::vector<uint32_t> probes;
-    for (int i = 0; i < 20000; ++i) probes.push_back((uint32_t{10u + static_cast<uint32_t>(rng() % 4)} << 24) | (rng() & 0x00ffffffu));
+    for (int i = 0; i < 20000; ++i)
+        probes.push_back((uint32_t{10u + static_cast<uint32_t>(rng() % 4)} << 24) | (rng() & 0x00ffffffu));
     for (int i = 0; i < 20000; ++i) {  // inside a prefix with more-specifics, so that nesting decides
         const V4Prefix& p = prefixes[rng() % prefixes.size()];
         probes.push_back(p.address | (static_cast<uint32_t>(rng()) & ~mask_of(p.length)));
@@ -129,9 +134,10 @@ TEST_CASE("early-drop set: nested IPv6 prefixes in any order match as a linear s
         for (int b = 4; b < 16; ++b) p.bytes[b] = static_cast<uint8_t>(rng() % 4);  // few values: many nest
         for (unsigned bit = p.length; bit < 128; ++bit) p.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%x:%x:%x:%x:%x:%x:%x:%x", p.bytes[0] << 8 | p.bytes[1], p.bytes[2] << 8 | p.bytes[3],
-                      p.bytes[4] << 8 | p.bytes[5], p.bytes[6] << 8 | p.bytes[7], p.bytes[8] << 8 | p.bytes[9],
-                      p.bytes[10] << 8 | p.bytes[11], p.bytes[12] << 8 | p.bytes[13], p.bytes[14] << 8 | p.bytes[15]);
+        std::snprintf(buf, sizeof buf, "%x:%x:%x:%x:%x:%x:%x:%x", p.bytes[0] << 8 | p.bytes[1],
+                      p.bytes[2] << 8 | p.bytes[3], p.bytes[4] << 8 | p.bytes[5], p.bytes[6] << 8 | p.bytes[7],
+                      p.bytes[8] << 8 | p.bytes[9], p.bytes[10] << 8 | p.bytes[11], p.bytes[12] << 8 | p.bytes[13],
+                      p.bytes[14] << 8 | p.bytes[15]);
         text.push_back(std::string(buf) + "/" + std::to_string(p.length));
         prefixes.push_back(p);
     }
@@ -148,7 +154,8 @@ TEST_CASE("early-drop set: nested IPv6 prefixes in any order match as a linear s
                                       static_cast<unsigned>(probes.size())) == 0);
     std::size_t listed = 0, wrong = 0;
     for (std::size_t i = 0; i < probes.size(); ++i) {
-        const bool expected = std::any_of(prefixes.begin(), prefixes.end(), [&](const V6Prefix& p) { return covers(p, probes[i].data()); });
+        const bool expected = std::any_of(prefixes.begin(), prefixes.end(),
+                                          [&](const V6Prefix& p) { return covers(p, probes[i].data()); });
         listed += expected;
         wrong += (hops[i] == 1) != expected;
     }
@@ -175,7 +182,8 @@ std::string rules_config(const std::string& rules, const std::string& method = "
     return "ports:\n  - {name: lan, device: net_null0}\n  - {name: wan, device: net_null1}\n"
            "lcores:\n  - {id: 1, roles: [rx, worker]}\n"
            "forward:\n  - {from: lan, to: wan, next_hop_mac: \"02:00:00:00:00:02\"}\n"
-           "firewall:\n  default: deny\n  acl_method: " + method + "\n  rules:\n" + rules;
+           "firewall:\n  default: deny\n  acl_method: " +
+           method + "\n  rules:\n" + rules;
 }
 
 const std::string kRules =
@@ -214,7 +222,8 @@ uint32_t rule_for(const Snapshot& s, uint8_t proto, uint32_t dst, uint16_t port)
 
 }  // namespace
 
-TEST_CASE("rte_acl contexts: a reload whose rules match as before keeps them; any match change builds anew", "[kept-tables]") {
+TEST_CASE("rte_acl contexts: a reload whose rules match as before keeps them; any match change builds anew",
+          "[kept-tables]") {
     const auto first = build_rules(rules_config(kRules));
     REQUIRE(first->firewall->acl_v4);
     REQUIRE(first->firewall->acl_v6);
@@ -245,8 +254,9 @@ TEST_CASE("rte_acl contexts: a reload whose rules match as before keeps them; an
         CHECK(rule_for(*next, IPPROTO_UDP, 0xc0000201, 53) == AclClassifier::kNoMatch);
     }
     SECTION("a rule added") {
-        const auto next = build_rules(rules_config(kRules + "    - {name: ssh, protocol: tcp, destination_ports: 22, action: allow}\n"),
-                                      live_of(*first));
+        const auto next = build_rules(
+            rules_config(kRules + "    - {name: ssh, protocol: tcp, destination_ports: 22, action: allow}\n"),
+            live_of(*first));
         CHECK(next->firewall->acl_v4 != first->firewall->acl_v4);
         CHECK(rule_for(*next, IPPROTO_TCP, 0xc6336401, 22) == 2);  // the third of the IPv4 context's rules
     }

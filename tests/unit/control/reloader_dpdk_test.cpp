@@ -52,11 +52,13 @@ struct Fixture {
         path = (dir / "sluice.yaml").string();
         write(kConfig);
         if (checked)
-            health = std::make_unique<HealthChecker>(
-                [this](uint32_t id, bool up, const std::string& reason) { transitions.push({id, up, reason}); });
+            health = std::make_unique<HealthChecker>([this](uint32_t id, bool up, const std::string& reason) {
+                transitions.push({id, up, reason});
+            });
         ConfigResult loaded = load_config_file(path);
         REQUIRE(loaded.config);
-        ReloaderSetup setup{.ports = {{"lan", 0, {}}, {"wan", 1, {}}}, .health = health.get(), .transitions = &transitions};
+        ReloaderSetup setup{
+            .ports = {{"lan", 0, {}}, {"wan", 1, {}}}, .health = health.get(), .transitions = &transitions};
         reloader = std::make_unique<Reloader>(*loaded.config, std::move(setup));
         dataplane = std::make_unique<FakeDataplane>(reloader->build_first(1));
         reloader->attach(*dataplane);
@@ -91,10 +93,12 @@ TEST_CASE("reloader: rules keep their stable ids and their hits across a reload 
     hits[1] = 7;
     hits[2] = 11;
 
-    std::string text = replaced(kConfig, "    - {name: ssh", "    - {name: dns, protocol: udp, destination_ports: 53, "
-                                                           "action: allow}\n    - {name: ssh");
+    std::string text = replaced(kConfig, "    - {name: ssh",
+                                "    - {name: dns, protocol: udp, destination_ports: 53, "
+                                "action: allow}\n    - {name: ssh");
     text = replaced(text, "    - {name: web, protocol: tcp, destination_ports: 80, action: allow}\n", "");
-    text = replaced(text, "  rules:\n", "  rules:\n    - {name: web, protocol: tcp, destination_ports: 80, action: allow}\n");
+    text = replaced(text, "  rules:\n",
+                    "  rules:\n    - {name: web, protocol: tcp, destination_ports: 80, action: allow}\n");
     f.write(text);
     REQUIRE(f.reloader->apply("test"));
     CHECK(f.dataplane->publications == 1);
@@ -117,8 +121,9 @@ TEST_CASE("reloader: backends keep their stable ids; a refused reload changes no
     Fixture f(false);
     const auto kept = f.reloader->backend_id("web", f.reloader->config().services[0].backends[1]);
     REQUIRE(kept);
-    f.write(replaced(kConfig, "      - {address: 127.0.0.1", "      - {address: 10.1.0.3, mac: \"02:00:00:00:01:03\"}\n"
-                                                           "      - {address: 127.0.0.1"));
+    f.write(replaced(kConfig, "      - {address: 127.0.0.1",
+                     "      - {address: 10.1.0.3, mac: \"02:00:00:00:01:03\"}\n"
+                     "      - {address: 127.0.0.1"));
     REQUIRE(f.reloader->apply("test"));
     const auto& backends = f.reloader->config().services[0].backends;
     REQUIRE(backends.size() == 3);

@@ -132,8 +132,7 @@ TEST_CASE("reloader: a dry run reports and applies nothing", "[reloader]") {
     CHECK(f.reloader->status().read().successes + f.reloader->status().read().failures == 0);
 }
 
-TEST_CASE("reloader: health targets for checked backends, by stable id, the port the check names first",
-          "[reloader]") {
+TEST_CASE("reloader: health targets for checked backends, by stable id, the port the check names first", "[reloader]") {
     const ConfigResult r = load_config_text(R"(ports:
   - {name: lan, device: net_null0}
 lcores:
@@ -148,7 +147,8 @@ services:
       - {address: 10.1.0.1, mac: "02:00:00:00:01:01", health_check: {type: http, path: /up, port: 9000}}
       - {address: 10.1.0.2, mac: "02:00:00:00:01:02", health_check: {type: tcp}}
       - {address: 10.1.0.3, mac: "02:00:00:00:01:03"}
-)", "t.yaml");
+)",
+                                            "t.yaml");
     REQUIRE(r.config);
     BackendRegistry backends;
     backends.ids = {{"web/10.1.0.1", 4}, {"web/10.1.0.2", 7}};

@@ -7,7 +7,9 @@
 using namespace sluice;
 
 namespace {
-bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+}
 }  // namespace
 
 TEST_CASE("eal args: vdevs become --vdev, and no PCI device is probed", "[eal]") {

@@ -9,7 +9,7 @@ using namespace sluice;
 
 TEST_CASE("mempool plan: room for every descriptor, ring slot, cache and burst", "[mempool]") {
     MempoolDemand d;
-    d.rx_descriptors = 2 * 1024;  // two ports, one RX queue each
+    d.rx_descriptors = 2 * 1024;      // two ports, one RX queue each
     d.tx_descriptors = 2 * 2 * 1024;  // two ports, two workers
     d.ring_slots = 2 * 4096;
     d.lcores = 2;

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <map>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "lb/maglev.hpp"
 #include "lb/nat_ports.hpp"
@@ -119,7 +119,7 @@ TEST_CASE("nat ports: a worker hands out only the ports it owns, oldest freed fi
         CHECK(nat_port_owner(p, 3) == 1);
         CHECK(++seen[p] == 1);
     }
-    CHECK(pool.allocate(0) == 0);     // exhausted
+    CHECK(pool.allocate(0) == 0);                  // exhausted
     CHECK(pool.free_ports(1) == pool.capacity());  // the other address is separate
     pool.release(0, 4000);
     pool.release(0, 4003);

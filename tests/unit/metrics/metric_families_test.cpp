@@ -160,7 +160,7 @@ TEST_CASE("prometheus: every exported lcore counter has its family, help, label 
         CHECK(f.help == info.help);
         const bool per_lcore = info.exported_by == CounterExporters::every_lcore;
         REQUIRE(f.metric.size() == (per_lcore ? 2u : 1u));  // the RX-only lcore is no worker
-        const auto& last = f.metric.back();  // the worker's
+        const auto& last = f.metric.back();                 // the worker's
         REQUIRE(last.label.size() == 1);
         CHECK(last.label[0].name == (per_lcore ? "lcore" : "worker"));
         CHECK(last.label[0].value == (per_lcore ? "2" : "0"));

@@ -65,7 +65,7 @@ TEST_CASE("checksum: the IPv4 header sum by 32-bit words equals the 16-bit one",
     uint8_t header[60];
     for (int i = 0; i < 20000; ++i) {
         fill_for_iteration(header, rng, i, 3);
-        if (i % 3 == 1) {                                          // valid, as the parser mostly sees
+        if (i % 3 == 1) {  // valid, as the parser mostly sees
             header[10] = header[11] = 0;
             const uint16_t c = checksum_compute(header, 20);
             std::memcpy(&header[10], &c, 2);

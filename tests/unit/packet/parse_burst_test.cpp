@@ -219,10 +219,11 @@ TEST_CASE("parse_burst: ND messages fragmented or with a hop limit below 255 are
         CHECK((flags & kMetaNeighbour));
     }
     // RFC 4861 6.1, 7.1.1, 7.1.2, 8.1: a hop limit below 255 means the message crossed a router.
-    for (uint8_t type : {kRouterSolicitation, kRouterAdvertisement, kNeighbourSolicitation, kNeighbourAdvertisement,
-                         kRedirect}) {
+    for (uint8_t type :
+         {kRouterSolicitation, kRouterAdvertisement, kNeighbourSolicitation, kNeighbourAdvertisement, kRedirect}) {
         INFO("type " << int(type));
-        for (uint8_t hop_limit : {0, 1, 64, 254}) CHECK(verdict_and_flags(nd_message(type, hop_limit)).first == DropReason::nd_invalid);
+        for (uint8_t hop_limit : {0, 1, 64, 254})
+            CHECK(verdict_and_flags(nd_message(type, hop_limit)).first == DropReason::nd_invalid);
         // RFC 6980 5: any fragment header, an atomic fragment's too.
         CHECK(verdict_and_flags(nd_message(type, 255, Fragmented::first)).first == DropReason::nd_invalid);
         CHECK(verdict_and_flags(nd_message(type, 255, Fragmented::atomic)).first == DropReason::nd_invalid);

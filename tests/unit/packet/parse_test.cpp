@@ -124,7 +124,8 @@ TEST_CASE("parse: IPv4 TCP fills the tuple, offsets and hash", "[parse]") {
 
     PacketMeta reply_meta;
     FiveTuple reply_tuple;
-    REQUIRE(parse(ipv4_frame(IPPROTO_TCP, "10.0.0.2", "10.0.0.1", 80, 1234), reply_meta, reply_tuple) == DropReason::none);
+    REQUIRE(parse(ipv4_frame(IPPROTO_TCP, "10.0.0.2", "10.0.0.1", 80, 1234), reply_meta, reply_tuple) ==
+            DropReason::none);
     CHECK(reply_meta.flow_hash == meta.flow_hash);
 }
 
@@ -318,8 +319,8 @@ TEST_CASE("parse: an ICMP error takes the tuple and hash of the flow it quotes",
     // A UDP datagram 10.0.0.1:5000 -> 10.1.0.1:53, and the port unreachable that 10.1.0.1 sends back about it.
     const Bytes original = ipv4_frame(IPPROTO_UDP, "10.0.0.1", "10.1.0.1", 5000, 53);
     Bytes icmp(8, 0);
-    icmp[0] = 3;  // destination unreachable
-    icmp[1] = 3;  // port
+    icmp[0] = 3;                                                                 // destination unreachable
+    icmp[1] = 3;                                                                 // port
     icmp.insert(icmp.end(), original.begin() + 14, original.begin() + 14 + 28);  // IP header + 8 bytes
     const Bytes error = ipv4_frame(IPPROTO_ICMP, "10.1.0.1", "10.0.0.1", 0, 0, icmp);
 
@@ -397,14 +398,14 @@ constexpr uint8_t kEol = 0, kNop = 1, kRecordRoute = 7, kTimestamp = 68, kRouter
 
 TEST_CASE("parse: IPv4 options that are well formed pass, and the L4 header follows them", "[parse][ipv4-options]") {
     const Bytes lists[] = {
-        {kNop, kNop, kNop, kEol},                                      // padding only
-        {kRecordRoute, 7, 4, 0, 0, 0, 0, kEol},                        // record route with one empty slot
-        {kTimestamp, 8, 5, 0, 0, 0, 0, 0},                             // timestamp, exactly filling the header
-        {kRouterAlert, 4, 0, 0},                                       // router alert (RFC 2113)
-        {kNop, kRouterAlert, 4, 0, 0, kEol, 0, 0},                     // NOP before, EOL padding after
-        {kEol, 0xff, 0xff, 0xff},                                      // after EOL nothing is an option (RFC 791)
-        {kEol, kLsrr, 7, 4},                                           // not even a source route
-        Bytes(40, kNop),                                               // IHL 15, the most there is
+        {kNop, kNop, kNop, kEol},                   // padding only
+        {kRecordRoute, 7, 4, 0, 0, 0, 0, kEol},     // record route with one empty slot
+        {kTimestamp, 8, 5, 0, 0, 0, 0, 0},          // timestamp, exactly filling the header
+        {kRouterAlert, 4, 0, 0},                    // router alert (RFC 2113)
+        {kNop, kRouterAlert, 4, 0, 0, kEol, 0, 0},  // NOP before, EOL padding after
+        {kEol, 0xff, 0xff, 0xff},                   // after EOL nothing is an option (RFC 791)
+        {kEol, kLsrr, 7, 4},                        // not even a source route
+        Bytes(40, kNop),                            // IHL 15, the most there is
     };
     for (const Bytes& options : lists) {
         INFO("options of " << options.size() << " bytes, first " << int(options[0]));
@@ -419,15 +420,16 @@ TEST_CASE("parse: IPv4 options that are well formed pass, and the L4 header foll
 
 TEST_CASE("parse: malformed IPv4 option lists are ipv4_bad_option", "[parse][ipv4-options]") {
     const Bytes lists[] = {
-        {kTimestamp, 0, 0, 0},                       // length 0
-        {kRecordRoute, 1, 0, 0},                     // length 1: shorter than its own type and length bytes
-        {kRecordRoute, 40, 4, 0},                    // length 40 in a 4-byte option area
-        {kNop, kRouterAlert, 4, 0},                  // router alert running one byte past the header
-        {kNop, kNop, kNop, kRecordRoute},            // a type byte with no room for its length
+        {kTimestamp, 0, 0, 0},                         // length 0
+        {kRecordRoute, 1, 0, 0},                       // length 1: shorter than its own type and length bytes
+        {kRecordRoute, 40, 4, 0},                      // length 40 in a 4-byte option area
+        {kNop, kRouterAlert, 4, 0},                    // router alert running one byte past the header
+        {kNop, kNop, kNop, kRecordRoute},              // a type byte with no room for its length
         {kRouterAlert, 4, 0, 0, kTimestamp, 0, 0, 0},  // a good option, then a bad one
     };
     for (const Bytes& options : lists) {
-        INFO("options " << int(options[0]) << " " << int(options[1]) << " " << int(options[2]) << " " << int(options[3]));
+        INFO("options " << int(options[0]) << " " << int(options[1]) << " " << int(options[2]) << " "
+                        << int(options[3]));
         CHECK(parse(ipv4_with_options(options)) == DropReason::ipv4_bad_option);
     }
 }
@@ -440,7 +442,8 @@ TEST_CASE("parse: IPv4 loose and strict source routes are dropped (RFC 7126 4.3,
           DropReason::ipv4_source_route);
     CHECK(parse(ipv4_with_options({kLsrr, 40, 4, 0})) == DropReason::ipv4_bad_option);  // malformed first
 
-    // A fragment's own header is walked too; an ICMP error's quoted header is not (only its addresses and ports are read).
+    // A fragment's own header is walked too; an ICMP error's quoted header is not (only its addresses and ports are
+    // read).
     Bytes fragment = ipv4_with_options({kLsrr, 7, 4, 10, 2, 0, 1, kEol});
     fragment[14 + 6] = 0x20;  // more fragments
     fix_ipv4_checksum(fragment);
@@ -484,7 +487,8 @@ Bytes concat(std::initializer_list<Bytes> parts) {
 
 }  // namespace
 
-TEST_CASE("parse: IPv6 hop-by-hop options anywhere but first are ipv6_bad_ext_header (RFC 8200 4.1)", "[parse][ipv6-ext]") {
+TEST_CASE("parse: IPv6 hop-by-hop options anywhere but first are ipv6_bad_ext_header (RFC 8200 4.1)",
+          "[parse][ipv6-ext]") {
     const char* a = "2001:db8::1";
     const char* b = "2001:db8::2";
     CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({ext_header(IPPROTO_DSTOPTS), ext_header(IPPROTO_UDP)}),
@@ -500,23 +504,27 @@ TEST_CASE("parse: IPv6 hop-by-hop options anywhere but first are ipv6_bad_ext_he
           DropReason::ipv6_bad_ext_header);
 }
 
-TEST_CASE("parse: an IPv6 type 0 routing header is dropped while it has segments left (RFC 5095)", "[parse][ipv6-ext]") {
+TEST_CASE("parse: an IPv6 type 0 routing header is dropped while it has segments left (RFC 5095)",
+          "[parse][ipv6-ext]") {
     const char* a = "2001:db8::1";
     const char* b = "2001:db8::2";
     CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 0, 1), IPPROTO_ROUTING)) ==
           DropReason::ipv6_routing_type0);
-    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, concat({ext_header(IPPROTO_ROUTING), routing_header(IPPROTO_UDP, 0, 255)}),
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2,
+                           concat({ext_header(IPPROTO_ROUTING), routing_header(IPPROTO_UDP, 0, 255)}),
                            IPPROTO_HOPOPTS)) == DropReason::ipv6_routing_type0);
     // Segments left 0: processed as an unrecognised type, which it then is not: it passes.
     PacketMeta meta;
     FiveTuple tuple;
-    REQUIRE(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 0, 0), IPPROTO_ROUTING), meta, tuple) ==
-            DropReason::none);
+    REQUIRE(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 0, 0), IPPROTO_ROUTING), meta,
+                  tuple) == DropReason::none);
     CHECK(meta.l4_offset == 14 + 40 + 24);
     CHECK(ntohs(tuple.dst_port) == 2);
     // Other routing types pass whatever their segments left (type 2, mobile IPv6; type 4, segment routing).
-    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 2, 1), IPPROTO_ROUTING)) == DropReason::none);
-    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 4, 1), IPPROTO_ROUTING)) == DropReason::none);
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 2, 1), IPPROTO_ROUTING)) ==
+          DropReason::none);
+    CHECK(parse(ipv6_frame(IPPROTO_UDP, a, b, 1, 2, routing_header(IPPROTO_UDP, 4, 1), IPPROTO_ROUTING)) ==
+          DropReason::none);
 }
 
 TEST_CASE("parse: datagram_end is where the IP datagram ends, whatever follows it", "[parse][trailer]") {

@@ -144,8 +144,9 @@ TEST_CASE("write_tcp_segment builds a frame that parses back with valid checksum
         uint8_t* l3 = rte_pktmbuf_mtod_offset(m, uint8_t*, 14);
         auto* tcp = rte_pktmbuf_mtod_offset(m, rte_tcp_hdr*, meta.l4_offset);
         const auto l4_valid = [&] {
-            return family == IpFamily::ipv4 ? rte_ipv4_udptcp_cksum_verify(reinterpret_cast<rte_ipv4_hdr*>(l3), tcp) == 0
-                                            : rte_ipv6_udptcp_cksum_verify(reinterpret_cast<rte_ipv6_hdr*>(l3), tcp) == 0;
+            return family == IpFamily::ipv4
+                       ? rte_ipv4_udptcp_cksum_verify(reinterpret_cast<rte_ipv4_hdr*>(l3), tcp) == 0
+                       : rte_ipv6_udptcp_cksum_verify(reinterpret_cast<rte_ipv6_hdr*>(l3), tcp) == 0;
         };
         CHECK(l4_valid());
         if (family == IpFamily::ipv4) CHECK(checksum_compute(l3, 20) == 0);

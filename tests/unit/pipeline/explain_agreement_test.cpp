@@ -77,7 +77,7 @@ Flow random_flow(std::mt19937& rng) {
     const auto pick = [&rng](auto const& options) { return options[rng() % std::size(options)]; };
     static const char* const kSources[] = {"198.51.100.", "198.18.0.", "198.18.5.", "203.0.113.", "10.9.0."};
     static const char* const kDestinations[] = {"192.0.2.100", "192.0.2.101", "10.1.0.100", "203.0.113.1",
-                                                "10.9.0.1", "198.18.9.9", "10.2.3.4"};
+                                                "10.9.0.1",    "198.18.9.9",  "10.2.3.4"};
     static const uint16_t kPorts[] = {23, 53, 80, 81, 443, 8443, 2000, 40000};
     Flow f;
     f.spec.src = std::string(pick(kSources)) + std::to_string(2 + rng() % 250);
@@ -121,7 +121,8 @@ TEST_CASE("explain: says what the data path does with thousands of random new fl
     int compared = 0;
     for (int n = 0; n < 3000; ++n) {
         const Flow flow = random_flow(rng);
-        const std::string key = flow.spec.src + ":" + std::to_string(flow.spec.src_port) + "-" + std::to_string(flow.spec.proto);
+        const std::string key =
+            flow.spec.src + ":" + std::to_string(flow.spec.src_port) + "-" + std::to_string(flow.spec.proto);
         const std::string to = flow.spec.dst + ":" + std::to_string(flow.spec.dst_port);
         if (!seen.insert({key, to}).second || seen.count({to + "-" + std::to_string(flow.spec.proto), key})) continue;
         const FiveTuple tuple = tuple_of(flow.spec);
@@ -171,8 +172,9 @@ TEST_CASE("explain: says what the data path does with thousands of random new fl
     CHECK(compared > 2500);
     // Every kind of decision came up (so the agreement above covers each).
     CAPTURE(outcomes);
-    for (const char* outcome : {"dropped blocklisted", "dropped rule_deny", "rejected rule_reject", "dropped to_own_address",
-                                "dropped nat_no_connection", "answered with a cookie none", "forwarded none"})
+    for (const char* outcome :
+         {"dropped blocklisted", "dropped rule_deny", "rejected rule_reject", "dropped to_own_address",
+          "dropped nat_no_connection", "answered with a cookie none", "forwarded none"})
         CHECK(outcomes[outcome] > 0);
     CHECK(lab.mbufs_out() == 0);
 }

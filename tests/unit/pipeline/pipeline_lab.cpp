@@ -22,7 +22,8 @@ constexpr unsigned kPoolSize = 4095;
 constexpr unsigned kRingSize = 1024;
 
 rte_ring* make_ring(const std::string& name) {
-    rte_ring* r = rte_ring_create(name.c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+    rte_ring* r =
+        rte_ring_create(name.c_str(), kRingSize, static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
     if (!r) throw std::runtime_error("rte_ring_create " + name + ": " + rte_strerror(rte_errno));
     return r;
 }
@@ -51,8 +52,9 @@ PipelineLab::PipelineLab(const std::string& yaml) {
         RingPort& ring = rings_[spec.name];
         ring.rx = make_ring(name + "_rx");
         for (std::size_t w = 0; w < workers; ++w) ring.tx.push_back(make_ring(name + "_tx" + std::to_string(w)));
-        const int id = rte_eth_from_rings(name.c_str(), &ring.rx, 1, ring.tx.data(),
-                                          static_cast<unsigned>(ring.tx.size()), static_cast<unsigned>(rte_socket_id()));
+        const int id =
+            rte_eth_from_rings(name.c_str(), &ring.rx, 1, ring.tx.data(), static_cast<unsigned>(ring.tx.size()),
+                               static_cast<unsigned>(rte_socket_id()));
         char ethdev[RTE_ETH_NAME_MAX_LEN];
         if (id < 0 || rte_eth_dev_get_name_by_port(static_cast<uint16_t>(id), ethdev) != 0)
             throw std::runtime_error("rte_eth_from_rings " + name + ": " + rte_strerror(rte_errno));
@@ -61,7 +63,8 @@ PipelineLab::PipelineLab(const std::string& yaml) {
         ports_.back()->start(static_cast<uint16_t>(workers), pool_);
         identities_.push_back({spec.name, ports_.back()->id(), ports_.back()->mac()});
     }
-    auto first = build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()), workers);
+    auto first =
+        build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()), workers);
     // Every lcore of the plan runs on this thread, in plan order.
     DataplaneSpec spec = dataplane_spec(config_, identities_);
     for (LcorePlan& plan : spec.lcores) plan.lcore_id = rte_lcore_id();

@@ -36,7 +36,8 @@ public:
     // What sluice transmitted on port since the last call.
     std::vector<Bytes> take_sent(const std::string& port);
     // send, run, take_sent on out_port.
-    std::vector<Bytes> exchange(const std::string& in_port, const std::vector<Bytes>& frames, const std::string& out_port);
+    std::vector<Bytes> exchange(const std::string& in_port, const std::vector<Bytes>& frames,
+                                const std::string& out_port);
 
     void advance_seconds(double seconds) { now_tsc_ += static_cast<uint64_t>(seconds * static_cast<double>(tsc_hz_)); }
     uint64_t now_tsc() const { return now_tsc_; }

@@ -124,8 +124,8 @@ public:
     // Runs the program on frame; returns which of its counters moved: "sluice", "kernel" or "other".
     std::string verdict(const Frame& frame) {
         const std::vector<uint64_t> before = counters();
-        LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame.data(), .data_size_in = static_cast<uint32_t>(frame.size()),
-                    .repeat = 1);
+        LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame.data(),
+                    .data_size_in = static_cast<uint32_t>(frame.size()), .repeat = 1);
         REQUIRE(bpf_prog_test_run_opts(program_, &run) == 0);
         const std::vector<uint64_t> after = counters();
         std::string moved;
@@ -154,8 +154,8 @@ private:
 
 TEST_CASE("xdp steering program: the kernel keeps its own addresses, sluice gets the rest", "[xdp]") {
     LoadedProgram p;
-    p.add(AF_INET, "10.0.0.5", 32, STEER_KERNEL);     // a management address on the interface
-    p.add(AF_INET, "10.0.100.1", 32, STEER_SLUICE);   // a VIP
+    p.add(AF_INET, "10.0.0.5", 32, STEER_KERNEL);    // a management address on the interface
+    p.add(AF_INET, "10.0.100.1", 32, STEER_SLUICE);  // a VIP
     p.add(AF_INET6, "2001:db8::5", 128, STEER_KERNEL);
     p.add(AF_INET6, "2001:db8::100", 128, STEER_SLUICE);
 
@@ -225,10 +225,10 @@ services:
         return std::count(entries.begin(), entries.end(), e) == 1;
     };
     CHECK(has(0x0a000005, 32, SteeringVerdict::kernel));
-    CHECK(has(0x0a000001, 32, SteeringVerdict::sluice));  // lan's own address
+    CHECK(has(0x0a000001, 32, SteeringVerdict::sluice));        // lan's own address
     CHECK_FALSE(has(0xc0000201, 32, SteeringVerdict::sluice));  // wan's is not lan's
-    CHECK(has(0x0a000364, 32, SteeringVerdict::sluice));  // the NAT pool
-    CHECK(has(0x0a006401, 32, SteeringVerdict::sluice));  // the VIP wins over a kernel address that clashes
+    CHECK(has(0x0a000364, 32, SteeringVerdict::sluice));        // the NAT pool
+    CHECK(has(0x0a006401, 32, SteeringVerdict::sluice));        // the VIP wins over a kernel address that clashes
     CHECK_FALSE(has(0x0a006401, 32, SteeringVerdict::kernel));
     CHECK(entries.size() == 4);
 }
