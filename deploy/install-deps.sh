@@ -8,6 +8,7 @@ packages=(
   build-essential pkg-config meson ninja-build python3
   libdpdk-dev dpdk dpdk-dev
   libbpf-dev libxdp-dev xdp-tools clang llvm
+  clang-format clang-tidy  # tests/lint.sh: the layout (.clang-format) and the linter (.clang-tidy)
   libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for clang (tests/fuzz); only recommended by clang, so not pulled in
   libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 prometheus-cpp-dev libsystemd-dev libpcap-dev
   python3-scapy python3-pytest python3-yaml systemd iproute2 iputils-ping ethtool tcpdump curl procps

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Checks the layout of every tracked C/C++ file against .clang-format and runs clang-tidy (.clang-tidy) on the
 # translation units of lib/ and app/. Prints one summary line; exits 1 on any finding, 2 when it cannot run.
-# Usage: tests/lint.sh [BUILD_DIR]  (a meson build directory, default build: clang-tidy reads its
-# compile_commands.json). LINT_JOBS (default 2) clang-tidy processes run at once; LINT_TIDY=0 checks the layout only.
+# Usage: tests/lint.sh [BUILD_DIR]  (a meson build directory, default build-lint, set up here without unity files
+# and never compiled: clang-tidy reads its compile_commands.json). LINT_JOBS (default 2) clang-tidy processes run at
+# once; LINT_TIDY=0 checks the layout only.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-build=${1:-build}
+build=${1:-build-lint}
 jobs=${LINT_JOBS:-2}
 started=$SECONDS
 for tool in clang-format clang-tidy; do
@@ -21,10 +22,14 @@ format_count=$(printf '%s' "$misformatted" | grep -c .)
 tidy_count=0
 tidy_summary="skipped"
 if [ "${LINT_TIDY:-1}" != 0 ]; then
-    [ -f "$build/compile_commands.json" ] || { echo "lint: no $build/compile_commands.json (meson setup $build)"; exit 2; }
+    # A unity build's compile commands name its generated unity files, not the sources: clang-tidy needs the latter.
+    if [ ! -f "$build/compile_commands.json" ]; then
+        meson setup "$build" -Dunity=off > /dev/null || { echo "lint: meson setup $build failed"; exit 2; }
+    fi
     # Only the units this build compiles (an optional dependency may leave some out).
     mapfile -t units < <(git ls-files 'lib/*.cpp' 'app/*.cpp' | grep -F -f <(
         sed -nE 's/^ *"file": "(\.\.\/)?(.*)",?$/\2/p' "$build/compile_commands.json"))
+    [ "${#units[@]}" -gt 0 ] || { echo "lint: $build compiles none of lib/ and app/ (a unity build?)"; exit 2; }
     out=$(mktemp -d)
     trap 'rm -rf "$out"' EXIT
     # The compile commands carry GCC-only warning flags that clang does not know.

@@ -2,8 +2,9 @@
 # Runs every test of sluice: installs what is missing, builds (release, and ASan+UBSan in build-asan), runs the
 # unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports), a 2-minute soak, the lab
 # demo, the end-to-end tests (tests/e2e) and the fuzzers, and ends with the single line "N passed, N failed".
-#   tests/run.sh --fast   the fast tier alone: install, release build, unit tests (a few minutes on 2 CPUs). The
-#                         whole run starts with the same tier, so a change that breaks it fails early.
+#   tests/run.sh --fast   the fast tier alone: install, release build, unit tests and the in-process golden tables,
+#                         the layout check (a few minutes on 2 CPUs). The whole run starts with the same tier (and
+#                         clang-tidy), so a change that breaks it fails early.
 #   SLUICE_SANITIZE=0 skips the sanitizer build.
 #   SLUICE_FUZZ=0 skips the fuzzers (tests/fuzz, built with clang in build-fuzz); SLUICE_FUZZ_SECONDS (60) per target.
 set -uo pipefail
@@ -74,7 +75,19 @@ run_integration() {  # run_integration NAME SLUICE_BINARY
     [ -s "$results/$1.xml" ] || record_failure "$1" "pytest did not run"
 }
 
+# The layout (clang-format) in every tier; clang-tidy, a few minutes on 2 CPUs, in the whole run.
+run_lint() {  # run_lint TIDY(0|1)
+    step "lint (tests/lint.sh: clang-format$([ "$1" = 1 ] && echo ', clang-tidy on lib/ and app/'))"
+    if LINT_TIDY=$1 "$root/tests/lint.sh" > "$results/lint.log" 2>&1; then
+        echo '<testsuite name="lint"><testcase classname="lint" name="lint.sh"/></testsuite>' > "$results/lint.xml"
+    else
+        record_failure lint "tests/lint.sh: layout or clang-tidy findings (see build/test-results/lint.log)"
+    fi
+    tail -n 25 "$results/lint.log"
+}
+
 run_unit unit build
+run_lint $((1 - fast))
 if [ "$fast" = 1 ]; then
     step "summary (fast tier)"
     "$python" "$root/tests/summarize.py" "$results"

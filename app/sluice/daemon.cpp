@@ -281,7 +281,7 @@ private:
             for (const BackendConfig& b : service.backends)
                 if (!b.has_mac)
                     for (const PortSpec& p : config.ports) add(p.name, b.family, b.address);
-        neighbours_.set_targets(std::move(targets));
+        neighbours_.set_targets(targets);
     }
 
     // Control thread, every loop: learn what the workers saw, solicit what is due, forget what stopped answering;

@@ -36,7 +36,7 @@ bool tcp_rst(rte_mbuf* m, const PacketMeta& meta, const rte_ether_addr& own_mac)
     } else {
         const auto* ip = reinterpret_cast<const rte_ipv6_hdr*>(l3);
         payload = rte_be_to_cpu_16(ip->payload_len) + sizeof(rte_ipv6_hdr) - (meta.l4_offset - meta.l3_offset) -
-                  (tcp->data_off >> 4) * uint32_t{4};
+                  (tcp->data_off >> 4) * std::size_t{4};
     }
     // RFC 9293 3.10.7.1: with an ACK, <SEQ=SEG.ACK><CTL=RST>; without, <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
     const bool had_ack = tcp->tcp_flags & RTE_TCP_ACK_FLAG;
