@@ -86,6 +86,8 @@ struct alignas(kCacheLine) LcoreCounters {
 
     void drop(DropReason reason, uint64_t n = 1) { counter_add(drops[static_cast<std::size_t>(reason)], n); }
 };
+// Whole cache lines: the next lcore's counters never share one with these.
+static_assert(sizeof(LcoreCounters) % kCacheLine == 0 && alignof(LcoreCounters) == kCacheLine);
 
 // Sums of every lcore's counters, as the control thread sees them.
 struct CounterTotals {

@@ -18,7 +18,6 @@
 #include "pipeline/forward_stage.hpp"
 
 namespace sluice {
-namespace {
 
 // A balanced connection ended (expired or removed) on its worker: its NAT port goes back to the pool and its
 // backend has one connection less.
@@ -28,8 +27,6 @@ void release_connection(void* arg, const ConnEntry& entry) {
     if (entry.backend != 0 && entry.backend <= kMaxBackends)
         counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
 }
-
-}  // namespace
 
 Dataplane::Dataplane(const DataplaneSpec& spec, std::unique_ptr<Snapshot> initial) {
     try {

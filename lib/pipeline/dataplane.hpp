@@ -35,6 +35,10 @@ struct DataplaneSpec {
     rte_mempool* solicitation_pool = nullptr;  // worker 0 builds ARP/ND solicitations from it
 };
 
+// The release hook every worker's ConnTable gets (arg: the worker's LcoreContext): a balanced connection that ends
+// gives its NAT port back to the pool and counts one closed connection for its backend. Owning worker only.
+void release_connection(void* arg, const ConnEntry& entry);
+
 class Dataplane {
 public:
     // Allocates rings, contexts and TX buffers on each lcore's socket and takes the first snapshot; throws

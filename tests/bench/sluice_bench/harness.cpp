@@ -64,16 +64,6 @@ int other_cpu(unsigned cpu) {
     return -1;
 }
 
-// A balanced connection ended: its NAT port goes back to the pool, its backend has one connection less. A copy of
-// release_connection in lib/pipeline/dataplane.cpp (private there), which the Dataplane hooks into every worker's
-// ConnTable.
-void release_connection(void* arg, const ConnEntry& entry) {
-    auto& ctx = *static_cast<LcoreContext*>(arg);
-    if (entry.nat_port != 0) ctx.nat_ports->release(entry.nat_address, entry.nat_port);
-    if (entry.backend != 0 && entry.backend <= kMaxBackends)
-        counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
-}
-
 }  // namespace
 
 [[noreturn]] void fail(const std::string& message) {
