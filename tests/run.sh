@@ -123,8 +123,10 @@ if [ "${SLUICE_SANITIZE:-1}" != 0 ]; then
     step "build (address + undefined sanitizers)"
     # -Dwerror=false: GCC 12 warns falsely under sanitizers; the release build keeps -Werror. -O1: what sanitizers
     # are usually run at, and it keeps the build within a few minutes on 2 CPUs. Only what runs below is built (the
-    # benchmark is not: the release build compiled it already).
+    # benchmark is not: the release build compiled it already); deploy/sluice.yaml is what test_systemd's
+    # `meson install --no-rebuild` of this build directory stages.
     asan_targets="app/sluice/sluice tests/unit/unit_tests tests/unit/dpdk_unit_tests tests/integration/sluice_pool_hog"
+    asan_targets+=" deploy/sluice.yaml"
     if build build-asan "$asan_targets" -Dbuildtype=debug -Doptimization=1 -Db_sanitize=address,undefined \
         -Db_lundef=false -Dwerror=false; then
         # DPDK keeps some allocations until exit by design; leaks are checked by the mbuf accounting instead.
