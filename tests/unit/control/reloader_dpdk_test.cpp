@@ -10,20 +10,14 @@
 
 #include "control/reloader.hpp"
 #include "fake_dataplane.hpp"
+#include "two_port_config.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;
 
 namespace {
 
-const char* kConfig = R"(ports:
-  - {name: lan, device: net_null0}
-  - {name: wan, device: net_null1}
-lcores:
-  - {id: 1, roles: [rx, worker]}
-forward:
-  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:02"}
-firewall:
+const std::string kConfig = std::string(kTwoPortConfig) + R"(firewall:
   default: deny
   rules:
     - {name: ssh, protocol: tcp, destination_ports: 22, action: allow}

@@ -7,19 +7,13 @@
 
 #include "control/reloader.hpp"
 #include "fake_dataplane.hpp"
+#include "two_port_config.hpp"
 
 using namespace sluice;
 
 namespace {
 
-const char* kConfig = R"(ports:
-  - {name: lan, device: net_null0}
-  - {name: wan, device: net_null1}
-lcores:
-  - {id: 1, roles: [rx, worker]}
-forward:
-  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:02"}
-)";
+const char* kConfig = kTwoPortConfig;
 
 std::vector<PortIdentity> ports() { return {{"lan", 0, {}}, {"wan", 1, {}}}; }
 

@@ -1,19 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include "control/snapshot_builder.hpp"
+#include "two_port_config.hpp"
 
 using namespace sluice;
 
 namespace {
 
-const char* kConfig = R"(ports:
-  - {name: lan, device: net_null0}
-  - {name: wan, device: net_null1}
-lcores:
-  - {id: 1, roles: [rx, worker]}
-forward:
-  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:02"}
-)";
+const char* kConfig = kTwoPortConfig;
 
 std::vector<PortIdentity> ports() {
     PortIdentity lan{"lan", 3, {}}, wan{"wan", 7, {}};
