@@ -27,12 +27,13 @@ public:
     }
     void error(const YAML::Node& at, std::string message) { error(at.Mark(), std::move(message)); }
 
-    // `node` must be a map whose keys are all in `allowed`.
+    // `node` must be a map whose keys are all in `allowed`, each once.
     bool map(const YAML::Node& node, const std::string& what, std::initializer_list<std::string_view> allowed) {
         if (!node.IsMap()) {
             error(node, what + " must be a mapping");
             return false;
         }
+        unique_keys(node, what);
         for (const Field& f : fields(node)) {
             if (std::find(allowed.begin(), allowed.end(), f.key) == allowed.end()) {
                 std::string known;
@@ -41,6 +42,21 @@ public:
             }
         }
         return true;
+    }
+
+    // Reports each key of map that an earlier key of it repeats: yaml-cpp keeps both, and every lookup finds the
+    // first, so a section appended to the end of a file would be ignored without a word.
+    void unique_keys(const YAML::Node& map, const std::string& what) {
+        const std::vector<Field>& all = fields(map);
+        for (std::size_t i = 1; i < all.size(); ++i) {
+            if (all[i].key.empty()) continue;
+            for (std::size_t j = 0; j < i; ++j) {
+                if (all[j].key != all[i].key) continue;
+                error(all[i].key_mark, "duplicate key '" + all[i].key + "' in " + what + " (first at line " +
+                                           std::to_string(all[j].key_mark.line + 1) + "; only one may be given)");
+                break;
+            }
+        }
     }
 
     bool sequence(const YAML::Node& node, const std::string& what) {

@@ -336,6 +336,7 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
                                          {"icmp", &ConnTimeouts::icmp},
                                          {"other", &ConnTimeouts::other}};
         if (!v.IsMap()) return d.error(v, "firewall timeouts must be a mapping");
+        d.unique_keys(v, "firewall timeouts");
         for (const auto& kv : v) {
             const std::string key = kv.first.Scalar();
             const auto entry =

@@ -251,3 +251,37 @@ TEST_CASE("config: ipv6_table_size is a share of table_size, defaults to ConnTab
     REQUIRE_FALSE(small.config);
     CHECK(errors_of(small).find("small.yaml:29:20: ipv6_table_size") != std::string::npos);
 }
+
+TEST_CASE("config: a key given twice in any map is an error at the second, whatever yaml-cpp would keep", "[config]") {
+    // A second firewall section appended at the end: yaml-cpp's lookups find the first and ignore this one.
+    const ConfigResult top =
+        load_config_text(std::string(kValid) + "firewall:\n  default: deny\nfirewall: {default: allow}\n", "top.yaml");
+    INFO(errors_of(top));
+    REQUIRE_FALSE(top.config);
+    CHECK(errors_of(top) ==
+          "top.yaml:29:1: duplicate key 'firewall' in the top level (first at line 27; only one may be given)\n");
+
+    const ConfigResult nested = load_config_text(std::string(kValid) + R"(firewall:
+  timeouts: {tcp_established: 10, tcp_established: 20}
+  rules:
+    - name: web
+      action: allow
+      rate_limit: {rate: 10, per: source, rate: 20}
+)",
+                                                 "nested.yaml");
+    INFO(errors_of(nested));
+    REQUIRE_FALSE(nested.config);
+    CHECK(errors_of(nested) ==
+          "nested.yaml:28:35: duplicate key 'tcp_established' in firewall timeouts (first at line 28; only one may be "
+          "given)\n"
+          "nested.yaml:32:43: duplicate key 'rate' in rule 'web' rate_limit (first at line 32; only one may be "
+          "given)\n");
+
+    std::string port = kValid;
+    port.replace(port.find("    mtu: 9000\n"), 14, "    mtu: 9000\n    mtu: 1500\n");
+    const ConfigResult block = load_config_text(port, "port.yaml");
+    INFO(errors_of(block));
+    REQUIRE_FALSE(block.config);
+    CHECK(errors_of(block).find("port.yaml:14:5: duplicate key 'mtu' in a port (first at line 13") !=
+          std::string::npos);
+}
