@@ -158,8 +158,14 @@ bool address_on_link(const Config& config, const std::string& port, IpFamily fam
 
 // config_firewall.cpp
 
-// "10.0.0.0/8", "10.1.2.3" (a /32), "2001:db8::/32". Host bits are cleared.
-bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family);
+// "10.0.0.0/8", "10.1.2.3" (a /32), "2001:db8::/32". Host bits are cleared; host_bits_set says whether any were.
+bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family, bool* host_bits_set = nullptr);
+// A network where rules, sets and prefix files take one. Host bits set past the length are refused, as `ip route`
+// refuses them: 203.0.113.77/24 may mean the /24 or the host, and matching the /24 would guess silently.
+enum class NetworkText { ok, not_a_prefix, host_bits_set };
+NetworkText parse_network(const std::string& text, Prefix& prefix, IpFamily& family);
+// "203.0.113.77/24 has host bits set; did you mean 203.0.113.0/24?" (network: as parse_network left it).
+std::string host_bits_message(const std::string& text, const Prefix& network, IpFamily family);
 // One host address (no prefix length).
 bool decode_host(Decoder& d, const YAML::Node& v, const std::string& what, IpAddress& address, IpFamily& family);
 // A value that may be written once or as a list (`80` or `[80, 443]`); an empty list is an error.

@@ -16,7 +16,7 @@
 
 namespace sluice::config_detail {
 
-bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family) {
+bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family, bool* host_bits_set) {
     const auto slash = text.find('/');
     const std::string address = text.substr(0, slash);
     prefix = Prefix{};
@@ -37,9 +37,25 @@ bool parse_prefix(const std::string& text, Prefix& prefix, IpFamily& family) {
         if (length > max) return false;
     }
     prefix.length = static_cast<uint8_t>(length);
-    for (unsigned bit = length; bit < max; ++bit)
-        prefix.address.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
+    bool cleared = false;
+    for (unsigned bit = length; bit < max; ++bit) {
+        const uint8_t mask = static_cast<uint8_t>(0x80u >> (bit % 8));
+        cleared |= (prefix.address.bytes[bit / 8] & mask) != 0;
+        prefix.address.bytes[bit / 8] &= static_cast<uint8_t>(~mask);
+    }
+    if (host_bits_set) *host_bits_set = cleared;
     return true;
+}
+
+NetworkText parse_network(const std::string& text, Prefix& prefix, IpFamily& family) {
+    bool host_bits_set = false;
+    if (!parse_prefix(text, prefix, family, &host_bits_set)) return NetworkText::not_a_prefix;
+    return host_bits_set ? NetworkText::host_bits_set : NetworkText::ok;
+}
+
+std::string host_bits_message(const std::string& text, const Prefix& network, IpFamily family) {
+    return text + " has host bits set; did you mean " + to_string(network.address, family) + "/" +
+           std::to_string(network.length) + "?";
 }
 
 bool decode_host(Decoder& d, const YAML::Node& v, const std::string& what, IpAddress& address, IpFamily& family) {
@@ -123,16 +139,19 @@ void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& confi
         const std::string text = line.substr(first, last - first + 1);
         Prefix prefix;
         IpFamily family;
-        if (parse_prefix(text, prefix, family)) {
+        const NetworkText parsed = parse_network(text, prefix, family);
+        if (parsed == NetworkText::ok) {
             add_prefix(set.v4, set.v6, prefix, family);
         } else if (++reported <= 10) {  // a broken file should not print a million lines
-            d.errors().push_back(
-                {path.string(), number, static_cast<int>(first) + 1, "'" + text + "' is not an IPv4 or IPv6 prefix"});
+            d.errors().push_back({path.string(), number, static_cast<int>(first) + 1,
+                                  parsed == NetworkText::host_bits_set
+                                      ? host_bits_message(text, prefix, family)
+                                      : "'" + text + "' is not an IPv4 or IPv6 prefix"});
         }
     }
     if (reported > 10)
         d.errors().push_back(
-            {path.string(), 0, 0, std::to_string(reported) + " lines are not prefixes (first 10 shown)"});
+            {path.string(), 0, 0, std::to_string(reported) + " lines are not networks (first 10 shown)"});
 }
 
 void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
@@ -153,9 +172,12 @@ void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
             for (const YAML::Node& p : v) {
                 Prefix prefix;
                 IpFamily family;
-                if (p.IsScalar() && parse_prefix(p.Scalar(), prefix, family))
-                    add_prefix(set.v4, set.v6, prefix, family);
-                else d.error(p, what + ": '" + (p.IsScalar() ? p.Scalar() : "") + "' is not an IPv4 or IPv6 prefix");
+                const std::string text = p.IsScalar() ? p.Scalar() : "";
+                const NetworkText parsed = parse_network(text, prefix, family);
+                if (parsed == NetworkText::ok) add_prefix(set.v4, set.v6, prefix, family);
+                else if (parsed == NetworkText::host_bits_set)
+                    d.error(p, what + ": " + host_bits_message(text, prefix, family));
+                else d.error(p, what + ": '" + text + "' is not an IPv4 or IPv6 prefix");
             }
         });
         d.field(s, "file", what, false, [&](const YAML::Node& v) {
@@ -190,7 +212,10 @@ AddressMatch decode_address(Decoder& d, const YAML::Node& node, const std::strin
         }
         Prefix prefix;
         IpFamily family;
-        if (parse_prefix(text, prefix, family)) add_prefix(match.v4, match.v6, prefix, family);
+        const NetworkText parsed = parse_network(text, prefix, family);
+        if (parsed == NetworkText::ok) add_prefix(match.v4, match.v6, prefix, family);
+        else if (parsed == NetworkText::host_bits_set)
+            d.error(item, what + ": " + host_bits_message(text, prefix, family));
         else d.error(item, what + ": '" + text + "' is not a prefix or @set");
     }
     return match;

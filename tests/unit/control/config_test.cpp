@@ -4,6 +4,8 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include <rte_acl.h>
 
 #include "control/config.hpp"
@@ -284,4 +286,53 @@ TEST_CASE("config: a key given twice in any map is an error at the second, whate
     REQUIRE_FALSE(block.config);
     CHECK(errors_of(block).find("port.yaml:14:5: duplicate key 'mtu' in a port (first at line 13") !=
           std::string::npos);
+}
+
+TEST_CASE("config: a network with host bits set is refused with the network meant, in rules, sets and files",
+          "[config]") {
+    const ConfigResult bad = load_config_text(std::string(kValid) + R"(firewall:
+  prefix_sets:
+    - {name: partners, prefixes: [198.51.100.0/24, 2001:db8:0:7::1/64]}
+  rules:
+    - {name: v4, source: 203.0.113.77/24, action: allow}
+    - {name: v6, destination: [2001:db8::/32, "2001:db8:1:2:3::/48"], action: deny}
+)",
+                                              "bits.yaml");
+    INFO(errors_of(bad));
+    REQUIRE_FALSE(bad.config);
+    CHECK(errors_of(bad) ==
+          "bits.yaml:29:52: prefix set 'partners': 2001:db8:0:7::1/64 has host bits set; did you mean "
+          "2001:db8:0:7::/64?\n"
+          "bits.yaml:31:26: rule 'v4' source: 203.0.113.77/24 has host bits set; did you mean 203.0.113.0/24?\n"
+          "bits.yaml:32:47: rule 'v6' destination: 2001:db8:1:2:3::/48 has host bits set; did you mean "
+          "2001:db8:1::/48?\n");
+
+    const auto dir = std::filesystem::temp_directory_path() / ("sluice-host-bits-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "blocked.txt") << "10.0.0.0/8\n192.0.2.1\n  10.9.8.7/16  # a host, not the /16\n";
+    const ConfigResult file = load_config_text(
+        std::string(kValid) + "firewall:\n  prefix_sets:\n    - {name: blocked, file: blocked.txt, early_drop: true}\n",
+        (dir / "sluice.yaml").string());
+    std::filesystem::remove_all(dir);
+    INFO(errors_of(file));
+    REQUIRE_FALSE(file.config);
+    CHECK(errors_of(file) ==
+          (dir / "blocked.txt").string() + ":3:3: 10.9.8.7/16 has host bits set; did you mean 10.9.0.0/16?\n");
+
+    // Networks written as networks, hosts as /32 or /128 or bare, and port addresses (a host on its link) pass.
+    std::string good = kValid;
+    good.replace(good.find("    rx_queues: 2\n"), 17,
+                 "    rx_queues: 2\n    addresses: [10.77.2.1/24, fd77:2::1/64]\n");
+    const ConfigResult ok = load_config_text(good + R"(firewall:
+  prefix_sets:
+    - {name: partners, prefixes: [198.51.100.0/24, 2001:db8:0:7::/64, 192.0.2.7, 192.0.2.8/32, "::/0"]}
+  rules:
+    - {name: v4, source: [203.0.113.0/24, 0.0.0.0/0, "@partners"], action: allow}
+    - {name: v6, destination: [2001:db8::1/128, 2001:db8::/32], action: deny}
+)",
+                                             "ok.yaml");
+    INFO(errors_of(ok));
+    REQUIRE(ok.config);
+    CHECK(ok.config->port_addresses.size() == 2);
+    CHECK(ok.config->firewall.prefix_sets[0].v4.size() == 3);
 }
