@@ -77,6 +77,11 @@ void decode_backends(Decoder& d, const YAML::Node& node, const YAML::Node& servi
             d.error(b, what + ": backend " + backend.name() + " is listed twice");
         service.backends.push_back(backend);
     }
+    // Weight 0 drains a backend; draining them all leaves a VIP that drops every new connection.
+    if (!service.backends.empty() &&
+        std::all_of(service.backends.begin(), service.backends.end(), [](const BackendConfig& b) { return !b.weight; }))
+        d.error(node, what + ": every backend has weight 0, so no new connection could be served (give one a weight, "
+                             "or remove the service)");
     if (service.table_size <= service.backends.size())
         d.error(node, what + ": table_size must be larger than the number of backends");
     if (service_node["min_healthy"] && service.min_healthy > service.backends.size())

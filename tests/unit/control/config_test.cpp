@@ -336,3 +336,28 @@ TEST_CASE("config: a network with host bits set is refused with the network mean
     CHECK(ok.config->port_addresses.size() == 2);
     CHECK(ok.config->firewall.prefix_sets[0].v4.size() == 3);
 }
+
+TEST_CASE("config: a service whose backends all have weight 0 is refused; one with a weight is enough", "[config]") {
+    const auto service = [](const char* second_weight) {
+        return std::string(kValid) + R"(load_balancer:
+  nat_pool: 10.1.0.100
+services:
+  - name: web
+    vip: 192.0.2.100
+    port: 80
+    protocol: tcp
+    mode: nat
+    backends:
+      - {address: 10.1.0.11, port: 8080, weight: 0}
+      - {address: 10.1.0.12, port: 8080, weight: )" +
+               second_weight + "}\n";
+    };
+    const ConfigResult drained = load_config_text(service("0"), "drained.yaml");
+    INFO(errors_of(drained));
+    REQUIRE_FALSE(drained.config);
+    CHECK(errors_of(drained) == "drained.yaml:36:7: service 'web': every backend has weight 0, so no new connection "
+                                "could be served (give one a weight, or remove the service)\n");
+    const ConfigResult one = load_config_text(service("1"), "one.yaml");
+    INFO(errors_of(one));
+    CHECK(one.config);
+}
