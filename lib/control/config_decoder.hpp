@@ -74,6 +74,25 @@ public:
         return true;
     }
 
+    // A name the operator reads back in logs, telemetry and metric labels: printable ASCII only, since telemetry
+    // mangles other bytes and a rule's hit counters would be lost under the mangled name.
+    bool name(const YAML::Node& node, const std::string& what, std::string& out) {
+        if (!string(node, what, out)) return false;
+        if (std::all_of(out.begin(), out.end(), [](char c) { return c >= 0x20 && c < 0x7f; })) return true;
+        std::string shown;
+        for (const unsigned char c : out) {
+            if (c >= 0x20 && c < 0x7f) {
+                shown += static_cast<char>(c);
+                continue;
+            }
+            static constexpr char kHex[] = "0123456789abcdef";
+            shown += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+        }
+        error(node, what + " '" + shown + "' must be printable ASCII (letters, digits, punctuation, spaces)");
+        out.clear();
+        return false;
+    }
+
     template <typename T>
     bool integer(const YAML::Node& node, const std::string& what, T& out, long long min, long long max) {
         long long value = 0;

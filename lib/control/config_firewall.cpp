@@ -160,8 +160,7 @@ void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
         if (!d.map(s, "a prefix set", {"name", "prefixes", "file", "early_drop"})) continue;
         PrefixSetConfig set;
         const std::size_t errors_before = d.errors().size();
-        d.field(s, "name", "a prefix set", true,
-                [&](const YAML::Node& v) { d.string(v, "prefix set name", set.name); });
+        d.field(s, "name", "a prefix set", true, [&](const YAML::Node& v) { d.name(v, "prefix set name", set.name); });
         const std::string what = "prefix set '" + set.name + "'";
         for (const PrefixSetConfig& other : config.firewall.prefix_sets)
             if (other.name == set.name && !set.name.empty()) d.error(s["name"], what + " is defined twice");
@@ -231,7 +230,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();
-        d.field(r, "name", "a firewall rule", true, [&](const YAML::Node& v) { d.string(v, "rule name", rule.name); });
+        d.field(r, "name", "a firewall rule", true, [&](const YAML::Node& v) { d.name(v, "rule name", rule.name); });
         const std::string what = "rule '" + rule.name + "'";
         if (!rule.name.empty() && !names.insert(rule.name).second) d.error(r["name"], what + " is defined twice");
         d.field(r, "in_ports", what, false, [&](const YAML::Node& v) {

@@ -149,7 +149,7 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
             continue;
         ServiceConfig service;
         const std::size_t errors_before = d.errors().size();
-        d.field(s, "name", "a service", true, [&](const YAML::Node& v) { d.string(v, "service name", service.name); });
+        d.field(s, "name", "a service", true, [&](const YAML::Node& v) { d.name(v, "service name", service.name); });
         const std::string what = "service '" + service.name + "'";
         if (!service.name.empty() && !names.insert(service.name).second) d.error(s["name"], what + " is defined twice");
         d.field(s, "vip", what, true,

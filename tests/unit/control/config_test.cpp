@@ -361,3 +361,32 @@ services:
     INFO(errors_of(one));
     CHECK(one.config);
 }
+
+TEST_CASE("config: rule, service and set names must be printable ASCII; the error shows the bytes", "[config]") {
+    const ConfigResult bad = load_config_text(std::string(kValid) + R"(firewall:
+  prefix_sets:
+    - {name: "nets\u00a0v4", prefixes: [10.0.0.0/8]}
+  rules:
+    - {name: café, action: allow}
+    - {name: "tab\there", action: deny}
+load_balancer:
+  nat_pool: 10.1.0.100
+services:
+  - {name: "web\u0001", vip: 192.0.2.100, port: 80, protocol: tcp, mode: nat, backends: [{address: 10.1.0.11}]}
+)",
+                                              "names.yaml");
+    INFO(errors_of(bad));
+    REQUIRE_FALSE(bad.config);
+    const std::string all = errors_of(bad);
+    const char* const kTail = "' must be printable ASCII (letters, digits, punctuation, spaces)\n";
+    CHECK(all.find(std::string("names.yaml:29:14: prefix set name 'nets\\xc2\\xa0v4") + kTail) != std::string::npos);
+    CHECK(all.find(std::string("names.yaml:31:14: rule name 'caf\\xc3\\xa9") + kTail) != std::string::npos);
+    CHECK(all.find(std::string("names.yaml:32:14: rule name 'tab\\x09here") + kTail) != std::string::npos);
+    CHECK(all.find(std::string("names.yaml:36:12: service name 'web\\x01") + kTail) != std::string::npos);
+
+    const ConfigResult ok = load_config_text(
+        std::string(kValid) + "firewall:\n  rules:\n    - {name: \"allow web (v2) #1\", action: allow}\n", "ok.yaml");
+    INFO(errors_of(ok));
+    REQUIRE(ok.config);
+    CHECK(ok.config->firewall.rules[0].name == "allow web (v2) #1");
+}
