@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include <rte_cycles.h>
 #include <rte_telemetry.h>
@@ -23,14 +24,23 @@ void add_reload_record(rte_tel_data* d, const ReloadRecord& r) {
     rte_tel_data_add_dict_u64(d, "last_reload_ok", r.last_ok);
     rte_tel_data_add_dict_u64(d, "last_reload_unix", static_cast<uint64_t>(r.last_attempt_unix));
     if (r.last_errors.empty()) return;
-    rte_tel_data* errors = rte_tel_data_alloc();
-    rte_tel_data_start_array(errors, RTE_TEL_STRING_VAL);
-    // Telemetry strings stop at 128 characters: drop the path (it is in "path") to keep LINE:COL and the message.
-    for (const std::string& e : r.last_errors) {
-        const bool prefixed = e.rfind(r.running_path + ":", 0) == 0;
-        rte_tel_data_add_array_string(errors, (prefixed ? e.substr(r.running_path.size() + 1) : e).c_str());
+    // The entries above (telemetry cuts the path at 127 bytes) and the reply's framing take under 1 KiB of the
+    // 16 KiB reply; the errors get the rest.
+    constexpr std::size_t kErrorBudget = 15 * 1024;
+    const TelemetryTextPieces split = split_for_telemetry(r.last_errors, kErrorBudget, RTE_TEL_MAX_ARRAY_ENTRIES);
+    rte_tel_data* pieces = rte_tel_data_alloc();
+    rte_tel_data* counts = rte_tel_data_alloc();
+    if (!pieces || !counts) {
+        rte_tel_data_free(pieces);
+        rte_tel_data_free(counts);
+        return;
     }
-    rte_tel_data_add_dict_container(d, "last_errors", errors, 0);
+    rte_tel_data_start_array(pieces, RTE_TEL_STRING_VAL);
+    rte_tel_data_start_array(counts, RTE_TEL_U64_VAL);
+    for (const std::string& piece : split.pieces) rte_tel_data_add_array_string(pieces, piece.c_str());
+    for (const uint64_t count : split.counts) rte_tel_data_add_array_u64(counts, count);
+    rte_tel_data_add_dict_container(d, "last_error_pieces", pieces, 0);
+    rte_tel_data_add_dict_container(d, "last_error_piece_counts", counts, 0);
 }
 
 // /sluice/stats: flat dict (22.11 telemetry cannot nest dicts) of totals, drops by reason and per-port counters.
@@ -232,6 +242,49 @@ int bgp_command(const char*, const char*, rte_tel_data* d) {
 }
 
 }  // namespace
+
+TelemetryTextPieces split_for_telemetry(const std::vector<std::string>& texts, std::size_t json_budget_bytes,
+                                        std::size_t max_pieces) {
+    static constexpr std::size_t kPiece = RTE_TEL_MAX_STRING_LEN - 1;
+    // Bytes a piece takes in the JSON reply: quotes and comma, and escapes for quotes, backslashes and controls.
+    const auto json_bytes = [](std::string_view text) {
+        std::size_t n = 3;
+        for (const unsigned char c : text) n += c == '"' || c == '\\' ? 2 : c < 0x20 ? 6 : 1;
+        return n;
+    };
+    const auto cut = [](const std::string& text) {
+        std::vector<std::string> out;
+        for (std::size_t at = 0; at < text.size() || out.empty();) {
+            std::size_t n = std::min(kPiece, text.size() - at);
+            // Never split a UTF-8 character: a half would make the reply invalid JSON.
+            while (at + n < text.size() && n > 1 && (static_cast<unsigned char>(text[at + n]) & 0xc0) == 0x80) --n;
+            out.push_back(text.substr(at, n));
+            at += n;
+        }
+        return out;
+    };
+    // The line that stands for the errors that do not fit.
+    const auto left_out = [](std::size_t n) {
+        return std::to_string(n) + " more error(s) not shown here: sluice --check-config FILE prints them all";
+    };
+    TelemetryTextPieces result;
+    std::size_t used = 0;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+        std::vector<std::string> pieces = cut(texts[i]);
+        std::size_t bytes = 4;  // its count
+        for (const std::string& p : pieces) bytes += json_bytes(p);
+        const std::size_t reserve = i + 1 < texts.size() ? json_bytes(left_out(texts.size())) + 4 : 0;
+        if (used + bytes + reserve > json_budget_bytes || result.pieces.size() + pieces.size() + 1 > max_pieces) {
+            result.pieces.push_back(left_out(texts.size() - i));
+            result.counts.push_back(1);
+            break;
+        }
+        used += bytes;
+        result.counts.push_back(pieces.size());
+        for (std::string& p : pieces) result.pieces.push_back(std::move(p));
+    }
+    return result;
+}
 
 void register_telemetry_commands() {
     rte_telemetry_register_cmd(

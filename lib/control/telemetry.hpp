@@ -2,7 +2,10 @@
 // Callbacks run on DPDK's telemetry thread; they only read per-lcore counters and port stats.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "control/status.hpp"
 
@@ -20,6 +23,17 @@ struct LineCommands {
     LinesRequester dry_run;  // /sluice/dryrun: "[FILE]"
     LinesRequester drain;    // /sluice/drain: no parameters
 };
+
+// Reload errors as a telemetry reply can carry them. A telemetry string holds RTE_TEL_MAX_STRING_LEN - 1 bytes and
+// DPDK 22.11 cuts the rest silently, so each error goes out whole as consecutive pieces (cut between UTF-8
+// characters), counts[i] saying how many error i took. A reply is at most 16 KiB and an array 512 entries: the errors
+// that would not fit are replaced by one line saying how many were left out.
+struct TelemetryTextPieces {
+    std::vector<std::string> pieces;
+    std::vector<uint64_t> counts;
+};
+TelemetryTextPieces split_for_telemetry(const std::vector<std::string>& texts, std::size_t json_budget_bytes,
+                                        std::size_t max_pieces);
 
 // Registers /sluice/stats, /sluice/rules, /sluice/backends, /sluice/config, /sluice/reload, /sluice/explain,
 // /sluice/flows, /sluice/dryrun, /sluice/bgp and /sluice/drain. Control thread, once, after rte_eal_init.

@@ -39,6 +39,16 @@ def kernel_missed(stats):
     return sum(v for k, v in stats.items() if k.startswith("port/") and k.endswith("/hw_rx_missed"))
 
 
+def reload_errors(answer):
+    """The errors of a /sluice/config or /sluice/reload answer, whole: telemetry strings hold 127 bytes, so each error
+    comes in last_error_pieces, last_error_piece_counts saying how many pieces it took (as sluicectl joins them)."""
+    pieces, errors = answer.get("last_error_pieces", []), []
+    for count in answer.get("last_error_piece_counts", []):
+        errors.append("".join(pieces[:count]))
+        pieces = pieces[count:]
+    return errors
+
+
 class Telemetry:
     """Client of DPDK's telemetry v2 socket (what dpdk-telemetry.py speaks)."""
 

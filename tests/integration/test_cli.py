@@ -1,12 +1,14 @@
 """The daemon's command line and start-up errors, as an operator meets them."""
 
+import json
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sluice_harness import ROOT, SLUICE, Sluice, check_config, wait_until
+from sluice_harness import ROOT, SLUICE, Sluice, check_config, reload_errors, wait_until
 
 INVALID = sorted((ROOT / "config/invalid").glob("*.yaml"))
 
@@ -110,3 +112,38 @@ def test_runs_and_stops_cleanly_on_sigint_and_sigterm(tmp_path):
         log = sluice.log()
         assert f"{signal_name}: stopping" in log
         assert "all" in log and "mbufs returned" in log
+
+
+def test_sluicectl_prints_reload_errors_whole_with_the_file_first(tmp_path):
+    """A telemetry string holds 127 bytes: `sluicectl reload` and `sluicectl config` used to show each error cut
+    there, without its file; now every error reads as --check-config prints it, FILE:LINE:COL first."""
+    sluicectl = str(ROOT / "app/sluicectl/sluicectl")
+    sluice = Sluice(tmp_path, null_config(firewall={"default": "allow"}))
+    with sluice:
+        before = sluice.telemetry.query("/sluice/config")["hash"]
+        config = yaml.safe_load(sluice.config_path.read_text())
+        config["firewall"]["rules"] = [
+            {"name": "partners-of-the-northern-region-reaching-the-web-tier", "protocol": "tcp",
+             "source": "203.0.113.77/24", "source_ports": "1024-65535", "destination_ports": [80, 443],
+             "action": "allow"},
+            {"name": "second", "destination": "2001:db8::1/32", "action": "deny"}]
+        broken = tmp_path / "broken.yaml"
+        broken.write_text(yaml.safe_dump(config, sort_keys=False))
+        expected = check_config(broken).stderr.splitlines()
+        assert len(expected) == 2 and all(e.startswith(f"{broken}:") for e in expected), expected
+        assert max(len(e) for e in expected) > 127 + len(str(broken)), expected
+        expected = [e.replace(str(broken), str(sluice.config_path)) for e in expected]
+        broken.replace(sluice.config_path)
+
+        run = lambda *args: subprocess.run([sluicectl, "--prefix", sluice.prefix, *args], capture_output=True,
+                                           text=True, timeout=60)
+        reload = run("reload")
+        assert reload.returncode == 1, reload.stdout + reload.stderr
+        assert "last REFUSED" in reload.stdout
+        assert [f"  {e}" for e in expected] == reload.stdout.splitlines()[-2:], reload.stdout
+        shown = run("config")
+        assert [f"  {e}" for e in expected] == shown.stdout.splitlines()[-2:], shown.stdout
+        assert json.loads(run("--json", "config").stdout)["last_errors"] == expected
+        assert reload_errors(sluice.telemetry.query("/sluice/config")) == expected
+        assert sluice.telemetry.query("/sluice/config")["hash"] == before
+        assert sluice.stop() == 0, sluice.log()
