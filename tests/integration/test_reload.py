@@ -243,3 +243,58 @@ def test_acl_method_reloads_live_and_one_this_machine_cannot_run_is_refused(tmp_
         assert sluice.stop() == 0, sluice.log()
     finally:
         sluice.kill()
+
+
+def test_config_mistakes_once_accepted_silently_are_refused_and_the_running_config_stays(tmp_path):
+    """A section given twice (yaml-cpp kept the first), a network with host bits set, a service whose backends all
+    have weight 0 and a name that is not printable ASCII: each reload is refused with FILE:LINE:COL, and traffic
+    goes on under the running config."""
+    config = looping_config(tmp_path, forward_p0=True)
+    config["firewall"] = {"default": "allow",
+                          "rules": [{"name": "dns", "protocol": "udp", "source": "10.0.0.0/24", "action": "allow"}]}
+    config["load_balancer"] = {"nat_pool": "10.1.0.100"}
+    config["services"] = [{"name": "web", "vip": "192.0.2.100", "port": 80, "protocol": "tcp", "mode": "nat",
+                           "backends": [{"address": "10.2.0.11", "port": 8080},
+                                        {"address": "10.2.0.12", "port": 8080}]}]
+    sluice, eal = start_looping(tmp_path, config)
+    path = re.escape(str(sluice.config_path))
+
+    def broken(change):
+        variant = yaml.safe_load(yaml.safe_dump(config))
+        change(variant)
+        return variant
+
+    def set_weights(c):
+        for b in c["services"][0]["backends"]:
+            b["weight"] = 0
+
+    mistakes = [
+        (broken(lambda c: c["firewall"]["rules"][0].update(source="10.0.0.77/24")),
+         r"rule 'dns' source: 10\.0\.0\.77/24 has host bits set; did you mean 10\.0\.0\.0/24\?"),
+        (broken(set_weights), r"service 'web': every backend has weight 0"),
+        (broken(lambda c: c["firewall"]["rules"][0].update(name="dns-café")),
+         r"rule name 'dns-caf\\xc3\\xa9' must be printable ASCII"),
+        (None, r"duplicate key 'firewall' in the top level \(first at line \d+"),
+    ]
+    try:
+        before = sluice.telemetry.query("/sluice/config")["hash"]
+        for variant, message in mistakes:
+            if variant is None:  # appended by hand after the file's own firewall section
+                write_atomically(sluice.config_path, config, eal)
+                text = sluice.config_path.read_text() + "firewall: {default: deny}\n"
+                tmp = Path(str(sluice.config_path) + ".tmp")
+                tmp.write_text(text)
+                os.replace(tmp, sluice.config_path)
+            else:
+                write_atomically(sluice.config_path, variant, eal)
+            outcome = sluice.telemetry.query("/sluice/reload")
+            assert outcome["last_reload_ok"] == 0, (message, outcome)
+            assert outcome["hash"] == before
+            assert any(re.match(path + r":\d+:\d+: " + message, e) for e in reload_errors(outcome)), \
+                (message, reload_errors(outcome))
+            assert re.search(path + r":\d+:\d+: " + message, sluice.log())
+            wait_forwarding(sluice)  # under the running config
+        assert sluice.stats()["drops"] == 0
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()
