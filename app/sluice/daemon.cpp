@@ -148,7 +148,11 @@ private:
         uint16_t workers = 0;
         for (const LcoreConfig& l : config.lcores) workers += l.worker;
         pools_ = create_pools(config, ports_, workers);
-        for (auto& port : ports_) port->start(workers, pools_.at(port->socket()));
+        std::vector<int> port_sockets;
+        for (const auto& port : ports_) port_sockets.push_back(port->socket());
+        const std::vector<bool> fast_free = plan_tx_fast_free(port_sockets, solicitation_socket());
+        for (std::size_t i = 0; i < ports_.size(); ++i)
+            ports_[i]->start(workers, pools_.at(ports_[i]->socket()), fast_free[i]);
         for (const PortSpec& spec : config.ports) {
             const std::string iface = af_xdp_interface(spec.device);
             if (!iface.empty() && spec.xdp_steering != XdpSteeringMode::off)
@@ -166,6 +170,9 @@ private:
         systemd_.ready("forwarding; config " + this->config().hash);
         if (systemd_.watchdog_enabled()) spdlog::info("systemd watchdog: pings while every lcore's heartbeat advances");
     }
+
+    // The pool worker 0 builds ARP/ND solicitations from: the first port's.
+    int solicitation_socket() const { return ports_.front()->socket(); }
 
     // The reloader takes the config over; the first snapshot goes to the lcores.
     void start_dataplane(uint16_t workers) {
@@ -186,7 +193,7 @@ private:
         }
         log_tables(*first);
         DataplaneSpec spec = dataplane_spec(config(), port_identities_);
-        spec.solicitation_pool = pools_.at(ports_.front()->socket());
+        spec.solicitation_pool = pools_.at(solicitation_socket());
         dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
         running_dataplane_ = std::make_unique<RunningDataplane>(*dataplane_);
         reloader_->attach(*running_dataplane_);

@@ -1,5 +1,6 @@
 #include "dpdk/port.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 #include <rte_errno.h>
@@ -58,7 +59,13 @@ int Port::socket() const {
     return s < 0 ? 0 : s;
 }
 
-void Port::start(uint16_t tx_queues, rte_mempool* pool) {
+std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int solicitation_socket) {
+    const bool one_pool = std::all_of(port_sockets.begin(), port_sockets.end(),
+                                      [&](int socket) { return socket == solicitation_socket; });
+    return std::vector<bool>(port_sockets.size(), one_pool);
+}
+
+void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     const std::string who = "port '" + spec_.name + "'";
     rte_eth_dev_info info{};
     int ret = rte_eth_dev_info_get(port_id_, &info);
@@ -77,8 +84,8 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool) {
         conf.rx_adv_conf.rss_conf.rss_hf =
             (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
     }
-    // Every mbuf comes from one pool with refcnt 1, which is what fast free asks.
-    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)
+    // sluice's mbufs have refcnt 1 when sent; whether they all come from one pool is plan_tx_fast_free's answer.
+    if (tx_fast_free && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE))
         conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
 
     ret = rte_eth_dev_configure(port_id_, spec_.rx_queues, tx_queues, &conf);
@@ -105,9 +112,9 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool) {
     started_ = true;
     tx_queues_ = tx_queues;
     spdlog::info(
-        "{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}", who,
+        "{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}{}", who,
         spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues, tx_desc,
-        spec_.mtu, socket_id);
+        spec_.mtu, socket_id, (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) ? ", tx fast free" : "");
 }
 
 // XSK_RING_CONS__DEFAULT_NUM_DESCS, the fill-ring stock of 22.11's net_af_xdp (ETH_AF_XDP_DFLT_NUM_DESCS).

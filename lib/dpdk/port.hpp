@@ -36,6 +36,15 @@ constexpr uint32_t max_frame_size(uint16_t mtu) {
     return mtu + RTE_ETHER_HDR_LEN + 2 * RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN;
 }
 
+// Per port, whether its TX queues may ask for RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE, under which the driver frees sent
+// mbufs in bulk to one pool without looking at each: every mbuf a queue sends must come from that one pool. A
+// worker's TX queue on any port sends what any port received (a backend or a forward entry may sit behind any port,
+// and rejects leave by the port a packet came in on), in mbufs of the receiving port's socket pool, and worker 0's
+// ARP/ND solicitations, built from the pool on solicitation_socket. So fast free is safe only while all of those are
+// one pool; allocating solicitations per sending port would not help, since forwarded mbufs cross sockets anyway.
+// port_sockets[i]: the socket of port i's pool. The device must offer the offload too.
+std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int solicitation_socket);
+
 // A configured, started port. Owned by the daemon; closes the device when it goes.
 class Port {
 public:
@@ -46,8 +55,9 @@ public:
     Port& operator=(const Port&) = delete;
 
     // Configures RX queues (RSS over IPv4/IPv6 TCP/UDP when more than one) and tx_queues TX queues, all RX queues
-    // taking mbufs from pool, then starts the device. Throws StartupError.
-    void start(uint16_t tx_queues, rte_mempool* pool);
+    // taking mbufs from pool, then starts the device. tx_fast_free: plan_tx_fast_free's answer for this port.
+    // Throws StartupError.
+    void start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free);
     void stop();  // idempotent; the PMD returns its RX descriptors' mbufs to the pool
 
     uint16_t id() const { return port_id_; }

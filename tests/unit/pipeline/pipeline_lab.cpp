@@ -60,7 +60,7 @@ PipelineLab::PipelineLab(const std::string& yaml) {
             throw std::runtime_error("rte_eth_from_rings " + name + ": " + rte_strerror(rte_errno));
         spec.device = ethdev;  // the ethdev the daemon's Port finds by its device name
         ports_.push_back(std::make_unique<Port>(spec));
-        ports_.back()->start(static_cast<uint16_t>(workers), pool_);
+        ports_.back()->start(static_cast<uint16_t>(workers), pool_, /*tx_fast_free=*/true);  // one pool for all
         identities_.push_back({spec.name, ports_.back()->id(), ports_.back()->mac()});
     }
     auto first =
