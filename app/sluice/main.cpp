@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
                      "sluice: warning: glibc refused the heap settings: reloads will fault pages in as they build\n");
 
     const sluice::ConfigResult loaded = sluice::load_config_file(config_path);
+    for (const sluice::ConfigError& e : loaded.warnings) std::fprintf(stderr, "%s\n", e.to_string().c_str());
     for (const sluice::ConfigError& e : loaded.errors) std::fprintf(stderr, "%s\n", e.to_string().c_str());
     if (!loaded.config) return sluice::kExitBadConfig;
     if (check_only) {

@@ -359,6 +359,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         check_dsr_backends(d, root["services"], config);
     }
     result.errors = std::move(d.errors());
+    result.warnings = std::move(d.warnings());
     if (result.errors.empty()) result.config = std::move(config);
     return result;
 }

@@ -218,6 +218,7 @@ struct Config {
 struct ConfigResult {
     std::optional<Config> config;  // set only when errors is empty
     std::vector<ConfigError> errors;
+    std::vector<ConfigError> warnings;  // legal but likely mistakes, "warning: ..."; printed, never refused
 };
 
 ConfigResult load_config_file(const std::string& path);

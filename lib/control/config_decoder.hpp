@@ -21,11 +21,16 @@ public:
     explicit Decoder(std::string file) : file_(std::move(file)) {}
 
     std::vector<ConfigError>& errors() { return errors_; }
+    std::vector<ConfigError>& warnings() { return warnings_; }
 
     void error(const YAML::Mark& mark, std::string message) {
         errors_.push_back({file_, mark.line + 1, mark.column + 1, std::move(message)});
     }
     void error(const YAML::Node& at, std::string message) { error(at.Mark(), std::move(message)); }
+    // What is legal but likely a mistake: --check-config and the reload log print it, and the config still loads.
+    void warning(const YAML::Node& at, const std::string& message) {
+        warnings_.push_back({file_, at.Mark().line + 1, at.Mark().column + 1, "warning: " + message});
+    }
 
     // `node` must be a map whose keys are all in `allowed`, each once.
     bool map(const YAML::Node& node, const std::string& what, std::initializer_list<std::string_view> allowed) {
@@ -165,6 +170,7 @@ private:
 
     std::string file_;
     std::vector<ConfigError> errors_;
+    std::vector<ConfigError> warnings_;
     YAML::Node fields_of_{YAML::NodeType::Undefined};  // the map fields_ holds
     std::vector<Field> fields_;
 };

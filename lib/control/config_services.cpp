@@ -77,11 +77,12 @@ void decode_backends(Decoder& d, const YAML::Node& node, const YAML::Node& servi
             d.error(b, what + ": backend " + backend.name() + " is listed twice");
         service.backends.push_back(backend);
     }
-    // Weight 0 drains a backend; draining them all leaves a VIP that drops every new connection.
+    // Weight 0 drains a backend. Draining them all drops every new connection to the VIP: a mistake, or a whole
+    // service drained on purpose while its connections end, so a warning rather than an error.
     if (!service.backends.empty() &&
         std::all_of(service.backends.begin(), service.backends.end(), [](const BackendConfig& b) { return !b.weight; }))
-        d.error(node, what + ": every backend has weight 0, so no new connection could be served (give one a weight, "
-                             "or remove the service)");
+        d.warning(node, what + ": every backend has weight 0, so the service takes no new connection (established "
+                               "ones go on)");
     if (service.table_size <= service.backends.size())
         d.error(node, what + ": table_size must be larger than the number of backends");
     if (service_node["min_healthy"] && service.min_healthy > service.backends.size())

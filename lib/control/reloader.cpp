@@ -157,6 +157,7 @@ void Reloader::refuse(const std::vector<std::string>& errors) {
 bool Reloader::apply(const char* trigger) {
     spdlog::info("reload ({}): reading {}", trigger, config_.path);
     ConfigResult candidate = load_config_file(config_.path);
+    for (const ConfigError& w : candidate.warnings) spdlog::warn("reload: {}", w.to_string());
     std::vector<std::string> errors = refusals(candidate);
     std::unique_ptr<Snapshot> snapshot;
     StableRuleIds ids = rule_ids_;  // committed only if the reload goes through
@@ -255,6 +256,7 @@ std::vector<std::string> Reloader::dry_run(const std::string& path) {
     ConfigResult candidate = load_config_file(path.empty() ? config_.path : path);
     std::vector<std::string> lines;
     for (const ConfigError& e : candidate.errors) lines.push_back("error: " + e.to_string());
+    for (const ConfigError& w : candidate.warnings) lines.push_back(w.to_string());
     if (!candidate.config) return lines;
     for (const std::string& change : restart_required_changes(config_, *candidate.config))
         lines.push_back("restart needed: " + change);

@@ -1,6 +1,7 @@
 """The daemon's command line and start-up errors, as an operator meets them."""
 
 import json
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -27,6 +28,22 @@ def test_invalid_config_is_refused_with_file_line_and_column(path):
     assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert f"{path}:{expected}" in lines or f"{path.parent}/{expected}" in lines, result.stderr
+
+
+def test_check_config_prints_warnings_and_passes(tmp_path):
+    """A service with every backend at weight 0 takes no new connection: legal (a service drained whole), so
+    --check-config passes, but it says so with FILE:LINE:COL."""
+    path = tmp_path / "drained.yaml"
+    path.write_text(yaml.safe_dump(null_config(
+        load_balancer={"nat_pool": "10.1.0.100"},
+        services=[{"name": "web", "vip": "192.0.2.100", "port": 80, "protocol": "tcp", "mode": "nat",
+                   "backends": [{"address": "10.1.0.11", "weight": 0}, {"address": "10.1.0.12", "weight": 0}]}]),
+        sort_keys=False))
+    result = check_config(path)
+    assert result.returncode == 0, result.stderr
+    assert "configuration is valid" in result.stdout
+    assert re.fullmatch(re.escape(str(path)) + r":\d+:\d+: warning: service 'web': every backend has weight 0, so "
+                        r"the service takes no new connection \(established ones go on\)\n", result.stderr), result.stderr
 
 
 def test_missing_config_file():

@@ -246,9 +246,9 @@ def test_acl_method_reloads_live_and_one_this_machine_cannot_run_is_refused(tmp_
 
 
 def test_config_mistakes_once_accepted_silently_are_refused_and_the_running_config_stays(tmp_path):
-    """A section given twice (yaml-cpp kept the first), a network with host bits set, a service whose backends all
-    have weight 0 and a name that is not printable ASCII: each reload is refused with FILE:LINE:COL, and traffic
-    goes on under the running config."""
+    """A section given twice (yaml-cpp kept the first), a network with host bits set and a name that is not
+    printable ASCII: each reload is refused with FILE:LINE:COL, and traffic goes on under the running config. A
+    service whose backends all have weight 0 (a whole service drained, or a mistake) is applied with a warning."""
     config = looping_config(tmp_path, forward_p0=True)
     config["firewall"] = {"default": "allow",
                           "rules": [{"name": "dns", "protocol": "udp", "source": "10.0.0.0/24", "action": "allow"}]}
@@ -271,7 +271,6 @@ def test_config_mistakes_once_accepted_silently_are_refused_and_the_running_conf
     mistakes = [
         (broken(lambda c: c["firewall"]["rules"][0].update(source="10.0.0.77/24")),
          r"rule 'dns' source: 10\.0\.0\.77/24 has host bits set; did you mean 10\.0\.0\.0/24\?"),
-        (broken(set_weights), r"service 'web': every backend has weight 0"),
         (broken(lambda c: c["firewall"]["rules"][0].update(name="dns-café")),
          r"rule name 'dns-caf\\xc3\\xa9' must be printable ASCII"),
         (None, r"duplicate key 'firewall' in the top level \(first at line \d+"),
@@ -295,6 +294,13 @@ def test_config_mistakes_once_accepted_silently_are_refused_and_the_running_conf
             assert re.search(path + r":\d+:\d+: " + message, sluice.log())
             wait_forwarding(sluice)  # under the running config
         assert sluice.stats()["drops"] == 0
+
+        write_atomically(sluice.config_path, broken(set_weights), eal)
+        outcome = sluice.telemetry.query("/sluice/reload")
+        assert outcome["last_reload_ok"] == 1 and outcome["hash"] != before, outcome
+        assert re.search(r"warn.*reload: " + path + r":\d+:\d+: warning: service 'web': every backend has weight 0",
+                         sluice.log())
+        wait_forwarding(sluice)
         assert sluice.stop() == 0, sluice.log()
     finally:
         sluice.kill()
