@@ -116,6 +116,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         ctx->worker_index = next_worker;
         ctx->syn_cookie_key = syn_cookie_key;
         ctx->syn_cookie_period_tsc = rte_get_tsc_hz() * kSynCookiePeriodSeconds;
+        ctx->walk_slice_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkSliceUs;
+        ctx->walk_busy_interval_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkBusyIntervalUs;
         ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
         ctx->neighbour_events = neighbour_events_;
         ctx->decision_log = decision_log_;
@@ -290,12 +292,11 @@ std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& f
         if (!finished) break;
     }
     for (LcoreContext* ctx : workers) ctx->walk.store(nullptr, std::memory_order_release);
-    if (!finished) {
-        // A worker may still be inside advance_flow_walk: wait for a grace period (QSBR) before freeing its walk.
-        const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
-        rte_rcu_qsbr_check(shared_->qsbr, token, true);
-        return {};
-    }
+    // A worker may still hold the pointer it loaded (inside its slice, or reading `done` after the walk ended):
+    // the walks are freed, here or by the caller, only after a grace period (QSBR).
+    const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
+    rte_rcu_qsbr_check(shared_->qsbr, token, true);
+    if (!finished) return {};
     return walks;
 }
 
