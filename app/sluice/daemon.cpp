@@ -227,7 +227,7 @@ private:
                     },
                 .dry_run =
                     [this](const std::string& text) {
-                        return on_control_thread([this, text] { return reloader_->dry_run(text); });
+                        return on_control_thread([this, text] { return dry_run(text); });
                     },
                 .drain =
                     [this](const std::string&) {
@@ -250,6 +250,15 @@ private:
         systemd_.reloading();
         reloader_->apply(trigger);
         systemd_.reloaded("forwarding; config " + config().hash);
+    }
+
+    // reload --dry-run: builds the candidate's tables and re-judges every connection, which can take as long as a
+    // reload; systemd's watchdog waits as it does for one.
+    std::vector<std::string> dry_run(const std::string& path) {
+        systemd_.checking();
+        auto lines = reloader_->dry_run(path);
+        systemd_.checked("forwarding; config " + config().hash);
+        return lines;
     }
 
     // After a reload applied a new config: what else follows it.
