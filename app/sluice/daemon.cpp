@@ -347,7 +347,7 @@ private:
         FlowFilter filter;
         std::string error;
         if (!parse_flow_filter(text, filter, error)) return {"error: " + error};
-        const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(10));
+        const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(30));
         if (walks.empty()) return {"error: the workers did not finish the walk in time (or none tracks connections)"};
         return flow_lines(walks, kShown, rte_rdtsc(), rte_get_tsc_hz(),
                           [this](uint32_t id) { return reloader_->backend_name(id); });

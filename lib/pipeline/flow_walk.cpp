@@ -10,10 +10,10 @@
 namespace sluice {
 namespace {
 
-// A clock read (rte_rdtsc, ~25 cycles) after this much work: a slot costs about one cache miss, a dry-run
-// judgement (an rte_acl classification and a Maglev pick) about kJudgeWeight slots.
-constexpr uint32_t kWorkBetweenClockReads = 16;
-constexpr uint32_t kJudgeWeight = 8;
+// A clock read (rte_rdtsc, ~25 cycles) after this much work: a slot of a large table costs two cache misses (its
+// entry and its key), a dry-run judgement (an rte_acl classification and a Maglev pick) more than all of them.
+constexpr uint32_t kWorkBetweenClockReads = 4;
+constexpr uint32_t kJudgeWeight = kWorkBetweenClockReads;
 
 bool matches(const FlowFilter& f, const FiveTuple& t) {
     if (f.proto && t.proto != f.proto) return false;

@@ -54,7 +54,8 @@ struct FlowWalk {
 };
 
 // A walk's share of a worker: one slice of at most kWalkSliceUs per loop iteration when the iteration moved no
-// packet, and at most one per kWalkBusyIntervalUs while packets flow (under 5% of a saturated worker's time).
+// packet, and at most one per kWalkBusyIntervalUs while packets flow (4% of a saturated worker's time, plus what the
+// walk evicts from the caches).
 constexpr uint64_t kWalkSliceUs = 2;
 constexpr uint64_t kWalkBusyIntervalUs = 50;
 
