@@ -170,11 +170,11 @@ def test_a_stalled_lcore_silences_the_watchdog_within_watchdog_sec_and_pings_res
 def test_a_dry_run_longer_than_watchdog_sec_extends_the_watchdog_as_a_reload_does(tmp_path):
     sluice, notify = start_notified(tmp_path, IDLE_CONFIG)
     try:
-        # 20k rules: rte_acl builds them in several seconds on these machines, well beyond WatchdogSec.
+        # 40k rules: rte_acl builds them in seconds on these machines, beyond WatchdogSec.
         candidate = dict(IDLE_CONFIG, eal=yaml.safe_load(sluice.config_path.read_text())["eal"], metrics={"listen": ""})
         candidate["firewall"] = {"default": "deny", "rules": [
             {"name": f"r{i}", "source": f"10.{i // 250 % 250}.{i % 250}.0/24", "protocol": "tcp",
-             "destination_ports": 1 + i % 60000, "action": "allow"} for i in range(20000)]}
+             "destination_ports": 1 + i % 60000, "action": "allow"} for i in range(40000)]}
         path = tmp_path / "candidate.yaml"
         path.write_text(yaml.safe_dump(candidate, sort_keys=False))
         hash_before = sluice.telemetry.query("/sluice/config")["hash"]
@@ -186,7 +186,7 @@ def test_a_dry_run_longer_than_watchdog_sec_extends_the_watchdog_as_a_reload_doe
         out = ctl.stdout.read()  # every rule added is listed: the answer is cut at telemetry's 16 KiB
         assert ctl.returncode == 0 and out.startswith("rule added: "), out[:2000]
         assert sluice.telemetry.query("/sluice/config")["hash"] == hash_before
-        assert ended - began > 2 * WATCHDOG_USEC / 1e6, "the dry run was too quick to prove anything"
+        assert ended - began > 1.2 * WATCHDOG_USEC / 1e6, "the dry run was too quick to prove anything"
         notify.collect(seconds=1.5)
 
         during = [(t, lines) for t, lines in notify.messages if began <= t <= ended]
