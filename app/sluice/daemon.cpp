@@ -234,7 +234,7 @@ private:
                     },
                 .dry_run =
                     [this](const std::string& text) {
-                        return on_control_thread([this, text] { return reloader_->dry_run(text); });
+                        return on_control_thread([this, text] { return dry_run(text); });
                     },
                 .drain =
                     [this](const std::string&) {
@@ -257,6 +257,15 @@ private:
         systemd_.reloading();
         reloader_->apply(trigger);
         systemd_.reloaded("forwarding; config " + config().hash);
+    }
+
+    // reload --dry-run: builds the candidate's tables and re-judges every connection, which can take as long as a
+    // reload; systemd's watchdog waits as it does for one.
+    std::vector<std::string> dry_run(const std::string& path) {
+        systemd_.checking();
+        auto lines = reloader_->dry_run(path);
+        systemd_.checked("forwarding; config " + config().hash);
+        return lines;
     }
 
     // After a reload applied a new config: what else follows it.
@@ -345,7 +354,7 @@ private:
         FlowFilter filter;
         std::string error;
         if (!parse_flow_filter(text, filter, error)) return {"error: " + error};
-        const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(10));
+        const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(30));
         if (walks.empty()) return {"error: the workers did not finish the walk in time (or none tracks connections)"};
         return flow_lines(walks, kShown, rte_rdtsc(), rte_get_tsc_hz(),
                           [this](uint32_t id) { return reloader_->backend_name(id); });

@@ -15,24 +15,31 @@ SystemdNotifier::SystemdNotifier() {
 
 void SystemdNotifier::ready(const std::string& status) { sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str()); }
 
-void SystemdNotifier::reloading() {
+void SystemdNotifier::reloading() { notify_extended("RELOADING=1\nSTATUS=reloading the config"); }
+
+void SystemdNotifier::reloaded(const std::string& status) { notify_restored("READY=1\nSTATUS=" + status); }
+
+void SystemdNotifier::checking() { notify_extended("STATUS=checking a config (reload --dry-run)"); }
+
+void SystemdNotifier::checked(const std::string& status) { notify_restored("STATUS=" + status); }
+
+void SystemdNotifier::notify_extended(const std::string& state) {
     if (!watchdog_enabled()) {
-        sd_notify(0, "RELOADING=1\nSTATUS=reloading the config");
+        sd_notify(0, state.c_str());
         return;
     }
-    sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the config\nWATCHDOG_USEC=%lld",
+    sd_notifyf(0, "%s\nWATCHDOG_USEC=%lld", state.c_str(),
                static_cast<long long>(std::chrono::microseconds(kReloadWatchdog).count()));
 }
 
-void SystemdNotifier::reloaded(const std::string& status) {
+void SystemdNotifier::notify_restored(const std::string& state) {
     if (!watchdog_enabled()) {
-        sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
+        sd_notify(0, state.c_str());
         return;
     }
-    // systemd times a new WATCHDOG_USEC from the last ping, which came before the reload: this one ping restarts
-    // the period (the next tick judges the lcores' heartbeats again, against their values from before the reload).
-    sd_notifyf(0, "READY=1\nSTATUS=%s\nWATCHDOG=1\nWATCHDOG_USEC=%lld", status.c_str(),
-               static_cast<long long>(watchdog_usec_.count()));
+    // systemd times a new WATCHDOG_USEC from the last ping, which came before the blocking work: this one ping
+    // restarts the period (the next tick judges the lcores' heartbeats again, against their values from before).
+    sd_notifyf(0, "%s\nWATCHDOG=1\nWATCHDOG_USEC=%lld", state.c_str(), static_cast<long long>(watchdog_usec_.count()));
 }
 
 void SystemdNotifier::stopping() { sd_notify(0, "STOPPING=1\nSTATUS=stopping: draining rings, flushing TX"); }

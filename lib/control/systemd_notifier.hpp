@@ -1,9 +1,9 @@
 // Talks to systemd (sd_notify): READY once the first config runs, RELOADING/READY around a reload, STOPPING, and
 // watchdog pings sent only while every lcore's heartbeat (its poll counter) advances, so a stuck lcore makes
 // systemd restart sluice. Every call is a no-op when NOTIFY_SOCKET is unset. Control thread only.
-// A reload blocks the control loop, and so the pings, for as long as its tables take to build (rte_acl: about 40 s
-// for 100k rules, FIELD-NOTES): from RELOADING to READY, systemd is told to wait kReloadWatchdog instead of
-// WatchdogSec, which READY puts back with a ping (systemd times the period from the last ping).
+// A reload or a dry-run blocks the control loop, and so the pings, for as long as its tables take to build (rte_acl:
+// about 40 s for 100k rules, FIELD-NOTES): while it runs, systemd is told to wait kReloadWatchdog instead of
+// WatchdogSec, which its end puts back with a ping (systemd times the period from the last ping).
 #pragma once
 
 #include <chrono>
@@ -22,6 +22,9 @@ public:
     void ready(const std::string& status);
     void reloading();
     void reloaded(const std::string& status);
+    // Around reload --dry-run, which builds the candidate's tables as a reload does but applies nothing.
+    void checking();
+    void checked(const std::string& status);
     void stopping();
 
     bool watchdog_enabled() const { return watchdog_interval_.count() > 0; }
@@ -30,6 +33,10 @@ public:
     std::vector<std::size_t> tick(const std::vector<uint64_t>& heartbeats);
 
 private:
+    // Sends state, with the watchdog extended to kReloadWatchdog (blocking work begins) or restored (it ended).
+    void notify_extended(const std::string& state);
+    void notify_restored(const std::string& state);
+
     std::chrono::microseconds watchdog_usec_{0};      // WatchdogSec, as systemd gave it
     std::chrono::microseconds watchdog_interval_{0};  // half of it: how often the heartbeats are checked
     std::chrono::steady_clock::time_point next_check_;

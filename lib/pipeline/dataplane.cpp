@@ -19,6 +19,8 @@
 
 namespace sluice {
 
+constexpr auto kStopReportEvery = std::chrono::seconds(1);
+
 // A balanced connection ended (expired or removed) on its worker: its NAT port goes back to the pool and its
 // backend has one connection less.
 void release_connection(void* arg, const ConnEntry& entry) {
@@ -116,6 +118,8 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         ctx->worker_index = next_worker;
         ctx->syn_cookie_key = syn_cookie_key;
         ctx->syn_cookie_period_tsc = rte_get_tsc_hz() * kSynCookiePeriodSeconds;
+        ctx->walk_slice_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkSliceUs;
+        ctx->walk_busy_interval_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkBusyIntervalUs;
         ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
         ctx->neighbour_events = neighbour_events_;
         ctx->decision_log = decision_log_;
@@ -208,12 +212,30 @@ uint32_t Dataplane::run_inline(uint64_t now_tsc) {
 void Dataplane::stop() {
     if (stopped_ || !launched_) return;
     stopped_ = true;
+    const auto started = std::chrono::steady_clock::now();
+    auto next_report = started + kStopReportEvery;
+    // A stop that takes long says whom it waits for, and whether that lcore still loops (its poll counter moves).
+    const auto waiting_for = [&](const LcoreContext& ctx, const char* stage) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now < next_report) {
+            std::this_thread::yield();
+            return;
+        }
+        next_report = now + kStopReportEvery;
+        spdlog::warn("stopping for {:.1f} s: waiting for lcore {} to {} (its poll counter is at {})",
+                     std::chrono::duration<double>(now - started).count(), ctx.lcore_id, stage,
+                     counter_read(ctx.counters.polls));
+    };
     shared_->phase.store(Phase::rx_stopping, std::memory_order_release);
     for (LcoreContext* ctx : contexts_) {
         if (!ctx->rx || rte_eal_get_lcore_state(ctx->lcore_id) != RUNNING) continue;
-        while (!ctx->rx_quiesced.load(std::memory_order_acquire)) std::this_thread::yield();
+        while (!ctx->rx_quiesced.load(std::memory_order_acquire)) waiting_for(*ctx, "stop receiving");
     }
     shared_->phase.store(Phase::draining, std::memory_order_release);
+    for (LcoreContext* ctx : contexts_) {
+        while (rte_eal_get_lcore_state(ctx->lcore_id) == RUNNING)
+            waiting_for(*ctx, ctx->worker ? "empty its ring and flush TX" : "return");
+    }
     rte_eal_mp_wait_lcore();
     // Anything still in a ring (a worker that never ran) is freed and counted, so no mbuf is lost.
     for (rte_ring* ring : rings_) {
@@ -223,6 +245,8 @@ void Dataplane::stop() {
             contexts_.front()->counters.drop(DropReason::shutdown);
         }
     }
+    spdlog::info("data plane stopped in {:.3f} s (receiving stopped, rings emptied, TX flushed)",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 std::unique_ptr<Snapshot> Dataplane::publish(std::unique_ptr<Snapshot> next) {
@@ -290,12 +314,11 @@ std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& f
         if (!finished) break;
     }
     for (LcoreContext* ctx : workers) ctx->walk.store(nullptr, std::memory_order_release);
-    if (!finished) {
-        // A worker may still be inside advance_flow_walk: wait for a grace period (QSBR) before freeing its walk.
-        const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
-        rte_rcu_qsbr_check(shared_->qsbr, token, true);
-        return {};
-    }
+    // A worker may still hold the pointer it loaded (inside its slice, or reading `done` after the walk ended):
+    // the walks are freed, here or by the caller, only after a grace period (QSBR).
+    const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);
+    rte_rcu_qsbr_check(shared_->qsbr, token, true);
+    if (!finished) return {};
     return walks;
 }
 

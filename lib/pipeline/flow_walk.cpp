@@ -1,11 +1,19 @@
 #include "pipeline/flow_walk.hpp"
 
+#include <rte_cycles.h>
+
+#include "common/compiler.hpp"
 #include "lb/lb_decision.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
 
 namespace sluice {
 namespace {
+
+// A clock read (rte_rdtsc, ~25 cycles) after this much work: a slot of a large table costs two cache misses (its
+// entry and its key), a dry-run judgement (an rte_acl classification and a Maglev pick) more than all of them.
+constexpr uint32_t kWorkBetweenClockReads = 4;
+constexpr uint32_t kJudgeWeight = kWorkBetweenClockReads;
 
 bool matches(const FlowFilter& f, const FiveTuple& t) {
     if (f.proto && t.proto != f.proto) return false;
@@ -38,10 +46,16 @@ void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
 
 }  // namespace
 
-void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget) {
+void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc) {
     ConnTable& table = *ctx.conn_table;
     const uint32_t end = table.slot_count();
-    for (; walk.cursor < end && budget > 0; ++walk.cursor, --budget) {
+    uint32_t work = 0;  // since the last clock read, in slots (a judgement weighs kJudgeWeight)
+    for (; walk.cursor < end; ++walk.cursor) {
+        if (work >= kWorkBetweenClockReads) {
+            if (rte_rdtsc() >= deadline_tsc) return;
+            work = 0;
+        }
+        ++work;
         const ConnEntry& e = table.entry(static_cast<int32_t>(walk.cursor));
         if (!(e.flags & kConnFlagLive) || (e.flags & kConnFlagAlias)) continue;
         FiveTuple key;
@@ -49,6 +63,7 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget) {
         const FiveTuple tuple = e.initiator_is_low ? key : key.reversed();
         if (walk.candidate) {
             judge(walk, e, tuple);
+            work += kJudgeWeight;
             continue;
         }
         if (!matches(walk.filter, tuple)) continue;
@@ -62,7 +77,17 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget) {
                                     {e.bytes[0], e.bytes[1]},
                                     e.expires_tsc});
     }
-    if (walk.cursor >= end) walk.done.store(true, std::memory_order_release);
+    walk.done.store(true, std::memory_order_release);
+}
+
+void walk_slice(LcoreContext& ctx, uint64_t now_tsc, bool busy) {
+    FlowWalk* walk = ctx.walk.load(std::memory_order_acquire);
+    if (SLUICE_LIKELY(walk == nullptr) || walk->done.load(std::memory_order_relaxed) || !ctx.conn_table) return;
+    if (busy && now_tsc < ctx.next_walk_tsc) return;
+    // The slice starts now, not at now_tsc: the iteration's packets took their time already.
+    const uint64_t start = rte_rdtsc();
+    advance_flow_walk(ctx, *walk, start + ctx.walk_slice_tsc);
+    ctx.next_walk_tsc = start + ctx.walk_busy_interval_tsc;
 }
 
 }  // namespace sluice

@@ -1,8 +1,9 @@
 // A walk over one worker's connection table on behalf of the control thread (sluicectl flows, reload --dry-run):
 // connection tables are single-owner, so the control thread hands each worker a FlowWalk and the worker advances it
-// a bounded number of slots per loop iteration (never O(table) in one go), then marks it done. The control thread
-// owns the FlowWalk and reads it only after `done`; the worker writes it only before. No allocation on the worker:
-// records go into storage the control thread reserved.
+// a slice bounded by time per loop iteration (never O(table) in one go), then marks it done. The control thread
+// owns the FlowWalk and reads it only after `done`; the worker writes it only before, and may still load the pointer
+// after it, so the control thread frees a walk only after a QSBR grace period. No allocation on the worker: records
+// go into storage the control thread reserved.
 #pragma once
 
 #include <atomic>
@@ -52,7 +53,18 @@ struct FlowWalk {
     std::atomic<bool> done{false};
 };
 
-// Owning worker: advances the walk by up to `budget` slots; sets done at the end of the table.
-void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint32_t budget);
+// A walk's share of a worker: one slice of at most kWalkSliceUs per loop iteration when the iteration moved no
+// packet, and at most one per kWalkBusyIntervalUs while packets flow (4% of a saturated worker's time, plus what the
+// walk evicts from the caches).
+constexpr uint64_t kWalkSliceUs = 2;
+constexpr uint64_t kWalkBusyIntervalUs = 50;
+
+// Owning worker: advances the walk until the end of the table (then sets done) or until deadline_tsc, whichever
+// comes first; it walks a few slots at least, so a walk always ends.
+void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc);
+
+// Owning worker, once per loop iteration: advances the control thread's walk, if one is pending, by one slice when
+// the walk's share allows (see kWalkSliceUs). busy: the iteration moved packets.
+void walk_slice(LcoreContext& ctx, uint64_t now_tsc, bool busy);
 
 }  // namespace sluice

@@ -147,11 +147,14 @@ struct alignas(kCacheLine) LcoreContext {
 
     // Set by the control thread (a walk of this worker's connections, flow_walk.hpp); cleared by it once done.
     std::atomic<FlowWalk*> walk{nullptr};
+    uint64_t walk_slice_tsc = 0;          // kWalkSliceUs in TSC cycles
+    uint64_t walk_busy_interval_tsc = 0;  // kWalkBusyIntervalUs in TSC cycles
 
     // Written by the lcore.
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};
     uint64_t next_drain_tsc = 0;
     uint64_t drain_interval_tsc = 0;
+    uint64_t next_walk_tsc = 0;  // while packets flow, no walk slice before then
     uint32_t idle_streak = 0;
     double log_tokens = 0;  // decision-log token bucket (firewall.log_rate, burst of one second)
     uint64_t log_refill_tsc = 0;

@@ -28,7 +28,6 @@ inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
 }
 
 constexpr uint32_t kNeighbourRequestPolls = 64;  // worker 0 looks at its solicitation requests this often
-constexpr uint32_t kWalkBudget = 4096;  // connection slots a worker walks per loop iteration for the control thread
 constexpr unsigned kNeighbourRequestBurst = 8;
 
 // ARP and ND frames never reach the firewall: their senders are reported to the control thread's resolver, and a
@@ -280,9 +279,7 @@ int lcore_main(void* arg) {
                 !rte_ring_empty(ctx.neighbour_requests))
                 send_solicitations(ctx, snapshot);
             if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
-            if (FlowWalk* walk = ctx.walk.load(std::memory_order_acquire);
-                SLUICE_UNLIKELY(walk != nullptr) && !walk->done.load(std::memory_order_relaxed) && ctx.conn_table)
-                advance_flow_walk(ctx, *walk, kWalkBudget);
+            walk_slice(ctx, now, moved != 0);
         }
 
         if (SLUICE_UNLIKELY(phase == Phase::draining) && moved == 0) {

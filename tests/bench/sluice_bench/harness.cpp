@@ -54,7 +54,7 @@ unsigned free_hugepages_2m() {
     return n;
 }
 
-// Another CPU this process may run on than cpu (for the second lcore of reload and scaling), or -1.
+// Another CPU this process may run on than cpu (for the second lcore of reload, scaling and walk), or -1.
 int other_cpu(unsigned cpu) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -77,7 +77,7 @@ void start_eal(Dpdk& d, const Options& o, const char* argv0) {
     if (o.eal.empty()) {
         d.own_prefix = true;
         std::string lcores = std::to_string(o.lcore);
-        if (o.sections.count("reload") || o.sections.count("scaling"))
+        if (o.sections.count("reload") || o.sections.count("scaling") || o.sections.count("walk"))
             if (const int other = other_cpu(o.lcore); other >= 0) lcores += "," + std::to_string(other);
         args.insert(args.end(), {"-l", lcores, "--main-lcore=" + std::to_string(o.lcore), "--no-pci", "--no-telemetry",
                                  "--log-level=error", "--file-prefix=bench-" + std::to_string(getpid())});

@@ -9,7 +9,8 @@
 //
 //   sluice_bench [options] [-- EAL arguments]
 //     --only LIST          sections to run, comma-separated: parse,classify,established,new,lb,memory,reload,
-//                          scaling (default: all)
+//                          scaling (default: all of these), walk (only when named: a worker's rate during walks of
+//                          its connection table, section_walk.cpp)
 //     --rules FILE         classify this ClassBench rule file instead of the generated 10 / 1k / 10k rule sets
 //     --trace FILE         ... over this trace (both formats are dpdk-test-acl's, see below); needs --rules
 //     --write-acl-files DIR  write the generated rule sets and their traces as DIR/rules-N.txt, DIR/trace-N.txt
@@ -35,7 +36,7 @@
 // `--vdev=net_null0,no-rx=1` is added unless the arguments name a net_null device: forward_burst needs a real port
 // to transmit on (it gets one TX queue per lcore, as the Dataplane gives each worker its own).
 //
-// reload and scaling need a second lcore (with EAL arguments: e.g. `-l 0,1`); without one they print why and
+// reload, scaling and walk need a second lcore (with EAL arguments: e.g. `-l 0,1`); without one they print why and
 // measure only what needs none (reload's timings, not the forwarded rate during it; scaling nothing).
 //
 // How it measures: bursts of 32 mbufs are allocated, written (60-byte IPv4 TCP/UDP frames) and parsed outside the
@@ -186,6 +187,7 @@ int run(int argc, char** argv) {
     run_section(d, o, "memory", [&] { section_memory(d, o, table); });
     run_section(d, o, "reload", [&] { section_reload(d, o, table); });
     run_section(d, o, "scaling", [&] { section_scaling(d, o, table); });
+    run_section(d, o, "walk", [&] { section_walk(d, o, table); });
     finish(d, o, table, meta, start_time, load_start, others_share(cpu_start, cpu_sample()));
     stop_dpdk(d);
     return 0;

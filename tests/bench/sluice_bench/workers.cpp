@@ -13,6 +13,7 @@
 
 #include "dpdk/mempool.hpp"
 #include "packet/packet_meta.hpp"
+#include "pipeline/flow_walk.hpp"
 #include "traffic.hpp"
 #include "workers.hpp"
 
@@ -85,7 +86,11 @@ int run_worker(void* arg) {
                 }
             }
         }
-        // This iteration's snapshot reference is dead from here on.
+        if (ctx.walk.load(std::memory_order_relaxed) != nullptr) {
+            walk_slice(ctx, t1, true);
+            run.walk_cycles += rte_rdtsc() - t1;
+        }
+        // This iteration's snapshot (and walk) reference is dead from here on.
         rte_rcu_qsbr_quiescent(shared.qsbr, ctx.qsbr_thread_id);
     }
     run.finished_tsc = rte_rdtsc();

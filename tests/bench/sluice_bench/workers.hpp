@@ -27,7 +27,8 @@ std::vector<LcoreContext*> worker_contexts(const Dataplane& dataplane);
 
 // One worker's run on an lcore: bursts of the stream, round and round (or once), each written and parsed (an RX
 // lcore's share, untimed), then stateful_burst + forward_burst on the snapshot that is current, read once per
-// burst and released with a quiescent state at the end of the iteration, as lcore_main does.
+// burst, and a slice of the control thread's connection walk when one is pending, released with a quiescent state
+// at the end of the iteration, as lcore_main does.
 struct WorkerRun {
     Dpdk* d = nullptr;
     LcoreContext* ctx = nullptr;
@@ -42,6 +43,7 @@ struct WorkerRun {
     std::vector<uint32_t>* window_timed = nullptr;   // took under 100 us (not preempted, as in timed_pass)
     // Results.
     uint64_t packets = 0, stage_cycles = 0, began_tsc = 0, finished_tsc = 0, malformed = 0;
+    uint64_t walk_cycles = 0;  // in walk_slice, while the control thread had a walk pending
     bool pool_empty = false;
 
     double seconds() const { return static_cast<double>(finished_tsc - began_tsc) / static_cast<double>(d->tsc_hz); }
