@@ -9,9 +9,9 @@
 //   fragment_unmatched. Senders send the first fragment first; reordered datagrams are lost, not misjudged;
 // - a second first fragment of a pending datagram: fragment_duplicate (the first one's ports and steering stay);
 // - a datagram from a source with kPerSourceLimit pending already: fragment_source_limit. A source is an IPv4
-//   address or an IPv6 /64 (one host's share), counted in two keyed count-min rows of kSourceSlots counters: a
-//   source is refused only when both its counters are full, so a few flooding sources fill neither row's counters
-//   of another source (unless both collide, about (flooders / kSourceSlots)^2);
+//   address or an IPv6 /64 (one host's share), counted in two keyed count-min rows of kSourceSlots counters. A
+//   source is refused only when both its counters are full: a few flooding sources block another only if they
+//   share both of its counters (about (flooders / kSourceSlots)^2);
 // - a datagram more than kCapacity pending at once: fragment_table_full.
 // An IPv6 atomic fragment (offset 0, no more fragments: RFC 6946) is a whole datagram: it carries its own ports and
 // is never recorded. Datagrams expire oldest first (an AgeList): every first fragment expires up to
