@@ -58,6 +58,8 @@ namespace sluice {
     X(fragment_invalid,                                                                                                \
       "a tiny first fragment (L4 header cut) or a TCP fragment overlapping the TCP header (RFC 1858)")                 \
     X(fragment_unmatched, "a later fragment whose first fragment was not seen (connection tracking on)")               \
+    X(fragment_duplicate, "a second first fragment of a datagram pending on the RX lcore (the first one is kept)")     \
+    X(fragment_source_limit, "a fragmented datagram from a source (IPv4 address, IPv6 /64) with 64 pending already")   \
     X(fragment_table_full, "too many fragmented datagrams in flight on one RX lcore")                                  \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                                         \
     X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")                         \

@@ -125,28 +125,37 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
 }
 
 void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::size_t lcore_count,
-                       std::size_t worker_count) {
+                       std::size_t worker_count, int socket, uint64_t generation) {
     const double tsc_hz = static_cast<double>(rte_get_tsc_hz());
     const double workers = static_cast<double>(std::max<std::size_t>(worker_count, 1));
     auto state = std::make_unique<RateLimiterState>();
     for (const FirewallRuleConfig& rule : config.rules) {
         RateLimit limit;
-        state->first_bucket.push_back(static_cast<uint32_t>(state->buckets_per_slot));
+        state->index.push_back(0);
         if (rule.rate_limit.rate) {
             limit.tokens_per_tsc = rule.rate_limit.rate / workers / tsc_hz;
             limit.burst = std::max(1.0, rule.rate_limit.burst / workers);
             limit.per_source = rule.rate_limit.per_source;
-            state->buckets_per_slot += limit.per_source ? kSourceBuckets : 1;
+            state->index.back() =
+                static_cast<uint32_t>(limit.per_source ? state->source_limiters_per_slot++ : state->buckets_per_slot++);
         }
         fw.limits.push_back(limit);
     }
-    if (state->buckets_per_slot == 0) return;
-    // Buckets start full, and a per-source slot starts owned by nobody.
-    state->buckets.assign(state->buckets_per_slot * lcore_count, TokenBucket{0, 0, UINT32_MAX, 0});
+    if (state->buckets_per_slot == 0 && state->source_limiters_per_slot == 0) return;
+    // Buckets start full; so do the sources' (SourceLimiter).
+    state->buckets.resize(state->buckets_per_slot * lcore_count);
     for (std::size_t slot = 0; slot < lcore_count; ++slot)
-        for (uint32_t id = 0; id < fw.limits.size(); ++id)
-            if (fw.limits[id].tokens_per_tsc > 0 && !fw.limits[id].per_source)
-                state->buckets[slot * state->buckets_per_slot + state->first_bucket[id]].tokens = fw.limits[id].burst;
+        for (uint32_t id = 0; id < fw.limits.size(); ++id) {
+            const RateLimit& limit = fw.limits[id];
+            if (limit.tokens_per_tsc == 0) continue;
+            if (!limit.per_source) {
+                state->buckets[slot * state->buckets_per_slot + state->index[id]] = TokenBucket{limit.burst, 0};
+                continue;
+            }
+            const std::string name = "sl_src" + std::to_string(generation) + "_" + std::to_string(slot) + "_" +
+                                     std::to_string(state->index[id]);
+            state->source_limiters.push_back(std::make_unique<SourceLimiter>(name, socket, limit));
+        }
     fw.limiter = std::move(state);
 }
 
@@ -365,7 +374,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
         throw std::runtime_error(std::string("firewall acl_method: ") + e.what());  // the key that pinned it
     }
     build_blocklists(fc, fw, socket, generation, live.blocklist);
-    build_rate_limits(fc, fw, lcore_count, worker_count);
+    build_rate_limits(fc, fw, lcore_count, worker_count, socket, generation);
     fw.hits = std::make_unique<RuleHits>();
     fw.hits->rule_count = fc.rules.size();
     fw.hits->hits.assign(lcore_count * (fc.rules.size() + 1), 0);

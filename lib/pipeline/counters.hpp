@@ -38,6 +38,9 @@ namespace sluice {
     X(error_replies_limited, "error_replies_limited", "sluice_error_replies_limited_total", workers, count,          \
       "Reject replies and ICMP too-big and time-exceeded errors a worker did not send: over "                        \
       "dataplane.max_error_replies_per_second")                                                                      \
+    X(rate_limit_overflow, "rate_limit_overflow", "sluice_rate_limit_overflow_total", workers, count,                \
+      "New connections of per-source rate-limited rules judged on the rule's shared overflow bucket (the worker's "  \
+      "table of sources was full)")                                                                                  \
     X(echo_replies, "echo_replies", "sluice_icmp_echo_replies_total", workers, count,                                \
       "ICMP and ICMPv6 echo replies sent for pings of sluice's own addresses (ports' addresses, VIPs, NAT pool)")    \
     X(time_exceeded_sent, "time_exceeded_sent", "sluice_icmp_time_exceeded_sent_total", workers, count,              \

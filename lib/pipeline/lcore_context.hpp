@@ -158,8 +158,8 @@ struct alignas(kCacheLine) LcoreContext {
     uint32_t idle_streak = 0;
     double log_tokens = 0;  // decision-log token bucket (firewall.log_rate, burst of one second)
     uint64_t log_refill_tsc = 0;
-    TokenBucket new_connections{0.0, 0, 0, 0};  // Snapshot::new_connections; starts full (refilled since tsc 0)
-    TokenBucket error_replies{0.0, 0, 0, 0};    // Snapshot::error_replies; the same
+    TokenBucket new_connections{0.0, 0};  // Snapshot::new_connections; starts full (refilled since tsc 0)
+    TokenBucket error_replies{0.0, 0};    // Snapshot::error_replies; the same
     LcoreCounters counters;
 
     // Scratch: one pending burst per destination worker, filled by the RX stage.

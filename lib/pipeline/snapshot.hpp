@@ -16,6 +16,8 @@
 #include "classify/acl_classifier.hpp"
 #include "classify/rule.hpp"
 #include "lb/lb_tables.hpp"
+#include "pipeline/source_limiter.hpp"
+#include "pipeline/token_bucket.hpp"
 
 struct rte_fib;
 struct rte_lpm6;
@@ -56,38 +58,14 @@ struct RuleHits {
     std::size_t rule_count = 0;
 };
 
-// Token buckets of rate-limited rules, one set per lcore slot (written by that lcore only). Each worker admits
-// rate / workers connections per second, since a rule's (or a source's) flows spread over the workers.
-struct RateLimit {
-    double tokens_per_tsc = 0;  // 0: the rule is not limited
-    double burst = 0;
-    bool per_source = false;
-};
-
-struct TokenBucket {
-    double tokens;
-    uint64_t last_tsc;
-    uint32_t source_tag;  // per-source buckets: which source holds this slot (a new one takes it over)
-    uint32_t reserved;
-};
-
-// Takes a token from the bucket, refilled first for the time since its last use; false when none is left.
-// Fast-path safe; the caller owns the bucket (a worker's own, or its lcore slot's).
-inline bool take_token(TokenBucket& bucket, const RateLimit& limit, uint64_t now_tsc) {
-    bucket.tokens =
-        std::min(limit.burst, bucket.tokens + static_cast<double>(now_tsc - bucket.last_tsc) * limit.tokens_per_tsc);
-    bucket.last_tsc = now_tsc;
-    if (bucket.tokens < 1.0) return false;
-    bucket.tokens -= 1.0;
-    return true;
-}
-
-inline constexpr std::size_t kSourceBuckets = 1024;  // per limited rule and lcore, indexed by a hash of the source
-
+// The rate-limited rules' buckets, one set per lcore slot (written by that lcore only): a bucket for a `per: rule`
+// limit, a SourceLimiter for a `per: source` one.
 struct RateLimiterState {
-    std::vector<uint32_t> first_bucket;  // by rule id: index of its buckets in a slot's range (limited rules only)
+    std::vector<uint32_t> index;  // by rule id: its bucket's or its SourceLimiter's index in a slot's range
     std::size_t buckets_per_slot = 0;
     std::vector<TokenBucket> buckets;  // slot s owns [s * buckets_per_slot, (s + 1) * buckets_per_slot)
+    std::size_t source_limiters_per_slot = 0;
+    std::vector<std::unique_ptr<SourceLimiter>> source_limiters;  // by slot likewise
 };
 
 // The early-drop sets' tables and the prefixes they were built from. The snapshots of reloads that leave those

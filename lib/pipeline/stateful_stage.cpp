@@ -27,18 +27,18 @@ inline void count_backend_traffic(LcoreContext& ctx, uint32_t backend, uint32_t 
 }
 
 // Takes a token from the rule's bucket (or its source's), refilled for the time since the bucket's last use.
-bool take_rule_token(const FirewallTables& fw, uint32_t rule, unsigned slot, const FiveTuple& tuple, uint64_t now_tsc) {
+bool take_rule_token(LcoreContext& ctx, const FirewallTables& fw, uint32_t rule, const FiveTuple& tuple,
+                     uint64_t now_tsc) {
     const RateLimit& limit = fw.limits[rule];
     RateLimiterState& state = *fw.limiter;
-    TokenBucket* bucket = &state.buckets[slot * state.buckets_per_slot + state.first_bucket[rule]];
-    if (limit.per_source) {
-        // Keyed: with CRC32C a sender could pick sources that share a bucket, to take turns resetting it full or (for
-        // IPv6, whose 16 bytes do not map one-to-one onto a tag) to take a victim's tag and drain its bucket.
-        const uint32_t tag = keyed_source_hash(tuple.src, tuple.family);
-        bucket += tag % kSourceBuckets;
-        if (bucket->source_tag != tag) *bucket = TokenBucket{limit.burst, now_tsc, tag, 0};  // a new source: full
-    }
-    return take_token(*bucket, limit, now_tsc);
+    const unsigned slot = ctx.qsbr_thread_id;
+    if (!limit.per_source)
+        return take_token(state.buckets[slot * state.buckets_per_slot + state.index[rule]], limit, now_tsc);
+    SourceLimiter& sources = *state.source_limiters[slot * state.source_limiters_per_slot + state.index[rule]];
+    bool overflowed;
+    const bool taken = sources.take(tuple.src, tuple.family, now_tsc, overflowed);
+    if (SLUICE_UNLIKELY(overflowed)) counter_add(ctx.counters.rate_limit_overflow);
+    return taken;
 }
 
 // Hands a decision to the control thread's log, within the worker's log budget (a token bucket refilled at
@@ -301,7 +301,7 @@ bool admit(StatefulBurst& b, uint16_t i, RuleVerdict verdict) {
     switch (verdict.action) {
     case RuleAction::allow:
         if (!by_default && fw.limiter && fw.limits[verdict.rule].tokens_per_tsc > 0 &&
-            !take_rule_token(fw, verdict.rule, b.ctx.qsbr_thread_id, b.tuples[i], b.now_tsc)) {
+            !take_rule_token(b.ctx, fw, verdict.rule, b.tuples[i], b.now_tsc)) {
             b.drop(i, DropReason::rate_limited);
             return false;
         }

@@ -135,6 +135,34 @@ inline Bytes frame(const FrameSpec& f) {
     return out;
 }
 
+// One fragment of whole, a frame() of an unfragmented datagram: the bytes [offset, offset + length) of its IP
+// payload (offset a multiple of 8), with identification id and the more-fragments flag. IPv6 gets a fragment header
+// (offset 0 and no more fragments: an atomic fragment, RFC 6946).
+inline Bytes fragment_of(const Bytes& whole, uint32_t id, std::size_t offset, std::size_t length, bool more) {
+    const bool v6 = get16(&whole[12]) == 0x86dd;
+    const std::size_t l3_end = 14 + (v6 ? 40 : 20);
+    Bytes out(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(l3_end));
+    uint8_t* ip = &out[14];
+    if (v6) {
+        uint8_t header[8] = {ip[6], 0};
+        put16(header + 2, static_cast<uint16_t>(offset | (more ? 1 : 0)));
+        put32(header + 4, id);
+        ip[6] = 44;
+        put16(ip + 4, static_cast<uint16_t>(8 + length));
+        out.insert(out.end(), header, header + 8);
+    } else {
+        put16(ip + 2, static_cast<uint16_t>(20 + length));
+        put16(ip + 4, static_cast<uint16_t>(id));
+        put16(ip + 6, static_cast<uint16_t>((more ? 0x2000 : 0) | offset / 8));
+        ip[10] = ip[11] = 0;
+        const uint16_t ip_sum = checksum_compute(ip, 20);
+        std::memcpy(ip + 10, &ip_sum, 2);
+    }
+    const auto payload = whole.begin() + static_cast<std::ptrdiff_t>(l3_end + offset);
+    out.insert(out.end(), payload, payload + static_cast<std::ptrdiff_t>(length));
+    return out;
+}
+
 // What a test reads back from a frame sluice sent (untagged Ethernet, IPv4 or IPv6 without extension headers).
 struct SeenFrame {
     std::string src, dst;
