@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <rte_acl.h>
 #include <rte_byteorder.h>
@@ -36,18 +37,21 @@ constexpr std::size_t kMaxExpandedRules = 1'000'000;
 // belongs to a 4-byte input group whose bytes are all covered by fields. Field offsets below are offsets into these
 // structs; the data pointers handed to rte_acl_classify point at their first byte.
 //
-// The ingress port gets a whole 4-byte group (a 2-byte field would leave half a group uncovered). When no rule
-// names a port, rte_acl drops the always-wild group at build time, so it costs nothing then.
+// The ingress port and the TCP flags get a whole 4-byte group each (a narrower field would leave part of a group
+// uncovered). When no rule names a port or tests flags, rte_acl drops that always-wild group at build time, so it
+// costs nothing then. ICMP has no ports: an ICMP packet of the family's own ICMP protocol carries its type and code
+// in the port slots, and ICMP rules match them there (one input group for both, no more fields).
 struct Ipv4Key {
     uint8_t proto;
     uint8_t pad[3];
     uint32_t in_port;  // big-endian DPDK port id
     uint32_t src;
     uint32_t dst;
-    uint16_t src_port;
-    uint16_t dst_port;
+    uint16_t src_port;   // ICMP: the type, big-endian
+    uint16_t dst_port;   // ICMP: the code
+    uint32_t tcp_flags;  // big-endian: the flags byte is the last one
 };
-static_assert(sizeof(Ipv4Key) == 20);
+static_assert(sizeof(Ipv4Key) == 24);
 
 struct Ipv6Key {
     uint8_t proto;
@@ -57,8 +61,9 @@ struct Ipv6Key {
     uint32_t dst[4];
     uint16_t src_port;
     uint16_t dst_port;
+    uint32_t tcp_flags;
 };
-static_assert(sizeof(Ipv6Key) == 44);
+static_assert(sizeof(Ipv6Key) == 48);
 
 // Field indexes inside an rte_acl rule (rte_acl_field[]); the address fields of IPv6 take four slots each.
 enum : uint8_t { kFieldProto = 0, kFieldInPort = 1, kFieldSrc = 2 };
@@ -87,8 +92,19 @@ constexpr uint32_t field_src_port() {
     return field_dst<F>() + Layout<F>::kAddrWords;
 }
 template <IpFamily F>
-constexpr uint32_t field_count() {
+constexpr uint32_t field_tcp_flags() {
     return field_src_port<F>() + 2;
+}
+template <IpFamily F>
+constexpr uint32_t field_count() {
+    return field_tcp_flags<F>() + 1;
+}
+static_assert(field_count<IpFamily::ipv6>() <= RTE_ACL_MAX_FIELDS);
+
+// The family's own ICMP protocol: the one whose type and code rules match (config refuses the other).
+template <IpFamily F>
+constexpr uint8_t own_icmp() {
+    return F == IpFamily::ipv4 ? kIpProtoIcmp : kIpProtoIcmpv6;
 }
 
 RTE_ACL_RULE_DEF(AclRule4, field_count<IpFamily::ipv4>());
@@ -118,7 +134,8 @@ rte_acl_config make_config() {
         def(field_dst<F>() + w, RTE_ACL_FIELD_TYPE_MASK, 4, input++, offsetof(Key, dst) + std::size_t{4} * w);
     // Both ports share one input group.
     def(field_src_port<F>(), RTE_ACL_FIELD_TYPE_RANGE, 2, input, offsetof(Key, src_port));
-    def(field_src_port<F>() + 1, RTE_ACL_FIELD_TYPE_RANGE, 2, input, offsetof(Key, dst_port));
+    def(field_src_port<F>() + 1, RTE_ACL_FIELD_TYPE_RANGE, 2, input++, offsetof(Key, dst_port));
+    def(field_tcp_flags<F>(), RTE_ACL_FIELD_TYPE_BITMASK, 4, input, offsetof(Key, tcp_flags));
     return cfg;
 }
 
@@ -156,6 +173,20 @@ void set_range(rte_acl_field& field, const PortRange* range) {
     field.mask_range.u16 = range ? range->last : 65535;
 }
 
+// The ranges a rule matches in the key's two port slots: its ports for TCP/UDP/SCTP, its ICMP types and codes for
+// the family's ICMP (fill_key puts them there), none (any) for other protocols.
+template <IpFamily F>
+std::pair<std::vector<PortRange>, std::vector<PortRange>> slot_ranges(const Rule& r) {
+    if (has_ports(r.protocol)) return {r.source_ports, r.destination_ports};
+    if (r.protocol != own_icmp<F>()) return {};
+    const auto widen = [](const std::vector<IcmpRange>& list) {
+        std::vector<PortRange> out;
+        for (const IcmpRange& range : list) out.push_back({range.first, range.last});
+        return out;
+    };
+    return {widen(r.icmp_types), widen(r.icmp_codes)};
+}
+
 const char* family_name(IpFamily f) {
     return f == IpFamily::ipv4 ? "IPv4" : f == IpFamily::ipv6 ? "IPv6" : "no family";
 }
@@ -178,13 +209,18 @@ void check_rule(const Rule& rule, std::size_t index, IpFamily family) {
             if (r.first > r.last)
                 throw std::runtime_error(rule_label(rule, index) + ": port range " + std::to_string(r.first) + "-" +
                                          std::to_string(r.last) + " is empty");
+    for (const auto* list : {&rule.icmp_types, &rule.icmp_codes})
+        for (const IcmpRange& r : *list)
+            if (r.first > r.last)
+                throw std::runtime_error(rule_label(rule, index) + ": ICMP range " + std::to_string(r.first) + "-" +
+                                         std::to_string(r.last) + " is empty");
 }
 
 // An empty list is one wildcard entry: iterate over {nullptr} then.
 template <typename T>
-std::vector<const T*> entries(const std::vector<T>& list, bool used = true) {
+std::vector<const T*> entries(const std::vector<T>& list) {
     std::vector<const T*> out;
-    if (!used || list.empty()) {
+    if (list.empty()) {
         out.push_back(nullptr);
         return out;
     }
@@ -202,19 +238,17 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
     for (std::size_t i = 0; i < rules.size(); ++i) {
         const Rule& r = rules[i];
         check_rule(r, i, F);
-        const bool ports = has_ports(r.protocol);
+        const auto [first_slot, second_slot] = slot_ranges<F>(r);
         std::size_t n = std::max<std::size_t>(r.in_ports.size(), 1);
         n = saturating_mul(n, std::max<std::size_t>(r.sources.size(), 1));
         n = saturating_mul(n, std::max<std::size_t>(r.destinations.size(), 1));
-        if (ports) {
-            n = saturating_mul(n, std::max<std::size_t>(r.source_ports.size(), 1));
-            n = saturating_mul(n, std::max<std::size_t>(r.destination_ports.size(), 1));
-        }
+        n = saturating_mul(n, std::max<std::size_t>(first_slot.size(), 1));
+        n = saturating_mul(n, std::max<std::size_t>(second_slot.size(), 1));
         if (n > kMaxExpandedRules - total)
             throw std::runtime_error(rule_label(r, i) + " expands to " +
                                      (n == SIZE_MAX ? std::string("too many") : std::to_string(n)) +
-                                     " rte_acl rules (in_ports x sources x destinations x source_ports x "
-                                     "destination_ports); with the " +
+                                     " rte_acl rules (in_ports x sources x destinations x source_ports "
+                                     "(icmp_type) x destination_ports (icmp_code)); with the " +
                                      std::to_string(total) + " of the rules before it that exceeds the limit of " +
                                      std::to_string(kMaxExpandedRules) + " per address family");
         total += n;
@@ -226,13 +260,16 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
     out.reserve(total);
     for (std::size_t i = 0; i < rules.size(); ++i) {
         const Rule& r = rules[i];
-        const bool ports = has_ports(r.protocol);
+        const auto [first_slot, second_slot] = slot_ranges<F>(r);
         AclRule<F> base{};
         base.data.category_mask = 1;
         base.data.priority = static_cast<int32_t>(RTE_ACL_MAX_PRIORITY - i);
         base.data.userdata = static_cast<uint32_t>(i + 1);
         base.field[kFieldProto].value.u8 = r.protocol == kAnyProtocol ? 0 : static_cast<uint8_t>(r.protocol);
         base.field[kFieldProto].mask_range.u8 = r.protocol == kAnyProtocol ? 0 : 0xff;
+        const bool tcp = r.protocol == kIpProtoTcp;
+        base.field[field_tcp_flags<F>()].value.u32 = tcp ? r.tcp_flags.value & r.tcp_flags.mask : 0;
+        base.field[field_tcp_flags<F>()].mask_range.u32 = tcp ? r.tcp_flags.mask : 0;
         for (const uint16_t* port : entries(r.in_ports)) {
             base.field[kFieldInPort].value.u32 = port ? *port : 0;
             base.field[kFieldInPort].mask_range.u32 = port ? UINT32_MAX : 0;
@@ -240,9 +277,9 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
                 set_prefix(&base.field[kFieldSrc], words, src);
                 for (const Prefix* dst : entries(r.destinations)) {
                     set_prefix(&base.field[field_dst<F>()], words, dst);
-                    for (const PortRange* sp : entries(r.source_ports, ports)) {
+                    for (const PortRange* sp : entries(first_slot)) {
                         set_range(base.field[field_src_port<F>()], sp);
-                        for (const PortRange* dp : entries(r.destination_ports, ports)) {
+                        for (const PortRange* dp : entries(second_slot)) {
                             set_range(base.field[field_src_port<F>() + 1], dp);
                             out.push_back(base);
                         }
@@ -294,7 +331,7 @@ rte_acl_ctx* build_context(const std::vector<AclRule<F>>& acl_rules, int socket_
 // rte_acl reads the key in 4-byte words right after it is written, so each word is written by one store: a load
 // that narrower stores just before must make up cannot take their data and waits for them to retire.
 template <IpFamily F>
-void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port) {
+void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port, const L4MatchBytes& l4) {
     using Key = typename Layout<F>::Key;
     static_assert(offsetof(Key, dst_port) == offsetof(Key, src_port) + 2);
     static_assert(offsetof(FiveTuple, dst_port) == offsetof(FiveTuple, src_port) + 2);
@@ -314,17 +351,21 @@ void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port
     struct Ports {
         uint16_t src, dst;
     };
-    store_as_one_word(bytes + offsetof(Key, src_port), Ports{t.src_port, t.dst_port});
+    if (t.proto == own_icmp<F>())
+        store_as_one_word(bytes + offsetof(Key, src_port),
+                          Ports{rte_cpu_to_be_16(l4.icmp_type), rte_cpu_to_be_16(l4.icmp_code)});
+    else store_as_one_word(bytes + offsetof(Key, src_port), Ports{t.src_port, t.dst_port});
+    key.tcp_flags = rte_cpu_to_be_32(l4.tcp_flags);
 }
 
 template <IpFamily F>
 void classify_burst(const rte_acl_ctx* ctx, const FiveTuple* const* tuples, const uint16_t* in_ports,
-                    uint32_t* rule_index, uint32_t count) {
+                    const L4MatchBytes* l4, uint32_t* rule_index, uint32_t count) {
     typename Layout<F>::Key keys[AclClassifier::kMaxBurst];
     const uint8_t* data[AclClassifier::kMaxBurst];
     uint32_t results[AclClassifier::kMaxBurst];
     for (uint32_t i = 0; i < count; ++i) {
-        fill_key<F>(keys[i], *tuples[i], in_ports[i]);
+        fill_key<F>(keys[i], *tuples[i], in_ports[i], l4[i]);
         data[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
     }
     rte_acl_classify(ctx, data, results, count, 1);
@@ -350,6 +391,7 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
         FiveTuple t;
         t.family = F;
         uint16_t in_port = 0;
+        L4MatchBytes l4;
         if (i % 10 == 9) {
             t.proto = static_cast<uint8_t>(rng() % 2 ? kIpProtoTcp : kIpProtoUdp);
             for (uint32_t w = 0; w < words; ++w) {
@@ -368,13 +410,21 @@ std::vector<typename Layout<F>::Key> sample_keys(const std::vector<AclRule<F>>& 
                 t.dst.words[w] = rte_cpu_to_be_32(inside(f[field_dst<F>() + w], rng));
             }
             const auto in_range = [&rng](const rte_acl_field& range) {
-                return rte_cpu_to_be_16(static_cast<uint16_t>(
-                    range.value.u16 + rng() % (uint32_t{range.mask_range.u16} - range.value.u16 + 1)));
+                return static_cast<uint16_t>(range.value.u16 +
+                                             rng() % (uint32_t{range.mask_range.u16} - range.value.u16 + 1));
             };
-            t.src_port = in_range(f[field_src_port<F>()]);
-            t.dst_port = in_range(f[field_src_port<F>() + 1]);
+            const uint16_t first = in_range(f[field_src_port<F>()]), second = in_range(f[field_src_port<F>() + 1]);
+            if (t.proto == own_icmp<F>()) {
+                l4.icmp_type = static_cast<uint8_t>(first);
+                l4.icmp_code = static_cast<uint8_t>(second);
+            } else {
+                t.src_port = rte_cpu_to_be_16(first);
+                t.dst_port = rte_cpu_to_be_16(second);
+            }
+            const rte_acl_field& flags = f[field_tcp_flags<F>()];
+            l4.tcp_flags = static_cast<uint8_t>(flags.value.u32 | (rng() & ~flags.mask_range.u32));
         }
-        fill_key<F>(keys[i], t, in_port);
+        fill_key<F>(keys[i], t, in_port, l4);
     }
     return keys;
 }
@@ -495,14 +545,15 @@ bool AclClassifier::built_from(const std::vector<Rule>& rules, int method) const
     const auto same_match = [](const Rule& a, const Rule& b) {
         return a.family == b.family && a.in_ports == b.in_ports && a.sources == b.sources &&
                a.destinations == b.destinations && a.protocol == b.protocol && a.source_ports == b.source_ports &&
-               a.destination_ports == b.destination_ports;
+               a.destination_ports == b.destination_ports && a.icmp_types == b.icmp_types &&
+               a.icmp_codes == b.icmp_codes && a.tcp_flags == b.tcp_flags;
     };
     return method == method_setting_ &&
            std::equal(rules.begin(), rules.end(), rules_.begin(), rules_.end(), same_match);
 }
 
-void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_ports, uint32_t* rule_index,
-                             uint32_t count) const {
+void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_ports, const L4MatchBytes* l4,
+                             uint32_t* rule_index, uint32_t count) const {
     if (ctx_ == nullptr) {
         std::fill(rule_index, rule_index + count, kNoMatch);
         return;
@@ -511,8 +562,8 @@ void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_
     for (uint32_t done = 0; done < count; done += kMaxBurst) {
         const uint32_t n = std::min(kMaxBurst, count - done);
         if (family_ == IpFamily::ipv4)
-            classify_burst<IpFamily::ipv4>(ctx_, tuples + done, in_ports + done, rule_index + done, n);
-        else classify_burst<IpFamily::ipv6>(ctx_, tuples + done, in_ports + done, rule_index + done, n);
+            classify_burst<IpFamily::ipv4>(ctx_, tuples + done, in_ports + done, l4 + done, rule_index + done, n);
+        else classify_burst<IpFamily::ipv6>(ctx_, tuples + done, in_ports + done, l4 + done, rule_index + done, n);
     }
 }
 

@@ -50,11 +50,14 @@ public:
     AclClassifier(const AclClassifier&) = delete;
     AclClassifier& operator=(const AclClassifier&) = delete;
 
-    // For each tuple (network byte order, as parse_frame fills it; of this classifier's family) and its ingress
-    // DPDK port id, writes the index in `rules` of the first rule that matches, or kNoMatch. count <= kMaxBurst.
-    void classify(const FiveTuple* const* tuples, const uint16_t* in_ports, uint32_t* rule_index, uint32_t count) const;
+    // For each tuple (network byte order, as parse_frame fills it; of this classifier's family), its ingress DPDK
+    // port id and its L4 match bytes, writes the index in `rules` of the first rule that matches, or kNoMatch.
+    // count <= kMaxBurst.
+    void classify(const FiveTuple* const* tuples, const uint16_t* in_ports, const L4MatchBytes* l4,
+                  uint32_t* rule_index, uint32_t count) const;
 
     IpFamily family() const { return family_; }
+    const std::vector<Rule>& rules() const { return rules_; }      // as given
     std::size_t rule_count() const { return rule_count_; }         // rules given
     std::size_t expanded_rule_count() const { return expanded_; }  // rte_acl rules after expanding lists
     // The rte_acl_classify_alg that classify() runs: the one given, or the one choose_classify_method took from

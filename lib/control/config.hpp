@@ -111,6 +111,9 @@ struct FirewallRuleConfig {
     uint16_t protocol = kAnyProtocol;
     std::vector<PortRange> source_ports;
     std::vector<PortRange> destination_ports;
+    std::vector<IcmpRange> icmp_types;  // protocol icmp or icmpv6; empty: any
+    std::vector<IcmpRange> icmp_codes;
+    TcpFlagsMatch tcp_flags;  // protocol tcp; mask 0: any
     RuleAction action = RuleAction::allow;
     RateLimitConfig rate_limit;
     bool log = false;  // log the new connections this rule decides (sampled: firewall.log_rate)

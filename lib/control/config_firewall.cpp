@@ -12,7 +12,9 @@
 #include <sys/stat.h>
 
 #include "classify/acl_method.hpp"
+#include "classify/l4_match.hpp"
 #include "control/config_decoder.hpp"
+#include "packet/parse.hpp"
 
 namespace sluice::config_detail {
 
@@ -220,13 +222,75 @@ AddressMatch decode_address(Decoder& d, const YAML::Node& node, const std::strin
     return match;
 }
 
+// A rule's icmp_type or icmp_code: one item or a list of numbers 0-255, ranges like 3-5 and, for types, the names
+// of the rule's protocol (icmp or icmpv6, as nftables spells them).
+std::vector<IcmpRange> decode_icmp_ranges(Decoder& d, const YAML::Node& node, const std::string& what,
+                                          uint16_t protocol, bool types) {
+    std::vector<IcmpRange> ranges;
+    const auto proto = static_cast<uint8_t>(protocol);
+    for (const YAML::Node& item : one_or_list(d, node, what)) {
+        const std::string text = item.IsScalar() ? item.Scalar() : "";
+        const int named = types ? icmp_type_by_name(proto, text) : -1;
+        const auto dash = text.find('-');
+        const int first = named >= 0 ? named : parse_decimal_byte(text.substr(0, dash));
+        const int last = named >= 0 || dash == std::string::npos ? first : parse_decimal_byte(text.substr(dash + 1));
+        const IcmpRange range{static_cast<uint8_t>(first), static_cast<uint8_t>(last)};
+        if (first < 0 || last < 0) {
+            d.error(item, what + ": '" + text + "' is not a number 0-255 or a range like 3-5" +
+                              (types ? ", nor an " + std::string(proto == kIpProtoIcmp ? "ICMP" : "ICMPv6") +
+                                           " type name: " + icmp_type_names(proto)
+                                     : std::string()));
+            continue;
+        }
+        if (range.first > range.last) {
+            d.error(item, what + ": range '" + text + "' is written backwards");
+            continue;
+        }
+        // An error quotes a packet: it passes with the connection it quotes or is dropped, never meets the rules.
+        bool only_errors = types;
+        for (unsigned type = range.first; only_errors && type <= range.last; ++type)
+            only_errors = is_icmp_error(proto, static_cast<uint8_t>(type));
+        if (only_errors) {
+            d.error(item, what + ": '" + text +
+                              "' is an error message type, which rules never see: an error passes "
+                              "with the connection whose packet it quotes (related) or is dropped (icmp_unrelated)");
+            continue;
+        }
+        ranges.push_back(range);
+    }
+    return ranges;
+}
+
+// A rule's tcp_flags: "SET/MASK" with comma-separated flag names, matching (flags & MASK) == SET as pf's
+// `flags S/SA` and nftables' `tcp flags syn / syn,ack` do; MASK may be "all", SET may be empty ("/rst").
+void decode_tcp_flags(Decoder& d, const YAML::Node& v, const std::string& what, TcpFlagsMatch& match) {
+    const std::string text = v.IsScalar() ? v.Scalar() : "";
+    const auto slash = text.find('/');
+    if (slash == std::string::npos)
+        return d.error(v, what + ": '" + text + "' needs a mask: SET/MASK, as syn/syn,ack (SYN set, ACK clear)");
+    const auto flags = [&](const std::string& names, uint8_t& out) {
+        std::string bad;
+        const int value = tcp_flags_by_names(names, bad);
+        if (value < 0) d.error(v, what + ": '" + bad + "' is not a TCP flag (" + tcp_flags_text(0xff) + ")");
+        out = static_cast<uint8_t>(value);
+        return value >= 0;
+    };
+    uint8_t set = 0, mask = 0;
+    if (!flags(text.substr(0, slash), set) || !flags(text.substr(slash + 1), mask)) return;
+    if (mask == 0) return d.error(v, what + ": '" + text + "' has an empty mask: it would match every packet");
+    if (set & ~mask)
+        return d.error(v, what + ": '" + text + "' sets " + tcp_flags_text(set & ~mask) +
+                              " outside its mask: it could never match");
+    match = {set, mask};
+}
+
 void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.sequence(node, "firewall rules")) return;
     std::set<std::string> names;
     for (const YAML::Node& r : node) {
         if (!d.map(r, "a firewall rule",
                    {"name", "in_ports", "source", "destination", "protocol", "source_ports", "destination_ports",
-                    "action", "rate_limit", "log"}))
+                    "icmp_type", "icmp_code", "tcp_flags", "action", "rate_limit", "log"}))
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();
@@ -261,6 +325,18 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
                 [&](const YAML::Node& v) { rule.source_ports = decode_port_ranges(d, v, what + " source_ports"); });
         d.field(r, "destination_ports", what, false, [&](const YAML::Node& v) {
             rule.destination_ports = decode_port_ranges(d, v, what + " destination_ports");
+        });
+        const bool icmp = rule.protocol == IPPROTO_ICMP || rule.protocol == IPPROTO_ICMPV6;
+        for (const bool types : {true, false})
+            d.field(r, types ? "icmp_type" : "icmp_code", what, false, [&](const YAML::Node& v) {
+                const std::string key = types ? "icmp_type" : "icmp_code";
+                if (!icmp) return d.error(v, what + ": " + key + " needs protocol icmp or icmpv6");
+                (types ? rule.icmp_types : rule.icmp_codes) =
+                    decode_icmp_ranges(d, v, what + " " + key, rule.protocol, types);
+            });
+        d.field(r, "tcp_flags", what, false, [&](const YAML::Node& v) {
+            if (rule.protocol != IPPROTO_TCP) return d.error(v, what + ": tcp_flags needs protocol tcp");
+            decode_tcp_flags(d, v, what + " tcp_flags", rule.tcp_flags);
         });
         d.field(r, "action", what, true, [&](const YAML::Node& v) {
             const std::string text = v.IsScalar() ? v.Scalar() : "";

@@ -9,6 +9,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "classify/l4_match.hpp"
 #include "common/ip_proto.hpp"
 #include "pipeline/early_drop.hpp"
 
@@ -44,12 +45,61 @@ const char* action_name(RuleAction action) {
     return action == RuleAction::allow ? "allow" : action == RuleAction::deny ? "deny" : "reject";
 }
 
+// The words after the destination: the ingress port, and the L4 bytes the rules may test ("flags syn,ack",
+// "type echo-reply", "code 0"; else those of the packet that opens such a connection: a SYN, an echo request).
+bool parse_explain_options(std::istringstream& in, ExplainQuery& query, std::string& error) {
+    const FiveTuple& t = query.tuple;
+    const bool icmp = (t.proto == kIpProtoIcmp && t.family == IpFamily::ipv4) ||
+                      (t.proto == kIpProtoIcmpv6 && t.family == IpFamily::ipv6);
+    query.l4 = opening_match_bytes(t);
+    std::string word, value;
+    while (in >> word) {
+        if (word != "flags" && word != "type" && word != "code") {
+            if (!query.in_port.empty()) return error = "'" + word + "' is not flags, type or code", false;
+            query.in_port = word;
+            continue;
+        }
+        if (!(in >> value)) return error = word + " needs a value", false;
+        if (word == "flags") {
+            if (t.proto != kIpProtoTcp) return error = "flags go with tcp only", false;
+            std::string bad;
+            const int flags = tcp_flags_by_names(value, bad);
+            if (flags < 0) return error = "'" + bad + "' is not a TCP flag (" + tcp_flags_text(0xff) + ")", false;
+            query.l4.tcp_flags = static_cast<uint8_t>(flags);
+        } else if (!icmp) {
+            return error = word + " goes with icmp (IPv4) or icmpv6 (IPv6) only", false;
+        } else if (word == "type") {
+            const int named = icmp_type_by_name(t.proto, value);
+            const int type = named >= 0 ? named : parse_decimal_byte(value);
+            if (type < 0)
+                return error = "type '" + value + "' is not a number 0-255 or one of " + icmp_type_names(t.proto),
+                       false;
+            query.l4.icmp_type = static_cast<uint8_t>(type);
+        } else {
+            const int code = parse_decimal_byte(value);
+            if (code < 0) return error = "code '" + value + "' is not a number 0-255", false;
+            query.l4.icmp_code = static_cast<uint8_t>(code);
+        }
+    }
+    return true;
+}
+
+// How the packet's L4 bytes read, for its line: " flags syn", " type echo-request code 0"; empty for none.
+std::string l4_text(const FiveTuple& t, const L4MatchBytes& l4) {
+    if (t.proto == kIpProtoTcp) return " flags " + (l4.tcp_flags ? tcp_flags_text(l4.tcp_flags) : "none");
+    if ((t.proto == kIpProtoIcmp && t.family == IpFamily::ipv4) ||
+        (t.proto == kIpProtoIcmpv6 && t.family == IpFamily::ipv6))
+        return " type " + icmp_type_text(t.proto, l4.icmp_type) + " code " + std::to_string(l4.icmp_code);
+    return "";
+}
+
 }  // namespace
 
 bool parse_explain_query(const std::string& text, ExplainQuery& query, std::string& error) {
     std::istringstream in(text);
     std::string proto, src, dst;
-    in >> proto >> src >> dst >> query.in_port;
+    in >> proto >> src >> dst;
+    query.in_port.clear();
     query.tuple = FiveTuple{};
     if (proto == "tcp") query.tuple.proto = kIpProtoTcp;
     else if (proto == "udp") query.tuple.proto = kIpProtoUdp;
@@ -66,10 +116,11 @@ bool parse_explain_query(const std::string& text, ExplainQuery& query, std::stri
         return error = "destination '" + dst + "' is not ADDRESS:PORT ([v6]:PORT)", false;
     if (src_family != dst_family) return error = "source and destination are of different families", false;
     query.tuple.family = src_family;
-    return true;
+    return parse_explain_options(in, query, error);
 }
 
-NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t, uint16_t in_port) {
+NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t, uint16_t in_port,
+                                    const L4MatchBytes& l4) {
     NewPacketDecision d;
     const FirewallTables& fw = *snapshot.firewall;
     const LbTables& lb = *snapshot.lb;
@@ -90,7 +141,7 @@ NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t
     }
     if (fw.enabled) {
         d.ruled = true;
-        d.verdict = fw.classify_one(t, in_port);
+        d.verdict = fw.classify_one(t, in_port, l4);
     }
     const LbService* service = d.destination.target == NewPacketTarget::service
                                    ? &lb.services[static_cast<std::size_t>(d.destination.service)]
@@ -113,6 +164,15 @@ NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t
 
 namespace {
 
+// The L4 tests of rule `id` (icmp_type, tcp_flags), as its family's classifier holds it.
+std::string rule_l4_text(const FirewallTables& fw, IpFamily family, uint32_t id) {
+    const AclClassifier* acl = fw.acl(family);
+    const std::vector<uint32_t>& ids = fw.rule_ids(family);
+    const auto at = std::find(ids.begin(), ids.end(), id);
+    if (!acl || at == ids.end()) return "";
+    return l4_match_text(acl->rules()[static_cast<std::size_t>(at - ids.begin())]);
+}
+
 void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacketDecision& d,
                    std::vector<std::string>& lines) {
     lines.push_back(
@@ -121,8 +181,9 @@ void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacket
         lines.push_back(std::string("  no rule matches: the default, ") + action_name(d.verdict.action));
     } else {
         const uint32_t id = d.verdict.rule;
-        std::string line =
-            fmt::format("  rule #{} '{}' matches: {}", id + 1, fw.rule_names[id], action_name(d.verdict.action));
+        const std::string tests = rule_l4_text(fw, t.family, id);
+        std::string line = fmt::format("  rule #{} '{}'{} matches: {}", id + 1, fw.rule_names[id],
+                                       tests.empty() ? "" : " (" + tests + ")", action_name(d.verdict.action));
         if (id < fw.limits.size() && fw.limits[id].tokens_per_tsc > 0) line += " (rate limited)";
         lines.push_back(line);
         if (d.verdict.action == RuleAction::reject)
@@ -186,14 +247,15 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     for (const PortIdentity& p : ports)
         if (p.name == query.in_port) in = &p;
     if (!query.in_port.empty() && !in) return {"no port named '" + query.in_port + "'"};
-    lines.push_back("packet: " + to_string(t) + (in ? " in on " + in->name : " (no ingress port given)"));
+    lines.push_back("packet: " + to_string(t) + l4_text(t, query.l4) +
+                    (in ? " in on " + in->name : " (no ingress port given)"));
     const uint32_t hash = symmetric_flow_hash(t);
     lines.push_back(fmt::format("worker: {} of {} (symmetric hash {:08x}; replies go to the same worker)",
                                 (uint64_t{hash} * worker_count) >> 32, worker_count, hash));
 
     const FirewallTables& fw = *snapshot.firewall;
     const LbTables& lb = *snapshot.lb;
-    const NewPacketDecision d = decide_new_packet(snapshot, t, in ? in->id : UINT16_MAX);
+    const NewPacketDecision d = decide_new_packet(snapshot, t, in ? in->id : UINT16_MAX, query.l4);
     if (d.reason == DropReason::blocklisted) {
         lines.push_back("early drop: the source is in an early-drop prefix set: dropped on the RX lcore (blocklisted)");
         return lines;

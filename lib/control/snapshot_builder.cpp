@@ -41,6 +41,9 @@ Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::
     rule.protocol = config.protocol;
     rule.source_ports = config.source_ports;
     rule.destination_ports = config.destination_ports;
+    rule.icmp_types = config.icmp_types;
+    rule.icmp_codes = config.icmp_codes;
+    rule.tcp_flags = config.tcp_flags;
     rule.action = config.action;
     return rule;
 }

@@ -37,11 +37,6 @@ bool is_icmp_echo(uint8_t proto, uint8_t type) {
     return proto == kIpProtoIcmpv6 && (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
 }
 
-bool is_icmp_error(uint8_t proto, uint8_t type) {
-    if (proto == kIpProtoIcmp) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
-    return proto == kIpProtoIcmpv6 && type >= 1 && type <= 4;
-}
-
 // The flow an ICMP error quotes: the IP header and at least 8 bytes of L4 header (RFC 792, RFC 4443) that the
 // endpoint of a tracked connection sent. The quote is often cut short, so only those 8 bytes are read.
 bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTuple& tuple) {
@@ -309,6 +304,14 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
         break;
     default: break;
     }
+}
+
+void icmp_type_code(const uint8_t* frame, const PacketMeta& meta, uint8_t& type, uint8_t& code) {
+    type = code = 0;
+    if (meta.l4_offset == 0 || (meta.flags & kMetaIcmpError)) return;
+    if (meta.l4_proto != (meta.family == IpFamily::ipv4 ? kIpProtoIcmp : kIpProtoIcmpv6)) return;
+    type = frame[meta.l4_offset];
+    code = frame[meta.l4_offset + 1];
 }
 
 void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t& src_port, uint16_t& dst_port) {

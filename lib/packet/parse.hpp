@@ -6,6 +6,7 @@
 
 #include "common/drop_reason.hpp"
 #include "common/five_tuple.hpp"
+#include "common/ip_proto.hpp"
 
 namespace sluice {
 
@@ -14,6 +15,12 @@ struct PacketMeta;  // packet_meta.hpp
 // ICMP echo types: the identifier is an echo's flow "port"; sluice answers requests to its own addresses.
 inline constexpr uint8_t kIcmpEchoRequest = 8, kIcmpEchoReply = 0;
 inline constexpr uint8_t kIcmp6EchoRequest = 128, kIcmp6EchoReply = 129;
+
+// Whether an ICMP/ICMPv6 type is an error message (RFC 792, RFC 4443 2.1), which quotes the packet it answers.
+inline bool is_icmp_error(uint8_t proto, uint8_t type) {
+    if (proto == kIpProtoIcmp) return type == 3 || type == 4 || type == 5 || type == 11 || type == 12;
+    return proto == kIpProtoIcmpv6 && type >= 1 && type <= 4;
+}
 
 // Where a fragment sits in its datagram, for a frame parse_frame accepted with kMetaFragment.
 struct FragmentInfo {
@@ -43,5 +50,9 @@ DropReason parse_frame(const uint8_t* frame, uint32_t length, ParseOptions optio
 // tuple on every path (stateful_burst keeps its tuples in raw storage on that promise).
 void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& meta, FiveTuple& tuple,
                      uint8_t& tcp_flags);
+
+// The type and code of a frame's own ICMP header (ICMP in IPv4, ICMPv6 in IPv6) for the rules to match, for a frame
+// parse_frame accepted; 0 and 0 when it has none (another protocol, an error, a fragment past the first).
+void icmp_type_code(const uint8_t* frame, const PacketMeta& meta, uint8_t& type, uint8_t& code);
 
 }  // namespace sluice

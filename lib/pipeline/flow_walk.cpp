@@ -30,7 +30,8 @@ void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
     const Snapshot& next = *walk.candidate;
     ++walk.examined;
     const FirewallTables& fw = *next.firewall;
-    if (fw.enabled && fw.classify_one(tuple, e.in_port).action != RuleAction::allow) ++walk.would_deny;
+    if (fw.enabled && fw.classify_one(tuple, e.in_port, opening_match_bytes(tuple)).action != RuleAction::allow)
+        ++walk.would_deny;
     if (e.backend == 0) return;
     const LbTables& lb = *next.lb;
     const uint32_t id = e.backend - 1;

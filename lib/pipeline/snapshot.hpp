@@ -15,9 +15,12 @@
 
 #include "classify/acl_classifier.hpp"
 #include "classify/rule.hpp"
+#include "common/ip_proto.hpp"
+#include "conntrack/tcp_state.hpp"
 #include "lb/lb_tables.hpp"
 #include "pipeline/source_limiter.hpp"
 #include "pipeline/token_bucket.hpp"
+#include "packet/parse.hpp"
 
 struct rte_fib;
 struct rte_lpm6;
@@ -81,6 +84,16 @@ struct Blocklist {
     ~Blocklist();
 };
 
+// The L4 bytes of the packet that most likely opened a connection of this tuple, for the rules' verdict on a
+// tuple alone (explain, a reload's flow walk): a TCP SYN, an ICMP echo request; nothing else for other protocols.
+inline L4MatchBytes opening_match_bytes(const FiveTuple& tuple) {
+    L4MatchBytes l4;
+    if (tuple.proto == kIpProtoTcp) l4.tcp_flags = tcp::kSyn;
+    else if (tuple.proto == kIpProtoIcmp && tuple.family == IpFamily::ipv4) l4.icmp_type = kIcmpEchoRequest;
+    else if (tuple.proto == kIpProtoIcmpv6 && tuple.family == IpFamily::ipv6) l4.icmp_type = kIcmp6EchoRequest;
+    return l4;
+}
+
 // What the rules say of a new connection: the rule that matched (its id, its place in the config) or the default.
 inline constexpr uint32_t kDefaultRule = UINT32_MAX;
 struct RuleVerdict {
@@ -123,12 +136,12 @@ struct FirewallTables {
         const uint32_t rule = rule_ids(family)[matched];
         return {rule, actions[rule]};
     }
-    // The rules' verdict on one tuple that came in on in_port: for the control thread (explain, flow walks); the
-    // stateful stage classifies whole bursts.
-    RuleVerdict classify_one(const FiveTuple& tuple, uint16_t in_port) const {
+    // The rules' verdict on one tuple that came in on in_port with those L4 bytes: for the control thread (explain,
+    // flow walks); the stateful stage classifies whole bursts.
+    RuleVerdict classify_one(const FiveTuple& tuple, uint16_t in_port, const L4MatchBytes& l4) const {
         uint32_t matched = AclClassifier::kNoMatch;
         const FiveTuple* one = &tuple;
-        if (const AclClassifier* classifier = acl(tuple.family)) classifier->classify(&one, &in_port, &matched, 1);
+        if (const AclClassifier* classifier = acl(tuple.family)) classifier->classify(&one, &in_port, &l4, &matched, 1);
         return verdict(tuple.family, matched);
     }
     FirewallTables& operator=(const FirewallTables&) = delete;

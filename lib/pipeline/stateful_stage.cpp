@@ -240,13 +240,18 @@ void classify(const StatefulBurst& b, IpFamily family, const uint16_t* which, ui
     }
     const FiveTuple* batch[kBurst] = {};  // {}: GCC cannot see that n >= 1 fills them
     uint16_t in_ports[kBurst] = {};
+    L4MatchBytes l4[kBurst];
     uint32_t matched[kBurst] = {};  // {}: as above (GCC 12 warned it may be read uninitialised)
     for (uint16_t k = 0; k < n; ++k) {
-        batch[k] = &b.tuples[which[k]];
-        in_ports[k] = b.mbuf(which[k])->port;
+        const uint16_t i = which[k];
+        batch[k] = &b.tuples[i];
+        in_ports[k] = b.mbuf(i)->port;
+        // The SYN proxy's cookie ACK stands for the SYN the rules allowed when the cookie was sent.
+        l4[k].tcp_flags = b.proxy[i] == SynProxyStep::open_backend ? tcp::kSyn : b.tcp_flags[i];
+        icmp_type_code(rte_pktmbuf_mtod(b.mbuf(i), const uint8_t*), b.meta(i), l4[k].icmp_type, l4[k].icmp_code);
         matched[k] = AclClassifier::kNoMatch;
     }
-    if (const AclClassifier* acl = b.fw.acl(family)) acl->classify(batch, in_ports, matched, n);
+    if (const AclClassifier* acl = b.fw.acl(family)) acl->classify(batch, in_ports, l4, matched, n);
     for (uint16_t k = 0; k < n; ++k) verdicts[k] = b.fw.verdict(family, matched[k]);
 }
 

@@ -106,6 +106,7 @@ std::size_t reference_mismatches(rte_acl_ctx* reference, const AclClassifier& ac
         Ipv4AclKey keys[kBurst];
         const uint8_t* key_ptrs[kBurst];
         const uint16_t in_ports[kBurst] = {};
+        const L4MatchBytes l4[kBurst] = {};
         uint32_t sluice[kBurst], raw[kBurst];
         for (uint32_t i = 0; i < n; ++i) {
             tuples[i] = to_tuple(trace[off + i]);
@@ -113,7 +114,7 @@ std::size_t reference_mismatches(rte_acl_ctx* reference, const AclClassifier& ac
             keys[i] = ipv4_acl_key(tuples[i]);
             key_ptrs[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
         }
-        acl.classify(tuple_ptrs, in_ports, sluice, n);
+        acl.classify(tuple_ptrs, in_ports, l4, sluice, n);
         rte_acl_classify(reference, key_ptrs, raw, n, 1);
         for (uint32_t i = 0; i < n; ++i) differ += (raw[i] == 0 ? AclClassifier::kNoMatch : raw[i] - 1) != sluice[i];
     }

@@ -65,7 +65,7 @@ public:
 
     double pass_wrapped() {
         return pass(tuples_, tuple_ptrs_, [&](std::size_t off, uint32_t count) {
-            acl_->classify(&tuple_ptrs_[off], in_ports_.data(), &wrapped_[off], count);
+            acl_->classify(&tuple_ptrs_[off], in_ports_.data(), l4_.data(), &wrapped_[off], count);
         });
     }
 
@@ -156,6 +156,7 @@ private:
     std::vector<Ipv4AclKey> keys_;
     std::vector<const uint8_t*> key_ptrs_;
     const std::vector<uint16_t> in_ports_ = std::vector<uint16_t>(kBurst, 0);
+    const std::vector<L4MatchBytes> l4_ = std::vector<L4MatchBytes>(kBurst);
     std::vector<uint32_t> wrapped_, raw_;
     std::vector<std::pair<uint64_t, uint32_t>> bursts_;  // cycles, tuples
 };

@@ -42,7 +42,7 @@ Rule make_rule(std::string name, IpFamily family, uint16_t protocol) {
 void check_cases(const AclClassifier& c, const std::vector<Rule>& rules, const std::vector<Case>& cases) {
     for (const Case& k : cases) {
         INFO(k.description << ": " << to_string(k.tuple) << " in_port " << k.in_port);
-        CHECK(reference_first_match(rules, k.tuple, k.in_port) == k.expected);
+        CHECK(reference_first_match(rules, k.tuple, k.in_port, {}) == k.expected);
         CHECK(classify_one(c, k.tuple, k.in_port) == k.expected);
     }
 }
@@ -375,7 +375,8 @@ TEST_CASE("acl: bursts longer than kMaxBurst are classified in pieces", "[classi
     for (const FiveTuple& t : tuples) ptrs.push_back(&t);
     std::vector<uint16_t> ports(tuples.size(), 0);
     std::vector<uint32_t> results(tuples.size(), 12345);
-    c.classify(ptrs.data(), ports.data(), results.data(), static_cast<uint32_t>(tuples.size()));
+    const std::vector<L4MatchBytes> l4(tuples.size());
+    c.classify(ptrs.data(), ports.data(), l4.data(), results.data(), static_cast<uint32_t>(tuples.size()));
     for (uint16_t p = 0; p < 200; ++p) {
         INFO("port " << p);
         CHECK(results[p] == (p % 2 == 0 ? 0u : kNone));

@@ -1,7 +1,8 @@
 // Differential test: 1k random rules per family, 100k random packets, every verdict of the rte_acl classifier
 // compared with the linear first-match reference (classify_test_util.hpp). Packets are mostly derived from a rule's
-// own fields, at and around the edges of its prefixes and port ranges, so most of them match something and many
-// match several overlapping rules. Then the same harness is shown to catch a wrong classifier.
+// own fields, at and around the edges of its prefixes, port ranges, ICMP type and code ranges and TCP flag tests, so
+// most of them match something and many match several overlapping rules. Then the same harness is shown to catch a
+// wrong classifier.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -33,6 +34,7 @@ constexpr uint16_t kPorts = 4;  // DPDK port ids 0..3
 struct Packet {
     FiveTuple tuple;
     uint16_t in_port;
+    L4MatchBytes l4;
 };
 
 class Generator {
@@ -150,8 +152,44 @@ private:
             if (chance(65))
                 for (uint32_t n = 1 + below(2); n > 0; --n) r.destination_ports.push_back(port_range());
         }
+        if (r.protocol == IPPROTO_TCP && chance(35)) {
+            r.tcp_flags.mask = static_cast<uint8_t>(1 + below(255));
+            r.tcp_flags.value = static_cast<uint8_t>(rng_() & r.tcp_flags.mask);
+        }
+        if (r.protocol == icmp_proto()) {
+            if (chance(60))
+                for (uint32_t n = 1 + below(2); n > 0; --n) r.icmp_types.push_back(icmp_range());
+            if (chance(30)) r.icmp_codes.push_back(icmp_range());
+        }
         r.action = static_cast<RuleAction>(below(3));
         return r;
+    }
+
+    // Mostly one type or code (echo-request, 0), sometimes a range.
+    IcmpRange icmp_range() {
+        static constexpr uint8_t kInteresting[] = {0, 1, 3, 8, 11, 128, 129, 135, 255};
+        const uint8_t first = chance(60) ? kInteresting[below(std::size(kInteresting))] : static_cast<uint8_t>(rng_());
+        const uint32_t last = chance(70) ? first : std::min<uint32_t>(255, first + below(20));
+        return IcmpRange{first, static_cast<uint8_t>(last)};
+    }
+
+    uint8_t icmp_near(const std::vector<IcmpRange>& list) {
+        if (list.empty() || chance(5)) return static_cast<uint8_t>(rng_());
+        const IcmpRange& r = list[below(list.size())];
+        switch (below(5)) {
+        case 0: return static_cast<uint8_t>(r.first - 1);  // wraps at 0: still a valid probe
+        case 1: return static_cast<uint8_t>(r.last + 1);
+        default: return static_cast<uint8_t>(r.first + below(uint32_t{r.last} - r.first + 1));
+        }
+    }
+
+    // Flags that pass the rule's test, or fail it by one bit of its mask.
+    uint8_t flags_near(const TcpFlagsMatch& m) {
+        const uint8_t flags = static_cast<uint8_t>((rng_() & ~m.mask) | m.value);
+        if (m.mask == 0 || chance(70)) return flags;
+        uint8_t bit = 1;
+        while (!(bit & m.mask) || chance(50)) bit = static_cast<uint8_t>(bit == 0x80 ? 1 : bit << 1);
+        return static_cast<uint8_t>(flags ^ bit);
     }
 
     // An address inside p, often at its first or last address.
@@ -215,6 +253,9 @@ private:
         p.tuple.dst = address_near(r.destinations);
         p.tuple.src_port = htons(port_near(r.source_ports));
         p.tuple.dst_port = htons(port_near(r.destination_ports));
+        p.l4.tcp_flags = flags_near(r.tcp_flags);
+        p.l4.icmp_type = icmp_near(r.icmp_types);
+        p.l4.icmp_code = icmp_near(r.icmp_codes);
         finish(p);
         return p;
     }
@@ -228,6 +269,7 @@ private:
         p.tuple.dst = chance(50) ? random_address() : perturb(seeds_[below(seeds_.size())], below(max_length() + 1));
         p.tuple.src_port = static_cast<uint16_t>(rng_());
         p.tuple.dst_port = static_cast<uint16_t>(rng_());
+        p.l4 = {static_cast<uint8_t>(rng_()), static_cast<uint8_t>(rng_()), static_cast<uint8_t>(rng_())};
         finish(p);
         return p;
     }
@@ -240,7 +282,7 @@ private:
 std::vector<uint32_t> reference_verdicts(const std::vector<Rule>& rules, const std::vector<Packet>& packets) {
     std::vector<uint32_t> out;
     out.reserve(packets.size());
-    for (const Packet& p : packets) out.push_back(reference_first_match(rules, p.tuple, p.in_port));
+    for (const Packet& p : packets) out.push_back(reference_first_match(rules, p.tuple, p.in_port, p.l4));
     return out;
 }
 
@@ -250,14 +292,16 @@ std::vector<uint32_t> classifier_verdicts(const AclClassifier& c, const std::vec
     std::vector<uint32_t> out(packets.size());
     const FiveTuple* tuples[AclClassifier::kMaxBurst];
     uint16_t ports[AclClassifier::kMaxBurst];
+    L4MatchBytes l4[AclClassifier::kMaxBurst];
     for (std::size_t done = 0; done < packets.size();) {
         const uint32_t n =
             std::min<uint32_t>(1 + rng() % AclClassifier::kMaxBurst, static_cast<uint32_t>(packets.size() - done));
         for (uint32_t i = 0; i < n; ++i) {
             tuples[i] = &packets[done + i].tuple;
             ports[i] = packets[done + i].in_port;
+            l4[i] = packets[done + i].l4;
         }
-        c.classify(tuples, ports, out.data() + done, n);
+        c.classify(tuples, ports, l4, out.data() + done, n);
         done += n;
     }
     return out;
@@ -284,11 +328,24 @@ Comparison compare(const std::vector<Rule>& classifier_rules, const std::vector<
         if (c.mismatches++ == 0) {
             std::ostringstream s;
             s << "packet " << i << " " << to_string(packets[i].tuple) << " in_port " << packets[i].in_port
-              << ": classifier " << g << ", reference " << w;
+              << " tcp_flags " << int{packets[i].l4.tcp_flags} << " icmp " << int{packets[i].l4.icmp_type} << "/"
+              << int{packets[i].l4.icmp_code} << ": classifier " << g << ", reference " << w;
             c.first = s.str();
         }
     }
     return c;
+}
+
+bool has_l4_test(const Rule& r) {
+    return (r.protocol == IPPROTO_TCP && r.tcp_flags.mask != 0) ||
+           (rule_tests_icmp(r) && (!r.icmp_types.empty() || !r.icmp_codes.empty()));
+}
+
+Rule without_l4_test(Rule r) {
+    r.tcp_flags = {};
+    r.icmp_types.clear();
+    r.icmp_codes.clear();
+    return r;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -351,13 +408,30 @@ TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear 
                 if (f.want[k] == AclClassifier::kNoMatch) continue;
                 ++sampled;
                 for (std::size_t later = f.want[k] + 1; later < f.rules.size(); ++later)
-                    if (rule_matches(f.rules[later], f.packets[k].tuple, f.packets[k].in_port)) {
+                    if (rule_matches(f.rules[later], f.packets[k].tuple, f.packets[k].in_port, f.packets[k].l4)) {
                         ++overlapping;
                         break;
                     }
             }
             CHECK(overlapping * 10 > sampled);
             CHECK(rules_hit > kRules / 2);
+            // ... and the L4 tests decide: rules with them win, and some packets pass an earlier such rule only
+            // because its TCP flags or ICMP type or code differ.
+            std::size_t l4_winners = 0, l4_refused = 0;
+            for (std::size_t k = 0; k < 10000; ++k) {
+                const Packet& p = f.packets[k];
+                if (f.want[k] != AclClassifier::kNoMatch && has_l4_test(f.rules[f.want[k]])) ++l4_winners;
+                const std::size_t end = std::min<std::size_t>(f.want[k], f.rules.size());
+                for (std::size_t before = 0; before < end; ++before) {
+                    const Rule& r = f.rules[before];
+                    if (has_l4_test(r) && rule_matches(without_l4_test(r), p.tuple, p.in_port, p.l4)) {
+                        ++l4_refused;
+                        break;
+                    }
+                }
+            }
+            CHECK(l4_winners > 300);
+            CHECK(l4_refused > 100);
 
             t0 = std::chrono::steady_clock::now();
             const Comparison cmp =
@@ -403,7 +477,7 @@ TEST_CASE("acl differential: the harness catches a wrong classifier", "[classify
         for (std::size_t k = 0; k < f.packets.size() && j == 0; ++k) {
             if (f.want[k] == AclClassifier::kNoMatch) continue;
             for (std::size_t later = f.want[k] + 1; later < f.rules.size(); ++later)
-                if (rule_matches(f.rules[later], f.packets[k].tuple, f.packets[k].in_port)) {
+                if (rule_matches(f.rules[later], f.packets[k].tuple, f.packets[k].in_port, f.packets[k].l4)) {
                     i = f.want[k], j = later;
                     break;
                 }
@@ -437,6 +511,28 @@ TEST_CASE("acl differential: the harness catches a wrong classifier", "[classify
         AclClassifier c(IpFamily::ipv4, shrunk, SOCKET_ID_ANY, "diff_shrunk");
         const Comparison cmp = compare(shrunk, classifier_verdicts(c, f.packets, kSeed), f.rules, f.want, f.packets);
         INFO("off-by-one range: " << cmp.mismatches << " mismatches, first: " << cmp.first);
+        CHECK(cmp.mismatches > 0);
+    }
+
+    SECTION("ICMP type and code handed over swapped") {
+        std::vector<Packet> swapped = f.packets;
+        for (Packet& p : swapped) std::swap(p.l4.icmp_type, p.l4.icmp_code);
+        AclClassifier c(IpFamily::ipv4, f.rules, SOCKET_ID_ANY, "diff_icmp_swapped");
+        const Comparison cmp = compare(f.rules, classifier_verdicts(c, swapped, kSeed), f.rules, f.want, f.packets);
+        INFO("swapped ICMP type and code: " << cmp.mismatches << " mismatches, first: " << cmp.first);
+        CHECK(cmp.mismatches > 0);
+    }
+
+    SECTION("TCP flags tests that ignore one bit of their mask") {
+        std::vector<Rule> loose = f.rules;
+        for (Rule& r : loose) {
+            if (r.protocol != IPPROTO_TCP) continue;
+            r.tcp_flags.mask &= static_cast<uint8_t>(r.tcp_flags.mask - 1);  // the lowest bit goes
+            r.tcp_flags.value &= r.tcp_flags.mask;
+        }
+        AclClassifier c(IpFamily::ipv4, loose, SOCKET_ID_ANY, "diff_loose_flags");
+        const Comparison cmp = compare(loose, classifier_verdicts(c, f.packets, kSeed), f.rules, f.want, f.packets);
+        INFO("a flag left out of each mask: " << cmp.mismatches << " mismatches, first: " << cmp.first);
         CHECK(cmp.mismatches > 0);
     }
 
@@ -475,9 +571,16 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
             }
             const AclClassifier& c = *built;
             const double build_s = seconds_since(t0);
+            // The same rules without their TCP flag and ICMP type/code tests: what those tests cost to build.
+            std::vector<Rule> plain;
+            for (const Rule& r : rules) plain.push_back(without_l4_test(r));
+            const auto t1 = std::chrono::steady_clock::now();
+            const AclClassifier without(family, plain, SOCKET_ID_ANY, "bench_plain");
+            const double plain_s = seconds_since(t1);
             std::ostringstream report;
             report << (family == IpFamily::ipv4 ? "ipv4 " : "ipv6 ") << n << " rules -> " << c.expanded_rule_count()
-                   << " rte_acl rules: build " << build_s << " s; cycles/packet in bursts of " << kBench
+                   << " rte_acl rules: build " << build_s << " s (" << plain_s << " s without the L4 tests, "
+                   << without.expanded_rule_count() << " rte_acl rules); cycles/packet in bursts of " << kBench
                    << " (median, mean):";
             rte_acl_ctx* ctx = rte_acl_find_existing("bench");
             for (enum rte_acl_classify_alg alg :
@@ -486,15 +589,17 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
                 if (alg != RTE_ACL_CLASSIFY_DEFAULT && rte_acl_set_ctx_classify(ctx, alg) != 0) continue;
                 const FiveTuple* tuples[kBench];
                 uint16_t ports[kBench];
+                L4MatchBytes l4[kBench];
                 uint32_t out[kBench];
                 std::vector<uint64_t> per_burst;
                 uint64_t total = 0;
                 for (int round = 0; round < 3; ++round)
                     for (std::size_t done = 0; done + kBench <= packets.size(); done += kBench) {
                         for (uint32_t i = 0; i < kBench; ++i)
-                            tuples[i] = &packets[done + i].tuple, ports[i] = packets[done + i].in_port;
+                            tuples[i] = &packets[done + i].tuple, ports[i] = packets[done + i].in_port,
+                            l4[i] = packets[done + i].l4;
                         const uint64_t start = rte_rdtsc();
-                        c.classify(tuples, ports, out, kBench);
+                        c.classify(tuples, ports, l4, out, kBench);
                         per_burst.push_back(rte_rdtsc() - start);
                         total += per_burst.back();
                     }

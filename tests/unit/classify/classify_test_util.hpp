@@ -64,10 +64,11 @@ inline FiveTuple tuple6(uint8_t proto, const char* src, const char* dst, uint16_
     return t;
 }
 
-inline uint32_t classify_one(const AclClassifier& c, const FiveTuple& t, uint16_t in_port = 0) {
+inline uint32_t classify_one(const AclClassifier& c, const FiveTuple& t, uint16_t in_port = 0,
+                             const L4MatchBytes& l4 = {}) {
     const FiveTuple* tp = &t;
     uint32_t result = 0;
-    c.classify(&tp, &in_port, &result, 1);
+    c.classify(&tp, &in_port, &l4, &result, 1);
     return result;
 }
 
@@ -79,7 +80,12 @@ inline bool rule_uses_ports(const Rule& r) {
     return r.protocol == IPPROTO_TCP || r.protocol == IPPROTO_UDP || r.protocol == IPPROTO_SCTP;
 }
 
-inline bool rule_matches(const Rule& r, const FiveTuple& t, uint16_t in_port) {
+// The family's own ICMP protocol, whose type and code ICMP rules test.
+inline bool rule_tests_icmp(const Rule& r) {
+    return r.protocol == (r.family == IpFamily::ipv4 ? int{IPPROTO_ICMP} : int{IPPROTO_ICMPV6});
+}
+
+inline bool rule_matches(const Rule& r, const FiveTuple& t, uint16_t in_port, const L4MatchBytes& l4) {
     if (!r.in_ports.empty() && std::find(r.in_ports.begin(), r.in_ports.end(), in_port) == r.in_ports.end())
         return false;
     if (r.protocol != kAnyProtocol && r.protocol != t.proto) return false;
@@ -88,6 +94,15 @@ inline bool rule_matches(const Rule& r, const FiveTuple& t, uint16_t in_port) {
                std::any_of(list.begin(), list.end(), [&](const Prefix& p) { return prefix_contains(p, a); });
     };
     if (!any_prefix(r.sources, t.src) || !any_prefix(r.destinations, t.dst)) return false;
+    if (r.protocol == IPPROTO_TCP && (l4.tcp_flags & r.tcp_flags.mask) != r.tcp_flags.value) return false;
+    if (rule_tests_icmp(r)) {
+        auto any_icmp = [](const std::vector<IcmpRange>& list, uint8_t value) {
+            return list.empty() || std::any_of(list.begin(), list.end(), [&](const IcmpRange& range) {
+                       return range.first <= value && value <= range.last;
+                   });
+        };
+        return any_icmp(r.icmp_types, l4.icmp_type) && any_icmp(r.icmp_codes, l4.icmp_code);
+    }
     if (!rule_uses_ports(r)) return true;
     auto any_range = [](const std::vector<PortRange>& list, uint16_t port_be) {
         const uint16_t port = ntohs(port_be);
@@ -97,9 +112,10 @@ inline bool rule_matches(const Rule& r, const FiveTuple& t, uint16_t in_port) {
     return any_range(r.source_ports, t.src_port) && any_range(r.destination_ports, t.dst_port);
 }
 
-inline uint32_t reference_first_match(const std::vector<Rule>& rules, const FiveTuple& t, uint16_t in_port) {
+inline uint32_t reference_first_match(const std::vector<Rule>& rules, const FiveTuple& t, uint16_t in_port,
+                                      const L4MatchBytes& l4) {
     for (std::size_t i = 0; i < rules.size(); ++i)
-        if (rule_matches(rules[i], t, in_port)) return static_cast<uint32_t>(i);
+        if (rule_matches(rules[i], t, in_port, l4)) return static_cast<uint32_t>(i);
     return AclClassifier::kNoMatch;
 }
 

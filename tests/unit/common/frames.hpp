@@ -31,7 +31,16 @@ struct FrameSpec {
     std::size_t payload = 0;
     uint8_t src_mac_last = 0x01;  // 02:00:00:00:00:NN
     uint8_t dst_mac_last = 0x02;
+    int icmp_type = -1;  // ICMP/ICMPv6: the type; -1: the family's echo request
+    uint8_t icmp_code = 0;
 };
+
+// An ICMP message (ICMPv6 for IPv6 addresses) of that type; for the echo types, id is the identifier.
+inline FrameSpec icmp_spec(const char* src, const char* dst, int type, uint16_t id = 0) {
+    FrameSpec f;
+    f.src = src, f.dst = dst, f.proto = IPPROTO_ICMP, f.src_port = id, f.icmp_type = type;
+    return f;
+}
 
 inline FrameSpec tcp_spec(const char* src, uint16_t sport, const char* dst, uint16_t dport, uint8_t flags = kSyn) {
     FrameSpec f;
@@ -97,8 +106,9 @@ inline Bytes frame(const FrameSpec& f) {
         put16(&l4[0], f.src_port);
         put16(&l4[2], f.dst_port);
         put16(&l4[4], static_cast<uint16_t>(l4_len));
-    } else {  // echo request
-        l4[0] = v6 ? 128 : 8;
+    } else {  // ICMP: echo request unless told
+        l4[0] = static_cast<uint8_t>(f.icmp_type >= 0 ? f.icmp_type : v6 ? 128 : 8);
+        l4[1] = f.icmp_code;
         put16(&l4[4], f.src_port);
         put16(&l4[6], 1);
     }

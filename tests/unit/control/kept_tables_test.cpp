@@ -215,8 +215,9 @@ uint32_t rule_for(const Snapshot& s, uint8_t proto, uint32_t dst, uint16_t port)
     t.dst_port = rte_cpu_to_be_16(port);
     const FiveTuple* tuples[] = {&t};
     const uint16_t in_ports[] = {0};
+    const L4MatchBytes l4[1] = {};
     uint32_t index = 0;
-    s.firewall->acl_v4->classify(tuples, in_ports, &index, 1);
+    s.firewall->acl_v4->classify(tuples, in_ports, l4, &index, 1);
     return index;
 }
 

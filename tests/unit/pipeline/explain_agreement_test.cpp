@@ -127,7 +127,8 @@ TEST_CASE("explain: says what the data path does with thousands of random new fl
         if (!seen.insert({key, to}).second || seen.count({to + "-" + std::to_string(flow.spec.proto), key})) continue;
         const FiveTuple tuple = tuple_of(flow.spec);
         const Snapshot& snapshot = lab.snapshot();
-        const NewPacketDecision said = decide_new_packet(snapshot, tuple, lab.port_id(flow.in_port));
+        const NewPacketDecision said =
+            decide_new_packet(snapshot, tuple, lab.port_id(flow.in_port), opening_match_bytes(tuple));
 
         const CounterTotals before = lab.totals();
         lab.send(flow.in_port, {frame(flow.spec)});

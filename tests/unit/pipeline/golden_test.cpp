@@ -97,6 +97,30 @@ firewall:
     - {name: no-telnet, in_ports: [wan], protocol: tcp, destination_ports: 23, action: reject}
 )";
 
+// Rules that test what the L4 header says besides ports: ICMP types, TCP flags (docs/config.md, "tcp_flags").
+const char* kL4RulesConfig = R"(
+ports:
+  - {name: lan, device: ring_lan}
+  - {name: wan, device: ring_wan}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: wan, to: lan, next_hop_mac: "02:00:00:00:00:0a"}
+firewall:
+  default: deny
+  loose_pickup: true
+  rules:
+    - {name: ping-host, in_ports: [wan], destination: 10.0.0.2, protocol: icmp, icmp_type: echo-request,
+       action: allow}
+    - {name: ping6-host, in_ports: [wan], destination: "2001:db8::2", protocol: icmpv6,
+       icmp_type: [echo-request], icmp_code: 0, action: allow}
+    - {name: no-syn-fin, protocol: tcp, tcp_flags: "syn,fin/syn,fin", action: deny}
+    - {name: no-urgent-syn, protocol: tcp, tcp_flags: "syn,urg/syn,urg", action: deny}
+    - {name: web-opens-with-syn, in_ports: [wan], destination: 10.0.0.2, protocol: tcp, destination_ports: 80,
+       tcp_flags: "syn/syn,ack", action: allow}
+    - {name: inside-out, in_ports: [lan], action: allow}
+)";
+
 const char* kBalancerConfig = R"(
 ports:
   - {name: client, device: ring_client}
@@ -149,6 +173,53 @@ TEST_CASE("golden: the stateful firewall's verdicts on real frames", "[golden][p
          Expected{"lan", "203.0.113.53", "10.0.0.2", 53, 5000, 0, 63}},
         {"IPv6 from the inside passes", "lan", udp_spec("2001:db8::2", 5000, "2001:db8:ff::1", 53), false,
          Expected{"wan", "2001:db8::2", "2001:db8:ff::1", 5000, 53, 0, 63}},
+    });
+    // clang-format on
+}
+
+TEST_CASE("golden: rules that test ICMP types and TCP flags decide new connections", "[golden][pipeline]") {
+    PipelineLab lab(kL4RulesConfig);
+    const auto ecn_syn = static_cast<uint8_t>(kSyn | 0x40 | 0x80);  // ECE and CWR: an ECN-setup SYN (RFC 3168)
+    FrameSpec echo6_code1 = icmp_spec("2001:db8:ff::9", "2001:db8::2", 128, 13);
+    echo6_code1.icmp_code = 1;
+    // clang-format off
+    run_table(lab, {
+        {"an echo request to the host is allowed", "wan", icmp_spec("203.0.113.9", "10.0.0.2", 8, 7), false,
+         Expected{"lan", "203.0.113.9", "10.0.0.2", 0, 0, 0, 63}},
+        {"the host's echo reply passes with the connection the request opened", "lan",
+         icmp_spec("10.0.0.2", "203.0.113.9", 0, 7), false, Expected{"wan", "10.0.0.2", "203.0.113.9", 0, 0, 0, 63}},
+        {"an echo reply to the host that answers nothing is no echo request: the default denies it", "wan",
+         icmp_spec("203.0.113.9", "10.0.0.2", 0, 8), false, std::nullopt, DropReason::rule_deny},
+        {"a timestamp request to the host is denied", "wan", icmp_spec("203.0.113.9", "10.0.0.2", 13, 9), false,
+         std::nullopt, DropReason::rule_deny},
+        {"an echo request to another host is denied", "wan", icmp_spec("203.0.113.9", "10.0.0.3", 8, 10), false,
+         std::nullopt, DropReason::rule_deny},
+        {"an ICMPv6 echo request to the IPv6 host is allowed", "wan",
+         icmp_spec("2001:db8:ff::9", "2001:db8::2", 128, 11), false,
+         Expected{"lan", "2001:db8:ff::9", "2001:db8::2", 0, 0, 0, 63}},
+        {"an ICMPv6 echo reply that answers nothing is denied", "wan",
+         icmp_spec("2001:db8:ff::9", "2001:db8::2", 129, 12), false, std::nullopt, DropReason::rule_deny},
+        {"an echo request of code 1 is not the code the IPv6 rule allows", "wan", echo6_code1, false, std::nullopt,
+         DropReason::rule_deny},
+        {"a SYN from the outside to the web server opens a connection", "wan",
+         tcp_spec("203.0.113.9", 41000, "10.0.0.2", 80), false,
+         Expected{"lan", "203.0.113.9", "10.0.0.2", 41000, 80, kSyn, 63}},
+        {"its SYN+ACK passes as a reply", "lan", {.tcp_flags = kSyn | kAck}, true,
+         Expected{"wan", "10.0.0.2", "203.0.113.9", 80, 41000, kSyn | kAck, 63}},
+        {"and the client's ACK follows the connection (the rules decided only its first packet)", "wan",
+         {.tcp_flags = kAck}, true, Expected{"lan", "203.0.113.9", "10.0.0.2", 41000, 80, kAck, 63}},
+        {"an ECN-setup SYN passes: ECE and CWR are outside the mask", "wan",
+         tcp_spec("203.0.113.9", 41001, "10.0.0.2", 80, ecn_syn), false,
+         Expected{"lan", "203.0.113.9", "10.0.0.2", 41001, 80, ecn_syn, 63}},
+        {"an ACK of no connection would be picked up (loose_pickup), but the rule wants a SYN without ACK", "wan",
+         tcp_spec("203.0.113.9", 41002, "10.0.0.2", 80, kAck), false, std::nullopt, DropReason::rule_deny},
+        {"a SYN with URG set is denied, from the inside too", "lan",
+         tcp_spec("10.0.0.2", 40000, "203.0.113.9", 443, kSyn | 0x20), false, std::nullopt, DropReason::rule_deny},
+        {"a plain SYN from the inside is allowed", "lan", tcp_spec("10.0.0.2", 40001, "203.0.113.9", 443), false,
+         Expected{"wan", "10.0.0.2", "203.0.113.9", 40001, 443, kSyn, 63}},
+        {"a SYN+FIN never opens a connection, whatever the rules say", "lan",
+         tcp_spec("10.0.0.2", 40002, "203.0.113.9", 443, kSyn | kFin), false, std::nullopt,
+         DropReason::ct_no_connection},
     });
     // clang-format on
 }
