@@ -48,9 +48,7 @@ struct StatefulBurst {
     FiveTuple* const tuples = tuple_storage.of;
     uint32_t hashes[kBurst];
     uint8_t tcp_flags[kBurst];
-    // The connection lookup's answer: an entry (or its alias), or -1; for a packet that opened (or found) a
-    // connection in this burst, that connection's entry, which the flow's later packets follow.
-    int32_t positions[kBurst];
+    int32_t positions[kBurst];  // the connection lookup's answer: an entry (or its alias), or -1
     Fate fate[kBurst];
     DropReason reason[kBurst];
     PacketRoute route[kBurst];  // a new packet to a service keeps the service index in route.backend until opened

@@ -1,6 +1,7 @@
 #include "pipeline/stateful_stage.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include <rte_cycles.h>
 
@@ -401,7 +402,6 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule) {
     bool made = false;
     const int32_t position = insert_connection(b, i, stable_rule, made);
     if (position < 0) return;
-    b.positions[i] = position;  // for the flow's later packets in this burst (follow_leader)
     if (made) {
         counter_add(b.ctx.counters.conn_inserts);
         if (b.pickup[i] == tcp::Pickup::adopt) counter_add(b.ctx.counters.lb_adoptions);
@@ -432,46 +432,48 @@ void open(StatefulBurst& b, uint16_t i, RuleVerdict verdict) {
 }
 
 // A flow whose first packets share a burst is one decision, not one per packet: leader[k] is where in `which` the
-// first packet with packet which[k]'s tuple and in-port is (k itself for a first). Compares with the leaders so
-// far, by flow hash before tuple: quadratic in a family's fresh packets (at most kBurst), never on the known path.
+// first packet with packet which[k]'s tuple and in-port is (k itself for a first). A 64-bit filter over the flow
+// hashes seen (one bit each) leaves a packet alone unless its bit is set; only then is it compared, hash before
+// tuple, with the leaders before it. Fresh packets only; the known path never comes here.
 void find_leaders(const StatefulBurst& b, const uint16_t* which, uint16_t n, uint16_t* leader) {
-    uint16_t leaders[kBurst];
-    uint16_t leader_count = 0;
+    uint64_t seen = 0;
     for (uint16_t k = 0; k < n; ++k) {
         const uint16_t i = which[k];
+        const uint64_t bit = uint64_t{1} << (b.hashes[i] & 63);
         leader[k] = k;
-        for (uint16_t l = 0; l < leader_count; ++l) {
-            const uint16_t first = which[leaders[l]];
-            if (b.hashes[first] == b.hashes[i] && b.tuples[first] == b.tuples[i] &&
-                b.mbuf(first)->port == b.mbuf(i)->port) {
-                leader[k] = leaders[l];
-                break;
+        if (seen & bit) {
+            for (uint16_t l = 0; l < k; ++l) {
+                const uint16_t first = which[l];
+                if (leader[l] == l && b.hashes[first] == b.hashes[i] && b.tuples[first] == b.tuples[i] &&
+                    b.mbuf(first)->port == b.mbuf(i)->port) {
+                    leader[k] = l;
+                    break;
+                }
             }
         }
-        if (leader[k] == k) leaders[leader_count++] = k;
+        seen |= bit;
     }
 }
 
 // A later packet of a flow whose first packet (first) was decided earlier in this burst follows that decision: it
-// is a packet of the connection first opened (tracked and counted on it, no rule hit, no token), or is refused as
-// first was (the same drop reason; a reject is answered again). False when first left nothing to follow (an echo
-// answered, a SYN cookie, a FIN or RST sent on without an entry): the packet is then decided on its own.
+// is refused as first was (the same drop reason; a reject is answered again), or is a packet of the connection
+// first opened, settled on it by retry_unopened (tracked and counted on it, no rule hit, no token). False when
+// first left nothing to follow (an echo answered, a SYN cookie, a FIN or RST sent on without an entry): the packet
+// is then decided on its own.
 bool follow_leader(StatefulBurst& b, uint16_t i, uint16_t first) {
-    if (b.echo_to_us[first] || b.proxy[first] == SynProxyStep::answer_syn) return false;
-    if (b.fate[first] == Fate::drop || b.fate[first] == Fate::reject) {
-        b.fate[i] = b.fate[first];
-        b.reason[i] = b.reason[first];
-        return true;
-    }
-    if (b.fate[first] != Fate::pass || b.positions[first] < 0) return false;
-    if (b.proxy[first] == SynProxyStep::open_backend) {
+    if (b.echo_to_us[first] || b.proxy[first] == SynProxyStep::answer_syn || b.pickup[first] == tcp::Pickup::forward)
+        return false;
+    if (b.fate[first] == Fate::pass && b.proxy[first] == SynProxyStep::open_backend) {
         // first became sluice's SYN to the backend: as after it, the client's packets wait for the backend's answer
         // (not a second SYN).
         b.drop(i, DropReason::syn_proxy_pending);
-        return true;
+    } else if (b.fate[first] == Fate::pass) {
+        b.route[i] = PacketRoute{};
+        b.drop_and_retry(i, DropReason::ct_no_connection);  // found again, unless the connection is gone by then
+    } else {
+        b.fate[i] = b.fate[first];
+        b.reason[i] = b.reason[first];
     }
-    b.route[i] = PacketRoute{};
-    settle_known(b, i, b.positions[first], false);
     return true;
 }
 
