@@ -1,7 +1,6 @@
 #include "pipeline/stateful_stage.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include <rte_cycles.h>
 
@@ -463,18 +462,26 @@ void find_leaders(const StatefulBurst& b, const uint16_t* which, uint16_t n, uin
 bool follow_leader(StatefulBurst& b, uint16_t i, uint16_t first) {
     if (b.echo_to_us[first] || b.proxy[first] == SynProxyStep::answer_syn || b.pickup[first] == tcp::Pickup::forward)
         return false;
-    if (b.fate[first] == Fate::pass && b.proxy[first] == SynProxyStep::open_backend) {
-        // first became sluice's SYN to the backend: as after it, the client's packets wait for the backend's answer
-        // (not a second SYN).
-        b.drop(i, DropReason::syn_proxy_pending);
-    } else if (b.fate[first] == Fate::pass) {
-        b.route[i] = PacketRoute{};
-        b.drop_and_retry(i, DropReason::ct_no_connection);  // found again, unless the connection is gone by then
-    } else {
+    switch (b.fate[first]) {
+    case Fate::drop:
+    case Fate::reject:
         b.fate[i] = b.fate[first];
         b.reason[i] = b.reason[first];
+        return true;
+    case Fate::pass:
+        if (SLUICE_UNLIKELY(b.proxy[first] == SynProxyStep::open_backend)) {
+            // first became sluice's SYN to the backend: as after it, the client's packets wait for the backend's
+            // answer (not a second SYN).
+            b.drop(i, DropReason::syn_proxy_pending);
+            return true;
+        }
+        b.route[i] = PacketRoute{};
+        b.drop_and_retry(i, DropReason::ct_no_connection);  // found again, unless the connection is gone by then
+        return true;
+    case Fate::answer:
+    case Fate::classify: break;  // no connection made: the echo and SYN-cookie cases above
     }
-    return true;
+    return false;
 }
 
 // Phases 4 to 6 for one family's fresh packets.
