@@ -120,6 +120,34 @@ TEST_CASE("same burst: max_new_connections_per_second counts connections", "[pip
     }
 }
 
+TEST_CASE("same burst: a flow the full table refuses is dropped whole, under ct_table_full", "[pipeline][burst]") {
+    PipelineLab lab(kTwoWayPorts + R"(
+firewall:
+  default: deny
+  table_size: 1024
+  rules:
+    - {name: dns, protocol: udp, action: allow}
+)");
+    // Fill the table from another client, one packet a flow, until it refuses (in chunks: the RX ring is small).
+    constexpr uint16_t kFill = 1100, kChunk = 100;
+    for (uint16_t start = 0; start < kFill; start += kChunk) {
+        std::vector<Bytes> fill;
+        for (uint16_t f = start; f < start + kChunk; ++f)
+            fill.push_back(frame(udp_spec("203.0.113.8", 10000 + f, "198.51.100.53", 53)));
+        lab.exchange("client", fill, "server");
+    }
+    const uint64_t inserted = lab.totals().conn_inserts, refused = lab.drops(DropReason::ct_table_full);
+    REQUIRE(refused > 0);
+    REQUIRE(inserted + refused == kFill);
+
+    CHECK(lab.exchange("client", back_to_back("198.51.100.53", 53, 3), "server").empty());
+    CHECK(lab.drops(DropReason::ct_table_full) - refused == kFlows * 3);
+    CHECK(lab.totals().total_drops() - refused == kFlows * 3);
+    CHECK(rule_hits(lab, 0) == kFill + kFlows);  // each of the eight flows decided once
+    CHECK(lab.totals().conn_inserts == inserted);
+    CHECK(lab.mbufs_out() == 0);
+}
+
 TEST_CASE("same burst: rule hits count connections decided, allowed or denied", "[pipeline][burst]") {
     SECTION("allowed: 8 hits for 8 flows of 3 packets, and 8 entries") {
         PipelineLab lab(firewall_config("", "{name: dns, protocol: udp, action: allow}"));
