@@ -259,9 +259,10 @@ void classify(const StatefulBurst& b, IpFamily family, const uint16_t* which, ui
 // nothing has read yet: with one insert after the other, each waited for its own misses. Their keys are known
 // before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn), so
 // one bulk lookup over them starts all those misses at once. A wrong guess only warms lines for nothing: a packet
-// that takes no port after all (a second packet of a new flow in the same burst, one over a rate limit or the
-// new-connection cap, a full table) shifts the guesses after it on its pool address.
-void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* verdicts, uint16_t n) {
+// that takes no port after all (one over a rate limit or the new-connection cap, a full table) shifts the guesses
+// after it on its pool address. A flow's later packets in the burst (leader[k] != k) take none.
+void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* verdicts, const uint16_t* leader,
+                   uint16_t n) {
     union Replies {
         Replies() {}
         FiveTuple tuple[kBurst];  // raw storage: each is written whole before use
@@ -272,7 +273,9 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
     uint16_t guessed = 0;
     for (uint16_t k = 0; k < n; ++k) {
         const uint16_t i = which[k];
-        if (b.route[i].backend == kNoService || b.proxy[i] == SynProxyStep::answer_syn || b.echo_to_us[i]) continue;
+        if (leader[k] != k || b.route[i].backend == kNoService || b.proxy[i] == SynProxyStep::answer_syn ||
+            b.echo_to_us[i])
+            continue;
         const LbService& service = b.lb.services[b.route[i].backend];
         if (service.mode != LbMode::nat || verdicts[k].action != RuleAction::allow) continue;
         const uint32_t backend = pick_backend(service, b.backend_hashes[i]);
@@ -432,17 +435,76 @@ void open(StatefulBurst& b, uint16_t i, RuleVerdict verdict) {
     else open_connection(b, i, verdict.rule == kDefaultRule ? kDefaultRule : b.fw.stable_ids[verdict.rule]);
 }
 
+// A flow whose first packets share a burst is one decision, not one per packet: leader[k] is where in `which` the
+// first packet with packet which[k]'s tuple and in-port is (k itself for a first). A 64-bit filter over the flow
+// hashes seen (one bit each) leaves a packet alone unless its bit is set; only then is it compared, hash before
+// tuple, with the leaders before it. Fresh packets only; the known path never comes here.
+void find_leaders(const StatefulBurst& b, const uint16_t* which, uint16_t n, uint16_t* leader) {
+    uint64_t seen = 0;
+    for (uint16_t k = 0; k < n; ++k) {
+        const uint16_t i = which[k];
+        const uint64_t bit = uint64_t{1} << (b.hashes[i] & 63);
+        leader[k] = k;
+        if (seen & bit) {
+            for (uint16_t l = 0; l < k; ++l) {
+                const uint16_t first = which[l];
+                if (leader[l] == l && b.hashes[first] == b.hashes[i] && b.tuples[first] == b.tuples[i] &&
+                    b.mbuf(first)->port == b.mbuf(i)->port) {
+                    leader[k] = l;
+                    break;
+                }
+            }
+        }
+        seen |= bit;
+    }
+}
+
+// A later packet of a flow whose first packet (first) was decided earlier in this burst follows that decision: it
+// is refused as first was (the same drop reason; a reject is answered again), or is a packet of the connection
+// first opened, settled on it by retry_unopened (tracked and counted on it, no rule hit, no token). False when
+// first left nothing to follow (an echo answered, a SYN cookie, a FIN or RST sent on without an entry): the packet
+// is then decided on its own.
+bool follow_leader(StatefulBurst& b, uint16_t i, uint16_t first) {
+    if (b.echo_to_us[first] || b.proxy[first] == SynProxyStep::answer_syn || b.pickup[first] == tcp::Pickup::forward)
+        return false;
+    switch (b.fate[first]) {
+    case Fate::drop:
+    case Fate::reject:
+        b.fate[i] = b.fate[first];
+        b.reason[i] = b.reason[first];
+        return true;
+    case Fate::pass:
+        if (SLUICE_UNLIKELY(b.proxy[first] == SynProxyStep::open_backend)) {
+            // first became sluice's SYN to the backend: as after it, the client's packets wait for the backend's
+            // answer (not a second SYN).
+            b.drop(i, DropReason::syn_proxy_pending);
+            return true;
+        }
+        b.route[i] = PacketRoute{};
+        b.drop_and_retry(i, DropReason::ct_no_connection);  // found again, unless the connection is gone by then
+        return true;
+    case Fate::answer:
+    case Fate::classify: break;  // no connection made: the echo and SYN-cookie cases above
+    }
+    return false;
+}
+
 // Phases 4 to 6 for one family's fresh packets.
 void decide(StatefulBurst& b, IpFamily family) {
     const int f = family == IpFamily::ipv4 ? 0 : 1;
     const uint16_t* which = b.by_family[f];
     const uint16_t n = b.family_count[f];
     if (n == 0) return;
+    uint16_t leader[kBurst];
+    find_leaders(b, which, n, leader);
     RuleVerdict verdicts[kBurst];
     classify(b, family, which, n, verdicts);
-    if (b.lb.enabled()) warm_nat_keys(b, which, verdicts, n);
-    for (uint16_t k = 0; k < n; ++k)
-        if (admit(b, which[k], verdicts[k])) open(b, which[k], verdicts[k]);
+    if (b.lb.enabled()) warm_nat_keys(b, which, verdicts, leader, n);
+    for (uint16_t k = 0; k < n; ++k) {
+        const uint16_t i = which[k];
+        if (leader[k] != k && follow_leader(b, i, which[leader[k]])) continue;
+        if (admit(b, i, verdicts[k])) open(b, i, verdicts[k]);
+    }
 }
 
 // Phase 7: packets that could not open a connection (or were sent on without one) are looked up again, now that
