@@ -94,20 +94,6 @@ static_assert(round_trips(), "kExternal and to_internal() disagree");
 
 }  // namespace
 
-Kind classify(uint8_t tcp_flags) {
-    // PSH, URG, ECE and CWR do not change what a segment means to the state machine (an ECN-setup SYN carries
-    // ECE+CWR). The combinations below are the ones real stacks send (nf_conntrack's tcp_valid_flags[]).
-    switch (tcp_flags & (kFin | kSyn | kRst | kAck)) {
-    case kSyn: return Kind::syn;
-    case kSyn | kAck: return Kind::synack;
-    case kRst:
-    case kRst | kAck: return Kind::rst;
-    case kFin | kAck: return Kind::fin;
-    case kAck: return Kind::ack;
-    default: return Kind::bad;
-    }
-}
-
 Transition step(ConnState state, uint8_t flags, bool reply, Kind kind) {
     const Internal from = to_internal(state, flags);
     if (from == kInternalCount) return {Step::invalid, state, static_cast<uint8_t>(flags & kSubStateFlags)};
