@@ -293,3 +293,45 @@ firewall:
     CHECK(lab.drops(DropReason::tcp_rst_challenged) == 1);
     CHECK(lab.mbufs_out() == 0);
 }
+
+TEST_CASE("tcp window: a dsr connection (one way) is checked loosely", "[pipeline][tcp_window]") {
+    PipelineLab lab(R"(
+ports:
+  - {name: client, device: ring_client}
+  - {name: server, device: ring_server}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: client, to: server, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: server, to: client, next_hop_mac: "02:00:00:00:00:0a"}
+services:
+  - {name: web, vip: 192.0.2.100, port: 80, protocol: tcp, mode: dsr,
+     backends: [{address: 10.1.0.21, mac: "02:00:00:00:03:21"}]}
+)");
+    const char *client = "203.0.113.7", *vip = "192.0.2.100";
+    const auto from_client = [&](uint8_t flags, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+        return send_one(lab, "client", segment(client, 43000, vip, 80, flags, seq, ack, payload));
+    };
+    REQUIRE(from_client(kSyn, 1000, 0).size() == 1);
+    REQUIRE(from_client(kAck, 1001, 5001).size() == 1);
+    REQUIRE(from_client(kAck, 1001, 5001, 100).size() == 1);
+    // Not at the client's next sequence: a challenge ACK from the VIP (its sequence: the client's latest ACK), the
+    // entry kept. The backend's window is never seen, so nothing is judged out of it.
+    std::vector<Out> out = from_client(kRst, 1101 + kFar, 0);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "client");
+    CHECK(out[0].frame.src == vip);
+    CHECK(out[0].frame.seq == 5001);
+    CHECK(out[0].frame.ack == 1101);
+    CHECK(lab.drops(DropReason::tcp_rst_challenged) == 1);
+    lab.advance_seconds(11);
+    REQUIRE(from_client(kAck, 1101, 5001).size() == 1);
+    CHECK(lab.totals().lb_adoptions == 0);  // still tracked: not picked up again
+    // At the exact sequence: to the backend, and the entry ends (the next ACK is picked up mid-stream).
+    out = from_client(kRst, 1101, 0);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "server");
+    lab.advance_seconds(11);
+    REQUIRE(from_client(kAck, 1101, 5001).size() == 1);
+    CHECK(lab.totals().lb_adoptions == 1);
+    CHECK(lab.mbufs_out() == 0);
+}
