@@ -36,6 +36,12 @@ namespace sluice {
     X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)")                     \
     X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")                              \
     X(ct_invalid, "packet invalid for its connection's TCP state")                                                     \
+    X(tcp_out_of_window, "TCP data or ACK outside its connection's window (tcp_window_check strict)")                  \
+    X(tcp_rst_out_of_window, "TCP RST outside its connection's window: dropped, the connection kept (RFC 5961 3.2)")   \
+    X(tcp_rst_challenged, "TCP RST in the window but not at the next sequence: the connection kept, a challenge ACK "  \
+                          "sent within the error-reply budget (RFC 5961 3.2)")                                         \
+    X(tcp_syn_challenged, "TCP SYN on an established connection: the connection kept, a challenge ACK sent within "    \
+                          "the error-reply budget (RFC 5961 4.2)")                                                     \
     X(ct_table_full, "connection table (or its IPv6 share) full: new connection refused, old ones kept")               \
     X(rate_limited, "a new connection over its rule's rate limit")                                                     \
     X(new_conn_limited, "a new connection over its worker's cap (dataplane: max_new_connections_per_second)")          \

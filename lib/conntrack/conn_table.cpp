@@ -186,6 +186,8 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
                                  std::to_string(kMaxNameLength) + " characters (rte_hash truncates ring names)");
 
     const auto fail = [&](const std::string& what) {
+        rte_free(entries_);
+        entries_ = nullptr;
         rte_hash_free(ipv4_);
         rte_hash_free(ipv6_);
         ipv4_ = ipv6_ = nullptr;
@@ -206,12 +208,18 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
         rte_zmalloc_socket("sluice_conntrack", std::size_t{slots_} * sizeof(ConnEntry), kCacheLine, socket_id));
     if (entries_ == nullptr)
         fail("cannot allocate " + std::to_string(slots_) + " entries of " + std::to_string(sizeof(ConnEntry)) + " B");
+    windows_ = static_cast<TcpWindow*>(
+        rte_zmalloc_socket("sluice_tcp_windows", std::size_t{slots_} * sizeof(TcpWindow), kCacheLine, socket_id));
+    if (windows_ == nullptr)
+        fail("cannot allocate " + std::to_string(slots_) + " TCP windows of " + std::to_string(sizeof(TcpWindow)) +
+             " B");
 
     for (std::size_t s = 0; s < static_cast<std::size_t>(ConnState::count); ++s)
         timeout_tsc_[s] = uint64_t{timeout_seconds(timeouts_, static_cast<ConnState>(s))} * tsc_hz_;
 }
 
 ConnTable::~ConnTable() {
+    rte_free(windows_);
     rte_free(entries_);
     rte_hash_free(ipv4_);
     rte_hash_free(ipv6_);
@@ -275,6 +283,7 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
     for (uint32_t i = 0; i < count; ++i) {
         if (positions[i] < 0) positions[i] = -1;      // -ENOENT
         else rte_prefetch0(&entries_[positions[i]]);  // track() comes next: overlap the burst's entry misses
+        if (positions[i] >= 0 && tuples[i]->proto == kIpProtoTcp) rte_prefetch0(&windows_[positions[i]]);
     }
     // A NAT reply finds the alias, and track() then needs the connection's own entry: read the aliases' peers in
     // a loop of their own, so that their misses overlap too instead of each following its alias's miss. (A table

@@ -12,6 +12,7 @@
 
 #include "common/compiler.hpp"
 #include "common/five_tuple.hpp"
+#include "conntrack/tcp_window.hpp"
 
 struct rte_hash;
 
@@ -125,10 +126,10 @@ public:
     // pointer) is 32 bytes and never straddles two cache lines. A 40-byte key's slot is 48 bytes and half of them
     // do; rte_hash prefetches only the first line before it compares the key (at 1M connections the established
     // path took 25-30 % longer with one 40-byte-key table).
-    // Memory per IPv4 connection: 64 B entry + 32 B key slot + 8 B bucket share + 4-8 B free-slot ring, about 110 B;
-    // per IPv6 connection the key slot is 48 B, about 126 B. When a table's entries are above 96% of the next power
-    // of two, it also reserves rte_hash's extendable buckets (+9 B per entry) so that every insert fits; below that,
-    // plain cuckoo hashing holds them (measured: the first cuckoo failure comes at >= 97.6% load).
+    // Memory per IPv4 connection: 64 B entry + 32 B TCP window + 32 B key slot + 8 B bucket share + 4-8 B free-slot
+    // ring, about 142 B; per IPv6 connection the key slot is 48 B, about 158 B. When a table's entries are above 96% of
+    // the next power of two, it also reserves rte_hash's extendable buckets (+9 B per entry) so that every insert fits;
+    // below that, plain cuckoo hashing holds them (measured: the first cuckoo failure comes at >= 97.6% load).
     ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts, uint64_t tsc_hz,
               uint32_t ipv6_capacity = 0);
     ~ConnTable();
@@ -210,6 +211,12 @@ public:
     ConnEntry& entry(int32_t index) { return entries_[index]; }
     const ConnEntry& entry(int32_t index) const { return entries_[index]; }
 
+    // A TCP connection's sequence and window tracking (tcp_window.hpp), in an array parallel to the entries so that
+    // the entry stays one cache line: 32 B per slot, read and written only for TCP packets. The opener of a TCP
+    // connection sets it (a slot's previous connection leaves its window behind).
+    TcpWindow& window(int32_t index) { return windows_[index]; }
+    const TcpWindow& window(int32_t index) const { return windows_[index]; }
+
     // True when tuple travels from the responder to the initiator of connection index.
     bool is_reply(int32_t index, const FiveTuple& tuple) const {
         return source_is_low(tuple) != (entries_[index].initiator_is_low != 0);
@@ -265,6 +272,7 @@ private:
     ReleaseHook release_hook_ = nullptr;
     void* release_arg_ = nullptr;
     ConnEntry* entries_ = nullptr;
+    TcpWindow* windows_ = nullptr;  // parallel to entries_
     uint32_t capacity_ = 0;
     uint32_t ipv6_capacity_ = 0;
     uint32_t ipv4_slots_ = 0;  // every position the IPv4 table can return is below it

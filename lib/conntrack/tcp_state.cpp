@@ -5,7 +5,8 @@ namespace {
 
 // The table works on finer states than ConnState: syn_sent splits on a simultaneous open (nf_conntrack's
 // SYN_SENT2), fin_wait and close_wait split on who sent the first FIN, so that a retransmitted FIN or the FIN
-// sender's own ACK does not advance the close (nf_conntrack leaves that to its window tracking, which we lack).
+// sender's own ACK does not advance the close (nf_conntrack leaves that to its window tracking; ours, tcp_window.hpp,
+// judges sequences only).
 enum Internal : uint8_t {
     sSS,   // syn_sent: the initiator sent a SYN
     sS2,   // syn_sent, simultaneous open: the responder sent a SYN too
@@ -32,7 +33,7 @@ enum Internal : uint8_t {
 // - A SYN+ACK from the initiator is only valid in a simultaneous open (sS2, sSR); elsewhere it is invalid.
 // - The FIN direction is tracked (sFWi/sFWr, sCWi/sCWr) as explained above.
 // - FIN without ACK, no flags, SYN+FIN, SYN+RST, ... are Kind::bad: invalid in every state.
-// RST closes from any state in either direction (no sequence check: we do not track windows).
+// RST closes from any state in either direction: its sequence was judged before (tcp_window.hpp).
 constexpr uint8_t kTable[2][static_cast<int>(Kind::count)][kInternalCount] = {
     {
         // from the initiator
@@ -92,20 +93,6 @@ constexpr bool round_trips() {
 static_assert(round_trips(), "kExternal and to_internal() disagree");
 
 }  // namespace
-
-Kind classify(uint8_t tcp_flags) {
-    // PSH, URG, ECE and CWR do not change what a segment means to the state machine (an ECN-setup SYN carries
-    // ECE+CWR). The combinations below are the ones real stacks send (nf_conntrack's tcp_valid_flags[]).
-    switch (tcp_flags & (kFin | kSyn | kRst | kAck)) {
-    case kSyn: return Kind::syn;
-    case kSyn | kAck: return Kind::synack;
-    case kRst:
-    case kRst | kAck: return Kind::rst;
-    case kFin | kAck: return Kind::fin;
-    case kAck: return Kind::ack;
-    default: return Kind::bad;
-    }
-}
 
 Transition step(ConnState state, uint8_t flags, bool reply, Kind kind) {
     const Internal from = to_internal(state, flags);

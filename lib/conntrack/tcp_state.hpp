@@ -7,25 +7,9 @@
 #include <cstdint>
 
 #include "conntrack/conn_table.hpp"
+#include "conntrack/tcp_flags.hpp"
 
 namespace sluice::tcp {
-
-// Raw TCP flag bits (RFC 9293 §3.1, plus ECE/CWR from RFC 3168).
-inline constexpr uint8_t kFin = 0x01;
-inline constexpr uint8_t kSyn = 0x02;
-inline constexpr uint8_t kRst = 0x04;
-inline constexpr uint8_t kPsh = 0x08;
-inline constexpr uint8_t kAck = 0x10;
-inline constexpr uint8_t kUrg = 0x20;
-inline constexpr uint8_t kEce = 0x40;
-inline constexpr uint8_t kCwr = 0x80;
-
-// What a segment means to the state machine. Precedence as in nf_conntrack's get_conntrack_index(): RST, then
-// SYN (with or without ACK), then FIN, then ACK. `bad` is a flag combination no TCP stack sends (SYN+FIN,
-// FIN without ACK, no flags at all, ...: nf_conntrack's tcp_valid_flags[]); it is invalid in every state.
-enum class Kind : uint8_t { syn, synack, fin, ack, rst, bad, count };
-
-Kind classify(uint8_t tcp_flags);
 
 // Sub-states the table needs but ConnState does not show; kept in ConnEntry::flags next to kConnFlagLive.
 inline constexpr uint8_t kFlagSimultaneousOpen = 0x02;   // tcp_syn_sent: the responder sent a SYN too

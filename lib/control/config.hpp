@@ -117,13 +117,15 @@ struct FirewallRuleConfig {
     RuleAction action = RuleAction::allow;
     RateLimitConfig rate_limit;
     bool log = false;  // log the new connections this rule decides (sampled: firewall.log_rate)
+    std::optional<TcpWindowCheck> tcp_window_check;  // its TCP connections' sequence check; unset: the service's
 };
 
 struct FirewallConfig {
     bool enabled = false;  // a firewall section is present: connections are tracked and rules apply
     RuleAction default_action = RuleAction::allow;  // for new connections no rule matches (allow or deny)
     bool loose_pickup = false;                      // TCP without SYN may open a connection (after a restart)
-    bool log_default = false;                       // log the new connections the default action decides
+    TcpWindowCheck tcp_window_check = TcpWindowCheck::strict;  // for connections whose rule and service say nothing
+    bool log_default = false;                                  // log the new connections the default action decides
     uint32_t log_rate = 10;         // decision log lines per second and worker at most (a flood cannot flood the log)
     uint32_t table_size = 1000000;  // tracked connections per worker (not a power of two: see conn_table.hpp)
     uint32_t ipv6_table_size = 0;   // of them at most this many IPv6 ones; 0: ConnTable::default_ipv6_capacity
@@ -171,6 +173,7 @@ struct ServiceConfig {
     bool drop_removed = false;  // removed_backends: drop (else keep until they end)
     uint32_t min_healthy = 1;   // bgp: the VIP is announced only while this many backends are usable
     bool syn_proxy = false;     // SYN cookies: no state before the client completes the handshake (nat, tcp only)
+    std::optional<TcpWindowCheck> tcp_window_check;  // unset: the firewall's default (strict)
     std::vector<BackendConfig> backends;
 };
 

@@ -197,6 +197,8 @@ bool decode_host(Decoder& d, const YAML::Node& v, const std::string& what, IpAdd
 std::vector<YAML::Node> one_or_list(Decoder& d, const YAML::Node& node, const std::string& what);
 // 80, "1000-2000", or a list of those.
 std::vector<PortRange> decode_port_ranges(Decoder& d, const YAML::Node& node, const std::string& what);
+// strict, liberal or off (tcp_window_check).
+void decode_window_check(Decoder& d, const YAML::Node& node, const std::string& what, TcpWindowCheck& check);
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config);
 
 // config_services.cpp

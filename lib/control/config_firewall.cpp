@@ -107,6 +107,14 @@ std::vector<PortRange> decode_port_ranges(Decoder& d, const YAML::Node& node, co
     return ranges;
 }
 
+void decode_window_check(Decoder& d, const YAML::Node& node, const std::string& what, TcpWindowCheck& check) {
+    const std::string text = node.IsScalar() ? node.Scalar() : "";
+    if (text == "strict") check = TcpWindowCheck::strict;
+    else if (text == "liberal") check = TcpWindowCheck::liberal;
+    else if (text == "off") check = TcpWindowCheck::off;
+    else d.error(node, what + ": tcp_window_check '" + text + "' is not strict, liberal or off");
+}
+
 namespace {
 
 void add_prefix(std::vector<Prefix>& v4, std::vector<Prefix>& v6, const Prefix& p, IpFamily family) {
@@ -290,7 +298,8 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
     for (const YAML::Node& r : node) {
         if (!d.map(r, "a firewall rule",
                    {"name", "in_ports", "source", "destination", "protocol", "source_ports", "destination_ports",
-                    "icmp_type", "icmp_code", "tcp_flags", "action", "rate_limit", "log"}))
+                    "icmp_type", "icmp_code", "tcp_flags", "action", "rate_limit", "log",
+                    "tcp_window_check"}))
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();
@@ -363,6 +372,11 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
                 d.error(v, what + ": rate_limit goes with action allow only");
         });
         d.field(r, "log", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " log", rule.log); });
+        d.field(r, "tcp_window_check", what, false, [&](const YAML::Node& v) {
+            decode_window_check(d, v, what, rule.tcp_window_check.emplace());
+            if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
+                d.error(v, what + ": tcp_window_check goes with action allow only");
+        });
         const bool ported =
             rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
         if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)
@@ -387,7 +401,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.map(node, "firewall",
                {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets", "rules",
-                "log_default", "log_rate", "acl_method"}))
+                "log_default", "log_rate", "acl_method", "tcp_window_check"}))
         return;
     FirewallConfig& fw = config.firewall;
     fw.enabled = true;
@@ -399,6 +413,8 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     });
     d.field(node, "loose_pickup", "firewall", false,
             [&](const YAML::Node& v) { d.boolean(v, "loose_pickup", fw.loose_pickup); });
+    d.field(node, "tcp_window_check", "firewall", false,
+            [&](const YAML::Node& v) { decode_window_check(d, v, "firewall", fw.tcp_window_check); });
     d.field(node, "log_default", "firewall", false,
             [&](const YAML::Node& v) { d.boolean(v, "log_default", fw.log_default); });
     d.field(node, "log_rate", "firewall", false, [&](const YAML::Node& v) {

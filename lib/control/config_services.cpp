@@ -146,7 +146,7 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
     for (const YAML::Node& s : node) {
         if (!d.map(s, "a service",
                    {"name", "vip", "port", "protocol", "mode", "table_size", "removed_backends", "health_check",
-                    "min_healthy", "syn_proxy", "backends"}))
+                    "min_healthy", "syn_proxy", "tcp_window_check", "backends"}))
             continue;
         ServiceConfig service;
         const std::size_t errors_before = d.errors().size();
@@ -187,6 +187,11 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config) {
                 [&](const YAML::Node& v) { d.integer(v, what + " min_healthy", service.min_healthy, 0, 65535); });
         d.field(s, "syn_proxy", what, false,
                 [&](const YAML::Node& v) { d.boolean(v, what + " syn_proxy", service.syn_proxy); });
+        d.field(s, "tcp_window_check", what, false, [&](const YAML::Node& v) {
+            decode_window_check(d, v, what, service.tcp_window_check.emplace());
+            if (s["protocol"] && s["protocol"].IsScalar() && s["protocol"].Scalar() != "tcp")
+                d.error(v, what + ": tcp_window_check goes with protocol tcp only");
+        });
         HealthCheckConfig service_health;
         d.field(s, "health_check", what, false,
                 [&](const YAML::Node& v) { decode_health_check(d, v, what + " health_check", service_health); });

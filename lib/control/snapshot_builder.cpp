@@ -191,6 +191,7 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
         service.vip.family = sc.family;
         service.mode = sc.mode;
         service.syn_proxy = sc.syn_proxy;
+        service.tcp_window_check = sc.tcp_window_check;
         service.table_size = sc.table_size;
         std::vector<MaglevBackend> maglev;
         for (const BackendConfig& bc : sc.backends) {
@@ -335,6 +336,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     fw.enabled = fc.enabled;
     if (!fc.enabled) return snapshot;
     fw.loose_pickup = fc.loose_pickup;
+    fw.tcp_window_check = fc.tcp_window_check;
     fw.log_default = fc.log_default;
     fw.log_tokens_per_tsc = fc.log_rate / static_cast<double>(rte_get_tsc_hz());
     fw.default_action = fc.default_action;
@@ -344,6 +346,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
         const FirewallRuleConfig& rule = fc.rules[id];
         fw.actions.push_back(rule.action);
         fw.log_rule.push_back(rule.log ? 1 : 0);
+        fw.window_checks.push_back(rule.tcp_window_check);
         fw.rule_names.push_back(rule.name);
         if (stable_ids) {
             const auto [it, added] = stable_ids->try_emplace(rule.name, static_cast<uint32_t>(stable_ids->size()));

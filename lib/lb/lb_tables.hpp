@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <rte_ether.h>
 
 #include "common/five_tuple.hpp"
+#include "common/tcp_window_check.hpp"
 
 struct rte_hash;
 
@@ -53,7 +55,8 @@ struct LbService {
     std::string name;
     VipKey vip;
     LbMode mode = LbMode::nat;
-    bool syn_proxy = false;  // nat + tcp: new connections are answered with SYN cookies first
+    bool syn_proxy = false;                          // nat + tcp: new connections are answered with SYN cookies first
+    std::optional<TcpWindowCheck> tcp_window_check;  // unset: the firewall's default (strict without a firewall)
     uint32_t table_size = 0;
     std::vector<uint16_t> maglev;       // slot -> index into backend_ids, kMaglevNoBackend when none is usable
     std::vector<uint32_t> backend_ids;  // in config order: stable ids

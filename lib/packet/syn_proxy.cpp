@@ -16,6 +16,26 @@ constexpr uint32_t kCookiePeriodMask = 0x7;
 constexpr uint8_t kTcpOptionEnd = 0;
 constexpr uint8_t kTcpOptionNop = 1;
 constexpr uint8_t kTcpOptionMss = 2;
+constexpr uint8_t kTcpOptionWindowScale = 3;
+
+// The value bytes of the option `kind` of exactly `length` bytes, or null when the header has none or its
+// options are malformed.
+const uint8_t* find_tcp_option(const uint8_t* tcp, uint32_t header_length, uint8_t wanted, uint8_t wanted_length) {
+    for (uint32_t at = sizeof(rte_tcp_hdr); at < header_length;) {
+        const uint8_t kind = tcp[at];
+        if (kind == kTcpOptionEnd) break;
+        if (kind == kTcpOptionNop) {
+            ++at;
+            continue;
+        }
+        if (at + 1 >= header_length) break;
+        const uint8_t length = tcp[at + 1];
+        if (length < 2 || at + length > header_length) break;
+        if (kind == wanted && length == wanted_length) return tcp + at + 2;
+        at += length;
+    }
+    return nullptr;
+}
 constexpr uint8_t kSegmentTtl = 64;
 
 // The MAC covers the MSS index too, so a client cannot choose the MSS sluice announces to the backend.
@@ -75,20 +95,13 @@ int syn_cookie_check(const SipHashKey& key, const FiveTuple& tuple, uint32_t cli
 }
 
 uint16_t tcp_mss_option(const uint8_t* tcp, uint32_t header_length) {
-    for (uint32_t at = sizeof(rte_tcp_hdr); at < header_length;) {
-        const uint8_t kind = tcp[at];
-        if (kind == kTcpOptionEnd) break;
-        if (kind == kTcpOptionNop) {
-            ++at;
-            continue;
-        }
-        if (at + 1 >= header_length) break;
-        const uint8_t length = tcp[at + 1];
-        if (length < 2 || at + length > header_length) break;
-        if (kind == kTcpOptionMss && length == 4) return static_cast<uint16_t>(tcp[at + 2] << 8 | tcp[at + 3]);
-        at += length;
-    }
-    return 0;
+    const uint8_t* value = find_tcp_option(tcp, header_length, kTcpOptionMss, 4);
+    return value ? static_cast<uint16_t>(value[0] << 8 | value[1]) : 0;
+}
+
+int tcp_window_scale_option(const uint8_t* tcp, uint32_t header_length) {
+    const uint8_t* value = find_tcp_option(tcp, header_length, kTcpOptionWindowScale, 3);
+    return value ? value[0] : -1;
 }
 
 bool write_tcp_segment(rte_mbuf* m, PacketMeta& meta, const TcpSegment& segment, const rte_ether_addr& dst_mac,

@@ -38,6 +38,8 @@ int syn_cookie_check(const SipHashKey& key, const FiveTuple& tuple, uint32_t cli
 // The MSS option of a TCP header (tcp points at it, header_length = data offset x 4, within the frame); 0 when
 // it has none or the options are malformed.
 uint16_t tcp_mss_option(const uint8_t* tcp, uint32_t header_length);
+// Its window scale option's shift count (RFC 7323 2.2), -1 when it has none.
+int tcp_window_scale_option(const uint8_t* tcp, uint32_t header_length);
 
 struct TcpSegment {
     IpFamily family = IpFamily::ipv4;

@@ -33,6 +33,8 @@ namespace sluice {
       "connection that found no port, a client that gave up a SYN-proxy handshake)")                                 \
     X(rejects_sent, "rejects_sent", "sluice_rejects_sent_total", workers, count,                                     \
       "TCP RSTs and ICMP unreachables sent for reject rules")                                                        \
+    X(challenge_acks_sent, "tcp_challenge_acks_sent", "sluice_tcp_challenge_acks_sent_total", workers, count,        \
+      "Challenge ACKs a worker sent for TCP RSTs in the window but not exact and SYNs on established connections")   \
     X(too_big_sent, "too_big_sent", "sluice_icmp_too_big_sent_total", workers, count,                                \
       "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU")        \
     X(error_replies_limited, "error_replies_limited", "sluice_error_replies_limited_total", workers, count,          \

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,7 @@ struct RuleVerdict {
 struct FirewallTables {
     bool enabled = false;
     bool loose_pickup = false;
+    TcpWindowCheck tcp_window_check = TcpWindowCheck::strict;  // for TCP connections whose rule and service say nothing
     RuleAction default_action = RuleAction::allow;
     std::shared_ptr<const AclClassifier> acl_v4;  // shared with the snapshot before when its rules stay the same
     std::shared_ptr<const AclClassifier> acl_v6;
@@ -116,9 +118,10 @@ struct FirewallTables {
     rte_lpm6* blocklist_v6 = nullptr;  // (both owned by blocklist)
     std::shared_ptr<const Blocklist> blocklist;
     std::size_t blocklist_prefixes = 0;
-    std::unique_ptr<RuleHits> hits;  // mutable counters, see RuleHits
-    std::vector<RateLimit> limits;   // by rule id
-    std::vector<uint8_t> log_rule;   // by rule id: 1 when its decisions are logged
+    std::unique_ptr<RuleHits> hits;                            // mutable counters, see RuleHits
+    std::vector<RateLimit> limits;                             // by rule id
+    std::vector<uint8_t> log_rule;                             // by rule id: 1 when its decisions are logged
+    std::vector<std::optional<TcpWindowCheck>> window_checks;  // by rule id: its tcp_window_check, when it sets one
     bool log_default = false;
     double log_tokens_per_tsc = 0;              // each worker's decision-log budget (firewall.log_rate)
     std::unique_ptr<RateLimiterState> limiter;  // mutable, per lcore slot; null when no rule is limited

@@ -10,6 +10,7 @@
 #include "common/drop_reason.hpp"
 #include "conntrack/conn_table.hpp"
 #include "conntrack/tcp_state.hpp"
+#include "conntrack/tcp_window.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
@@ -86,6 +87,22 @@ struct StatefulBurst {
         counter_add(ctx.counters.conn_expired);
     }
 };
+
+struct TcpSegment;
+
+// Turns packet i into segment, sent back out of the port it came in on to its sender's MAC; false when the mbuf has
+// no room (cannot happen with sluice's pools).
+bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment);
+
+// TCP sequence and window tracking (tcp_window_steps.cpp). The tcp_window_check of a new connection: its rule's
+// (rule: the config id, or kDefaultRule), else its service's, else the firewall's default.
+TcpWindowCheck window_check_for(const StatefulBurst& b, uint32_t rule, const LbService* service);
+// The window of TCP connection conn, which packet i opened (for a syn_proxy connection: after its SYN to the backend
+// was written over the packet).
+void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck check);
+// Packet i (with a TCP header) of connection conn, from the responder when reply: true when its sequence lets it go
+// on to the state machine; otherwise it was dropped or answered with a challenge ACK (fate and reason set).
+bool admit_tcp_segment(StatefulBurst& b, uint16_t i, int32_t conn, bool reply);
 
 // The SYN proxy's steps (syn_proxy_steps.cpp), each over packet i of the burst.
 namespace syn_proxy {

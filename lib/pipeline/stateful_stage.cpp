@@ -120,6 +120,7 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, bool icmp_erro
     }
     // A later fragment has no TCP header: it belongs to the connection but moves no state.
     const bool later_fragment = (b.meta(i).flags & kMetaFragment) && b.meta(i).l4_offset == 0;
+    if (!later_fragment && b.tuples[i].proto == kIpProtoTcp && !admit_tcp_segment(b, i, conn, reply)) return;
     if (!later_fragment &&
         b.table.track_direction(conn, reply, b.tcp_flags[i], b.length(i), b.now_tsc) != TrackVerdict::ok) {
         b.drop(i, DropReason::ct_invalid);
@@ -381,8 +382,9 @@ bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) 
     return true;
 }
 
-// A new connection the rules allowed: tracked, and balanced when it is for a service.
-void open_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule) {
+// A new connection the rules allowed (rule: the config id, or kDefaultRule): tracked, and balanced when it is for a
+// service.
+void open_connection(StatefulBurst& b, uint16_t i, uint32_t rule, uint32_t stable_rule) {
     const uint32_t service_index = b.route[i].backend;
     b.route[i] = PacketRoute{};
     const LbService* service = service_index == kNoService ? nullptr : &b.lb.services[service_index];
@@ -417,6 +419,7 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule) {
             entry.flags |= kConnFlagOneWay;  // the backend answers the client directly
             counter_add(b.ctx.backend_traffic[backend].new_connections);
         }
+        if (b.tuples[i].proto == kIpProtoTcp) open_tcp_window(b, i, position, window_check_for(b, rule, service));
     }
     b.table.track(position, b.tuples[i], b.tcp_flags[i], b.length(i), b.now_tsc);
     const ConnEntry& entry = b.table.entry(position);
@@ -432,7 +435,9 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule) {
 void open(StatefulBurst& b, uint16_t i, RuleVerdict verdict) {
     if (SLUICE_UNLIKELY(b.proxy[i] == SynProxyStep::answer_syn)) syn_proxy::answer_with_cookie(b, i);
     else if (SLUICE_UNLIKELY(b.echo_to_us[i])) answer_echo(b, i);
-    else open_connection(b, i, verdict.rule == kDefaultRule ? kDefaultRule : b.fw.stable_ids[verdict.rule]);
+    else
+        open_connection(b, i, verdict.rule,
+                        verdict.rule == kDefaultRule ? kDefaultRule : b.fw.stable_ids[verdict.rule]);
 }
 
 // A flow whose first packets share a burst is one decision, not one per packet: leader[k] is where in `which` the

@@ -15,17 +15,7 @@ const rte_tcp_hdr& tcp_header(const StatefulBurst& b, uint16_t i) {
     return *rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_tcp_hdr*, b.meta(i).l4_offset);
 }
 
-const rte_ether_addr& sender_mac(rte_mbuf* m) { return rte_pktmbuf_mtod(m, const rte_ether_hdr*)->src_addr; }
-
 uint64_t cookie_period(const StatefulBurst& b) { return b.now_tsc / b.ctx.syn_cookie_period_tsc; }
-
-// Writes segment over packet i, to go back out of the port it came in on; false when the mbuf has no room (cannot
-// happen with sluice's pools).
-bool write_over(StatefulBurst& b, uint16_t i, const TcpSegment& segment) {
-    rte_mbuf* m = b.mbuf(i);
-    const rte_ether_addr to = sender_mac(m);
-    return write_tcp_segment(m, *packet_meta(m), segment, to, b.snapshot.port_mac[m->port]);
-}
 
 // The MSS sluice announces in its SYN+ACK: what the smallest MTU of the ports it sends on leaves for TCP.
 uint16_t proxy_mss(const StatefulBurst& b, IpFamily family) {
@@ -45,7 +35,7 @@ void acknowledge_backend(StatefulBurst& b, uint16_t i, int32_t alias) {
     ack.ack = rte_be_to_cpu_32(tcp.sent_seq) + 1;
     ack.flags = RTE_TCP_ACK_FLAG;
     ack.window = b.table.pending_window(alias);
-    b.fate[i] = write_over(b, i, ack) ? Fate::answer : Fate::drop;  // drop keeps the reason its caller set
+    b.fate[i] = write_answer_segment(b, i, ack) ? Fate::answer : Fate::drop;  // drop keeps the reason its caller set
 }
 
 // The SYN sluice sends the backend, written over client packet i (to the VIP): the client's ISN and window, and
@@ -57,7 +47,7 @@ bool write_backend_syn(StatefulBurst& b, uint16_t i, uint32_t client_isn, uint8_
     syn.flags = RTE_TCP_SYN_FLAG;
     syn.window = rte_be_to_cpu_16(tcp_header(b, i).rx_win);
     syn.mss = kSynCookieMss[mss_index];
-    return write_over(b, i, syn);  // any source MAC: the forward stage writes the backend's
+    return write_answer_segment(b, i, syn);  // any source MAC: the forward stage writes the backend's
 }
 
 // A client packet while the backend has not answered: a retransmission of the cookie ACK resends the SYN to the
@@ -147,7 +137,7 @@ void answer_with_cookie(StatefulBurst& b, uint16_t i) {
     synack.flags = RTE_TCP_SYN_FLAG | RTE_TCP_ACK_FLAG;
     synack.window = UINT16_MAX;  // no window scaling: the cookie cannot keep the client's (docs/architecture.md)
     synack.mss = proxy_mss(b, b.tuples[i].family);
-    if (!write_over(b, i, synack)) {
+    if (!write_answer_segment(b, i, synack)) {
         b.drop(i, DropReason::syn_proxy_pending);  // no room in the mbuf: cannot happen with sluice's pools
         return;
     }

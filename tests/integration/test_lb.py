@@ -305,7 +305,8 @@ def test_nat_ipv4_tcp_both_directions_with_two_workers(tmp_path, ns):
             seen += 1
         assert seen == flows
         answers = [from_server(IP(src=b, dst=POOL4, ttl=64) /
-                               TCP(sport=bp, dport=p, flags="PA", seq=7000 * i + 6, ack=1000 * i + 2 + 20) /
+                               TCP(sport=bp, dport=p, flags="PA", seq=7000 * i + 6,
+                                   ack=1000 * i + 2 + len(acks[i][Raw].load)) /
                                Raw(f"HTTP/1.0 200 OK {i}\r\n".encode()), mac=macs[b])
                    for i, (_, b, bp, p) in sorted(conn.items())]
         lab.send("sv0", answers)

@@ -27,6 +27,8 @@ struct FrameSpec {
     uint8_t tcp_flags = kSyn;
     uint32_t seq = 1000;
     uint32_t ack = 0;
+    uint16_t window = 65535;  // TCP
+    int wscale = -1;          // TCP: >= 0 adds a window scale option (RFC 7323) with this shift
     uint8_t ttl = 64;
     std::size_t payload = 0;
     uint8_t src_mac_last = 0x01;  // 02:00:00:00:00:NN
@@ -91,7 +93,8 @@ inline uint16_t l4_checksum(const Bytes& src, const Bytes& dst, uint8_t proto, c
 inline Bytes frame(const FrameSpec& f) {
     const Bytes src = address_bytes(f.src), dst = address_bytes(f.dst);
     const bool v6 = src.size() == 16;
-    std::size_t l4_len = f.proto == IPPROTO_TCP ? 20 : 8;
+    const std::size_t tcp_options = f.proto == IPPROTO_TCP && f.wscale >= 0 ? 4 : 0;
+    std::size_t l4_len = f.proto == IPPROTO_TCP ? 20 + tcp_options : 8;
     l4_len += f.payload;
     Bytes l4(l4_len, 0);
     if (f.proto == IPPROTO_TCP) {
@@ -99,9 +102,13 @@ inline Bytes frame(const FrameSpec& f) {
         put16(&l4[2], f.dst_port);
         put32(&l4[4], f.seq);
         put32(&l4[8], f.ack);
-        l4[12] = 5 << 4;
+        l4[12] = static_cast<uint8_t>((5 + tcp_options / 4) << 4);
         l4[13] = f.tcp_flags;
-        put16(&l4[14], 65535);
+        put16(&l4[14], f.window);
+        if (tcp_options) {  // NOP, then window scale (kind 3, length 3)
+            l4[20] = 1, l4[21] = 3, l4[22] = 3;
+            l4[23] = static_cast<uint8_t>(f.wscale);
+        }
     } else if (f.proto == IPPROTO_UDP) {
         put16(&l4[0], f.src_port);
         put16(&l4[2], f.dst_port);
@@ -179,6 +186,8 @@ struct SeenFrame {
     uint8_t proto = 0;
     uint16_t src_port = 0, dst_port = 0;
     uint8_t tcp_flags = 0;
+    uint32_t seq = 0, ack = 0;  // TCP
+    uint16_t window = 0;
     uint8_t ttl = 0;
     uint8_t dst_mac_last = 0;
     bool checksums_ok = false;
@@ -204,7 +213,12 @@ inline SeenFrame read_frame(const Bytes& b) {
         s.src_port = get16(l4);
         s.dst_port = get16(l4 + 2);
     }
-    if (s.proto == IPPROTO_TCP) s.tcp_flags = l4[13];
+    if (s.proto == IPPROTO_TCP) {
+        s.tcp_flags = l4[13];
+        s.seq = static_cast<uint32_t>(get16(l4 + 4)) << 16 | get16(l4 + 6);
+        s.ack = static_cast<uint32_t>(get16(l4 + 8)) << 16 | get16(l4 + 10);
+        s.window = get16(l4 + 14);
+    }
     const bool ip_ok = v6 || checksum_compute(ip, ihl) == 0;
     const Bytes src_b(src, src + alen), dst_b(dst, dst + alen);
     s.checksums_ok = ip_ok && l4_checksum(src_b, dst_b, s.proto, l4, l4_len) == 0;

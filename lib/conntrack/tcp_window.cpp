@@ -1,0 +1,32 @@
+#include "conntrack/tcp_window.hpp"
+
+#include <algorithm>
+
+namespace sluice {
+
+const char* tcp_window_check_name(TcpWindowCheck check) {
+    switch (check) {
+    case TcpWindowCheck::strict: return "strict";
+    case TcpWindowCheck::liberal: return "liberal";
+    case TcpWindowCheck::off: return "off";
+    }
+    return "?";
+}
+
+void tcp_window_open_proxied(TcpWindow& w, uint32_t client_next, uint16_t client_window, uint32_t cookie_next,
+                             uint16_t proxy_window) {
+    const uint32_t client_win = std::max<uint32_t>(client_window, 1), proxy_win = std::max<uint32_t>(proxy_window, 1);
+    w.side[0] = TcpWindowSide{client_next, client_next + proxy_win, client_win};
+    w.side[1] = TcpWindowSide{cookie_next, cookie_next + client_win, proxy_win};
+    w.scale[0] = w.scale[1] = 0;
+    w.flags[0] = w.flags[1] = kWindowSideSeen | kWindowSideSyn | kWindowSideBounded;
+}
+
+ChallengeAck tcp_challenge_ack(const TcpWindow& w, bool sender_is_responder) {
+    const int s = sender_is_responder ? 1 : 0, r = 1 - s;
+    const uint8_t scale = (w.flags[0] & w.flags[1] & kWindowSideSyn) ? tcp_window_detail::window_scale(w, r) : 0;
+    const uint32_t window = std::min<uint32_t>(w.side[r].maxwin >> scale, UINT16_MAX);
+    return {w.side[r].end, w.side[s].end, static_cast<uint16_t>(std::max<uint32_t>(window, 1))};
+}
+
+}  // namespace sluice

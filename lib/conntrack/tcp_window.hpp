@@ -1,0 +1,186 @@
+// TCP sequence and window tracking for one connection, in the spirit of Linux nf_conntrack's tcp_in_window (per
+// direction: the highest sequence sent, the highest the peer's window allows, the largest window advertised) and of
+// RFC 5961's defences against blind in-window attacks (a RST must hit the exact next sequence; one merely in the
+// window, or a SYN on a synchronized connection, gets a challenge ACK). Pure and allocation-free: any thread,
+// fast-path safe. The state lives in ConnTable's per-slot window array, touched only by TCP packets.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/tcp_window_check.hpp"
+#include "conntrack/tcp_flags.hpp"
+
+namespace sluice {
+
+const char* tcp_window_check_name(TcpWindowCheck check);
+
+// One direction of a connection, in its sender's sequence space (a syn_proxy connection's responder in the
+// client's, the cookie's, space: see ConnTable::seq_shift).
+struct TcpWindowSide {
+    uint32_t end;     // the highest sequence sent, plus one (seq + payload + SYN + FIN)
+    uint32_t maxend;  // the highest sequence the peer's acknowledgment and window let this side send
+    uint32_t maxwin;  // the largest window this side advertised, scaled
+};
+
+// A side's flags (TcpWindow::flags).
+inline constexpr uint8_t kWindowSideSeen = 0x01;     // a packet of this side was learned from
+inline constexpr uint8_t kWindowSideSyn = 0x02;      // its SYN was seen: its window scale is known
+inline constexpr uint8_t kWindowSideScale = 0x04;    // its SYN carried a window scale option
+inline constexpr uint8_t kWindowSideBounded = 0x08;  // maxend was set by the peer's acknowledgment
+
+// Both directions: [0] the initiator's, [1] the responder's (ConnEntry::packets' order). 32 bytes, aligned, so one
+// connection's window never straddles two cache lines.
+struct alignas(32) TcpWindow {
+    TcpWindowSide side[2];
+    uint8_t scale[2];  // the window scale each side announced (RFC 7323 2.2), used once both SYNs carried one
+    uint8_t flags[2];
+    TcpWindowCheck check;
+};
+static_assert(sizeof(TcpWindow) == 32);
+
+// The fields of one TCP segment the check reads, in host order.
+struct TcpSegmentFields {
+    uint32_t seq;
+    uint32_t ack;
+    uint32_t payload;  // bytes of data after the TCP header
+    uint16_t window;   // the header's, unscaled
+    uint8_t flags;     // the flag byte (tcp::kSyn, ...)
+    int8_t scale;      // a SYN's window scale option, -1 when it has none
+};
+
+enum class WindowVerdict : uint8_t {
+    pass,               // in the window (or not judged): goes on to the state machine
+    out_of_window,      // data or ACK outside the window (strict): dropped, the state unchanged
+    rst_exact,          // a RST at the next sequence: goes on and closes the connection
+    rst_challenge,      // a RST in the window but not exact (or unjudgeable, liberal): answered with a challenge ACK
+    rst_out_of_window,  // a RST outside the window: dropped, the connection kept
+    syn_challenge,      // a SYN on a synchronized connection: answered with a challenge ACK, the connection kept
+};
+
+namespace tcp_window_detail {
+
+// Sequence arithmetic modulo 2^32 (RFC 9293 3.4).
+constexpr bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+constexpr bool after(uint32_t a, uint32_t b) { return before(b, a); }
+
+// An acknowledgment may trail the peer's highest sequence by at least this much (nf_conntrack's MAXACKWINDOW floor):
+// a window's worth of the peer's data may be in flight or lost.
+inline constexpr uint32_t kMinAckWindow = 66000;
+inline constexpr uint8_t kMaxScale = 14;  // RFC 7323 2.3
+
+// The scale of a side's (non-SYN) window field: known once both SYNs were seen, 0 unless both carried the option.
+// Unknown (a picked-up connection): the largest, so windows are over-estimated, never under-estimated.
+inline uint8_t window_scale(const TcpWindow& w, int side) {
+    const uint8_t both = w.flags[0] & w.flags[1];
+    if (!(both & kWindowSideSyn)) return kMaxScale;
+    return (both & kWindowSideScale) ? w.scale[side] : 0;
+}
+
+// An acknowledgment of a side's SYN: at most its end, and no further behind than any ACK may be (a SYN may carry
+// data, TCP Fast Open's, that the answer does not acknowledge).
+inline bool acks_syn(uint32_t ack, const TcpWindowSide& syn_sender) {
+    return !after(ack, syn_sender.end) && !before(ack, syn_sender.end - kMinAckWindow);
+}
+
+}  // namespace tcp_window_detail
+
+// Judges one segment of a connection from the initiator (reply false) or the responder, and learns from it when it
+// passes (rst_exact and pass). synchronized: the connection is past its handshake (established to last_ack: RFC
+// 5961 4's synchronized states, without time_wait, where a new SYN may reuse the ports). A side not seen yet is
+// learned from its first packet (mid-stream pickup) and, until both sides are seen, nothing is dropped for its
+// window: the unseen side's window and scale are unknown ("be liberal", as nf_conntrack with a picked-up connection).
+// Inline: every TCP packet of a tracked connection comes through it.
+inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegmentFields& seg, bool synchronized) {
+    const int s = reply ? 1 : 0, r = 1 - s;
+    const tcp::Kind kind = tcp::classify(seg.flags);
+    // RFC 5961 4.2: whatever its sequence, a SYN on a synchronized connection is answered, never let through.
+    if (kind == tcp::Kind::syn && synchronized) return WindowVerdict::syn_challenge;
+    const bool syn = seg.flags & tcp::kSyn, ack = seg.flags & tcp::kAck;
+    const uint32_t end = seg.seq + seg.payload + (syn ? 1u : 0u) + ((seg.flags & tcp::kFin) ? 1u : 0u);
+    TcpWindowSide& receiver = w.side[r];
+
+    if ((kind == tcp::Kind::syn || kind == tcp::Kind::synack) && (!synchronized || !(w.flags[s] & kWindowSideSyn))) {
+        // The handshake: the sender's side starts from its SYN. A SYN+ACK must acknowledge the SYN it answers.
+        if (kind == tcp::Kind::synack && (w.flags[r] & kWindowSideSeen) &&
+            !tcp_window_detail::acks_syn(seg.ack, receiver) && w.check == TcpWindowCheck::strict)
+            return WindowVerdict::out_of_window;
+        w.side[s] = TcpWindowSide{end, end, std::max<uint32_t>(seg.window, 1)};
+        w.flags[s] = kWindowSideSeen | kWindowSideSyn | (seg.scale >= 0 ? kWindowSideScale : 0);
+        w.scale[s] =
+            seg.scale >= 0 ? std::min<uint8_t>(static_cast<uint8_t>(seg.scale), tcp_window_detail::kMaxScale) : 0;
+        if (ack) {
+            receiver.maxend = seg.ack + std::max<uint32_t>(seg.window, 1);  // a SYN's window is never scaled
+            w.flags[r] |= kWindowSideBounded;
+        }
+        return WindowVerdict::pass;
+    }
+
+    // The sender as it would be after this packet; kept only if the packet passes.
+    TcpWindowSide sender = w.side[s];
+    uint8_t sender_flags = w.flags[s];
+    const bool sender_known = sender_flags & kWindowSideSeen;
+    const uint32_t window =
+        syn ? seg.window : static_cast<uint32_t>(seg.window) << tcp_window_detail::window_scale(w, s);
+    if (!sender_known) {  // mid-stream: the sender's side starts from its first packet
+        sender.end = end;
+        if (!(sender_flags & kWindowSideBounded) || tcp_window_detail::after(end, sender.maxend)) sender.maxend = end;
+        sender.maxwin = std::max<uint32_t>(window, 1);
+        sender_flags |= kWindowSideSeen;
+    }
+    const bool judged = w.flags[r] & kWindowSideSeen;  // both sides known: the window can be checked
+    const bool seq_in_window = !tcp_window_detail::after(seg.seq, sender.maxend) &&
+                               !tcp_window_detail::before(end, sender.end - receiver.maxwin);
+
+    if (kind == tcp::Kind::rst) {
+        // RFC 5961 3.2 at the sender's next sequence. A sender never seen before (the responder's RST to a SYN) has
+        // no sequence to match: its RST must acknowledge the receiver's SYN instead (RFC 9293 3.10.7.3).
+        const bool exact =
+            sender_known ? seg.seq == sender.end
+                         : ack && (w.flags[r] & kWindowSideSeen) && tcp_window_detail::acks_syn(seg.ack, receiver);
+        if (!exact) {
+            if (!judged || w.check != TcpWindowCheck::strict || (sender_known && seq_in_window))
+                return WindowVerdict::rst_challenge;
+            return WindowVerdict::rst_out_of_window;
+        }
+    } else if (judged && w.check == TcpWindowCheck::strict) {
+        const uint32_t ack_value = ack ? seg.ack : receiver.end;
+        const uint32_t ack_slack = std::max(sender.maxwin, tcp_window_detail::kMinAckWindow);
+        const bool ack_in_window = !tcp_window_detail::after(ack_value, receiver.end) &&
+                                   !tcp_window_detail::before(ack_value, receiver.end - ack_slack);
+        if (!seq_in_window || !ack_in_window) return WindowVerdict::out_of_window;
+    }
+
+    // Learn: the sender's reach and window, and what its acknowledgment and window let the receiver send.
+    if (tcp_window_detail::after(end, sender.end)) sender.end = end;
+    if (tcp_window_detail::after(sender.end, sender.maxend))
+        sender.maxend = sender.end;  // past the window (liberal, or a probe)
+    sender.maxwin = std::max(sender.maxwin, window);
+    if (ack) {
+        if (!(w.flags[r] & kWindowSideSeen)) receiver.end = seg.ack;  // until it is seen, the best guess
+        const uint32_t reach = seg.ack + std::max<uint32_t>(window, 1);
+        if (!(w.flags[r] & kWindowSideBounded) || tcp_window_detail::after(reach, receiver.maxend))
+            receiver.maxend = reach;
+        w.flags[r] |= kWindowSideBounded;
+    }
+    w.side[s] = sender;
+    w.flags[s] = sender_flags;
+    return kind == tcp::Kind::rst ? WindowVerdict::rst_exact : WindowVerdict::pass;
+}
+
+// A syn_proxy connection's window at its opening (the client's ACK that returned the cookie): both sides known from
+// the handshake sluice made, neither scaled (sluice's SYN+ACK carries no window scale option).
+void tcp_window_open_proxied(TcpWindow& window, uint32_t client_next, uint16_t client_window, uint32_t cookie_next,
+                             uint16_t proxy_window);
+
+// What a challenge ACK from the receiver of a segment sent by the initiator (or the responder) carries (RFC 5961
+// 3.2: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>), in the tracked sequence spaces. RCV.NXT is taken as the sender's own
+// next sequence: a peer that really lost the connection answers the ACK with a RST there, which is then exact.
+struct ChallengeAck {
+    uint32_t seq;
+    uint32_t ack;
+    uint16_t window;
+};
+ChallengeAck tcp_challenge_ack(const TcpWindow& window, bool sender_is_responder);
+
+}  // namespace sluice

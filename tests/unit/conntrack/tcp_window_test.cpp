@@ -1,0 +1,142 @@
+// TCP sequence and window tracking (conntrack/tcp_window.hpp) as a pure function: handshakes with and without window
+// scaling, data and ACKs at the window's edges, RFC 5961's RST and SYN handling, mid-stream pickup, the SYN proxy.
+#include <catch2/catch.hpp>
+
+#include "conntrack/tcp_state.hpp"
+#include "conntrack/tcp_window.hpp"
+
+using namespace sluice;
+
+namespace {
+
+constexpr uint8_t SYN = tcp::kSyn, ACK = tcp::kAck, FIN = tcp::kFin, RST = tcp::kRst, PSH = tcp::kPsh;
+constexpr bool kClient = false, kServer = true;
+
+TcpSegmentFields seg(uint8_t flags, uint32_t seq, uint32_t ack, uint32_t payload = 0, uint16_t window = 65535,
+                     int8_t scale = -1) {
+    return TcpSegmentFields{seq, ack, payload, window, flags, scale};
+}
+
+// A connection after its handshake: client ISN 1000, server ISN 5000. Both SYNs carry the given scales (-1: none);
+// the client then advertises client_window (scaled by its shift when both sides scale).
+TcpWindow handshake(TcpWindowCheck check, int8_t client_scale, int8_t server_scale, uint16_t client_window) {
+    TcpWindow w{};
+    w.check = check;
+    REQUIRE(tcp_window_check(w, kClient, seg(SYN, 1000, 0, 0, 64240, client_scale), false) == WindowVerdict::pass);
+    REQUIRE(tcp_window_check(w, kServer, seg(SYN | ACK, 5000, 1001, 0, 65160, server_scale), false) ==
+            WindowVerdict::pass);
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 5001, 0, client_window), true) == WindowVerdict::pass);
+    return w;
+}
+
+}  // namespace
+
+TEST_CASE("tcp window: the window scale applies only when both SYNs carried it", "[conntrack][tcp_window]") {
+    SECTION("both scale by 7: 502 << 7 = 64256 bytes of the server's data fit") {
+        TcpWindow w = handshake(TcpWindowCheck::strict, 7, 7, 502);
+        CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 5001 + 30000, 1001, 1000), true) == WindowVerdict::pass);
+        CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 5001 + 64256 + 1, 1001, 100), true) ==
+              WindowVerdict::out_of_window);
+    }
+    SECTION("only the client's SYN had the option: the window is 502 bytes") {
+        TcpWindow w = handshake(TcpWindowCheck::strict, 7, -1, 502);
+        CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 5001 + 502, 1001, 100), true) == WindowVerdict::pass);
+        CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 5001 + 30000, 1001, 1000), true) ==
+              WindowVerdict::out_of_window);
+    }
+    SECTION("liberal: the same segment passes, and is learned from") {
+        TcpWindow w = handshake(TcpWindowCheck::liberal, 7, -1, 502);
+        CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 5001 + 30000, 1001, 1000), true) == WindowVerdict::pass);
+        CHECK(w.side[1].end == 5001 + 31000);
+    }
+}
+
+TEST_CASE("tcp window: data and ACKs outside the window are refused (strict)", "[conntrack][tcp_window]") {
+    TcpWindow w = handshake(TcpWindowCheck::strict, -1, -1, 65535);
+    // In order, a retransmission, a zero-length ACK: all in the window.
+    CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 1001, 5001, 1400), true) == WindowVerdict::pass);
+    CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 1001, 5001, 1400), true) == WindowVerdict::pass);
+    CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 2401), true) == WindowVerdict::pass);
+    // An ACK of data the client never sent.
+    CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 2401 + 100000), true) == WindowVerdict::out_of_window);
+    // An ACK from far behind (more than a window's worth).
+    CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 2401 - 200000), true) == WindowVerdict::out_of_window);
+    // Data beyond what the server's acknowledgment and window allow, and data from far behind.
+    CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 2401 + 65535 + 1, 5001, 10), true) ==
+          WindowVerdict::out_of_window);
+    CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 2401 - 200000, 5001, 10), true) == WindowVerdict::out_of_window);
+    // A refused segment changed nothing.
+    CHECK(w.side[0].end == 2401);
+    // A FIN takes a sequence number.
+    CHECK(tcp_window_check(w, kClient, seg(FIN | ACK, 2401, 5001), true) == WindowVerdict::pass);
+    CHECK(w.side[0].end == 2402);
+}
+
+TEST_CASE("tcp window: a RST closes only at the exact sequence (RFC 5961 3.2)", "[conntrack][tcp_window]") {
+    for (TcpWindowCheck check : {TcpWindowCheck::strict, TcpWindowCheck::liberal}) {
+        INFO(tcp_window_check_name(check));
+        TcpWindow w = handshake(check, -1, -1, 65535);
+        REQUIRE(tcp_window_check(w, kClient, seg(ACK | PSH, 1001, 5001, 100), true) == WindowVerdict::pass);
+        // In the window, not exact: challenged, whichever side it claims to come from.
+        CHECK(tcp_window_check(w, kServer, seg(RST, 5001 + 10, 0), true) == WindowVerdict::rst_challenge);
+        CHECK(tcp_window_check(w, kClient, seg(RST | ACK, 1101 + 1, 5001), true) == WindowVerdict::rst_challenge);
+        // Far outside: dropped (strict), challenged (liberal: the window is not trusted).
+        const WindowVerdict far = tcp_window_check(w, kServer, seg(RST, 5001 + 0x40000000u, 0), true);
+        CHECK(far ==
+              (check == TcpWindowCheck::strict ? WindowVerdict::rst_out_of_window : WindowVerdict::rst_challenge));
+        // The challenge ACK the server would send the client: its own next sequence, the client's next.
+        const ChallengeAck challenge = tcp_challenge_ack(w, kClient);
+        CHECK(challenge.seq == 5001);
+        CHECK(challenge.ack == 1101);
+        // Exact: at the sender's next sequence.
+        CHECK(tcp_window_check(w, kServer, seg(RST, 5001, 0), true) == WindowVerdict::rst_exact);
+    }
+}
+
+TEST_CASE("tcp window: a SYN on an established connection is challenged (RFC 5961 4.2)", "[conntrack][tcp_window]") {
+    TcpWindow w = handshake(TcpWindowCheck::strict, 7, 7, 502);
+    CHECK(tcp_window_check(w, kClient, seg(SYN, 1000, 0), true) == WindowVerdict::syn_challenge);
+    CHECK(tcp_window_check(w, kServer, seg(SYN, 77777, 0), true) == WindowVerdict::syn_challenge);
+    CHECK(tcp_window_check(w, kClient, seg(SYN, 123456, 0), true) == WindowVerdict::syn_challenge);
+    // Not synchronized (time_wait): a new SYN reuses the ports and starts the client's side afresh.
+    CHECK(tcp_window_check(w, kClient, seg(SYN, 900000, 0, 0, 64240, 7), false) == WindowVerdict::pass);
+    CHECK(w.side[0].end == 900001);
+}
+
+TEST_CASE("tcp window: the handshake's own checks", "[conntrack][tcp_window]") {
+    TcpWindow w{};
+    w.check = TcpWindowCheck::strict;
+    REQUIRE(tcp_window_check(w, kClient, seg(SYN, 1000, 0), false) == WindowVerdict::pass);
+    // A SYN+ACK that acknowledges something else than the SYN is refused.
+    CHECK(tcp_window_check(w, kServer, seg(SYN | ACK, 5000, 4242), false) == WindowVerdict::out_of_window);
+    // A RST answering the SYN must acknowledge it (the responder has no sequence of its own yet).
+    CHECK(tcp_window_check(w, kServer, seg(RST, 31337, 0), false) == WindowVerdict::rst_out_of_window);
+    CHECK(tcp_window_check(w, kServer, seg(RST | ACK, 0, 4242), false) == WindowVerdict::rst_out_of_window);
+    CHECK(tcp_window_check(w, kServer, seg(RST | ACK, 0, 1001), false) == WindowVerdict::rst_exact);
+}
+
+TEST_CASE("tcp window: mid-stream pickup learns both sides before it judges", "[conntrack][tcp_window]") {
+    TcpWindow w{};
+    w.check = TcpWindowCheck::strict;
+    // The first packet seen is the client's, deep in the stream; the server is unknown: anything passes.
+    CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 70000, 900000, 500, 300), true) == WindowVerdict::pass);
+    CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 3, 7, 500, 300), true) == WindowVerdict::pass);
+    // Until the server is seen, a RST can only be exact at the client's next sequence; any other is challenged.
+    CHECK(tcp_window_check(w, kClient, seg(RST, 12345, 0), true) == WindowVerdict::rst_challenge);
+    // The server's first packet: learned. From here on both sides are known.
+    CHECK(tcp_window_check(w, kServer, seg(ACK, 900000, 70500, 0, 300), true) == WindowVerdict::pass);
+    CHECK(tcp_window_check(w, kServer, seg(RST, 900000 + 0x40000000u, 0), true) == WindowVerdict::rst_out_of_window);
+    CHECK(tcp_window_check(w, kClient, seg(RST, 70500, 0), true) == WindowVerdict::rst_exact);
+}
+
+TEST_CASE("tcp window: a syn_proxy connection opens with both sides known", "[conntrack][tcp_window]") {
+    TcpWindow w{};
+    w.check = TcpWindowCheck::strict;
+    // The client's ISN was 1000 and it advertised 29200; sluice's cookie was 0xdead0000 with a window of 65535.
+    tcp_window_open_proxied(w, 1001, 29200, 0xdead0001u, 65535);
+    // The backend's packets, once moved into the cookie's space: its first data and an exact RST pass.
+    CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 0xdead0001u, 1001, 1000), true) == WindowVerdict::pass);
+    CHECK(tcp_window_check(w, kClient, seg(RST, 1001 + 5, 0), true) == WindowVerdict::rst_challenge);
+    CHECK(tcp_window_check(w, kClient, seg(RST, 1001 + 0x40000000u, 0), true) == WindowVerdict::rst_out_of_window);
+    CHECK(tcp_window_check(w, kServer, seg(RST, 0xdead0001u + 1000, 0), true) == WindowVerdict::rst_exact);
+}
