@@ -20,10 +20,10 @@ bool bytes_less(const IpAddress& a, const IpAddress& b) { return std::memcmp(a.b
 
 bool link_local_v6(const IpAddress& a) { return a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80; }  // fe80::/10
 
-// Whether a TCP or UDP packet carries port 0 on either side. An ICMP error's ports are its quote's (not checked),
-// a later fragment has none, a tiny first fragment's are cut (parse flagged it; the fragment tracker drops it).
 bool has_ports(uint8_t proto) { return proto == kIpProtoTcp || proto == kIpProtoUdp; }
 
+// Whether a TCP or UDP packet carries port 0 on either side. An ICMP error's ports are its quote's (not checked),
+// a later fragment has none, a tiny first fragment's are cut (parse flagged it; the fragment tracker drops it).
 bool port_zero(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tuple) {
     if (!has_ports(meta.l4_proto)) return false;
     if (SLUICE_UNLIKELY(meta.flags & kMetaFragment)) {
@@ -40,7 +40,7 @@ bool port_zero(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tu
 void MartianFilter::add_service_address(IpFamily family, const IpAddress& address) {
     if (family == IpFamily::ipv4) own_v4_.push_back(rte_be_to_cpu_32(address.words[0]));
     else own_v6_.push_back(address);
-    list_last_byte(family == IpFamily::ipv4 ? address.bytes[3] : address.bytes[15]);
+    last_byte_[family == IpFamily::ipv4 ? address.bytes[3] : address.bytes[15]] |= kListedSource;
 }
 
 void MartianFilter::add_port_address(IpFamily family, const IpAddress& address, uint8_t length) {
@@ -49,7 +49,7 @@ void MartianFilter::add_port_address(IpFamily family, const IpAddress& address, 
     if (family != IpFamily::ipv4 || length == 0 || length > kMaxBroadcastPrefix) return;  // IPv6 has no broadcast
     const uint32_t broadcast = rte_be_to_cpu_32(address.words[0]) | (kLimitedBroadcast >> length);
     broadcasts_v4_.push_back(broadcast);
-    list_last_byte(static_cast<uint8_t>(broadcast));
+    last_byte_[static_cast<uint8_t>(broadcast)] |= kListedSource | kListedDestination;
 }
 
 void MartianFilter::seal() {
@@ -62,11 +62,11 @@ void MartianFilter::seal() {
 }
 
 bool MartianFilter::own_v4(uint32_t address) const {
-    return maybe_listed(static_cast<uint8_t>(address)) && std::binary_search(own_v4_.begin(), own_v4_.end(), address);
+    return std::binary_search(own_v4_.begin(), own_v4_.end(), address);
 }
 
 bool MartianFilter::own_v6(const IpAddress& address) const {
-    return maybe_listed(address.bytes[15]) && std::binary_search(own_v6_.begin(), own_v6_.end(), address, bytes_less);
+    return std::binary_search(own_v6_.begin(), own_v6_.end(), address, bytes_less);
 }
 
 bool MartianFilter::port_address(IpFamily family, const IpAddress& address) const {
@@ -75,12 +75,10 @@ bool MartianFilter::port_address(IpFamily family, const IpAddress& address) cons
 }
 
 bool MartianFilter::directed_broadcast(uint32_t address) const {
-    return maybe_listed(static_cast<uint8_t>(address)) &&
-           std::binary_search(broadcasts_v4_.begin(), broadcasts_v4_.end(), address);
+    return std::binary_search(broadcasts_v4_.begin(), broadcasts_v4_.end(), address);
 }
 
-// Sources first (RFC 1812 5.3.7), then destinations, the land check, and sluice's own and broadcast addresses last
-// (behind the one-bit test). Unicast traffic passes after about six compares.
+// Sources first (RFC 1812 5.3.7), then destinations, the land check, and sluice's own and broadcast addresses last.
 DropReason MartianFilter::check_v4(uint32_t src, uint32_t dst, uint8_t proto) const {
     const uint32_t src_first = src >> 24, dst_first = dst >> 24;
     if (SLUICE_UNLIKELY(src_first == 0)) return DropReason::martian_source_unspecified;
@@ -103,11 +101,9 @@ DropReason MartianFilter::check_v4(uint32_t src, uint32_t dst, uint8_t proto) co
         !port_address(IpFamily::ipv4, IpAddress::from_v4(rte_cpu_to_be_32(dst))))
         return src_link_local ? DropReason::martian_source_link_local : DropReason::martian_destination_link_local;
     if (SLUICE_UNLIKELY(src == dst)) return DropReason::martian_land;
-    if (SLUICE_UNLIKELY(maybe_listed(static_cast<uint8_t>(src)))) {
-        if (own_v4(src)) return DropReason::martian_source_own;
-        if (directed_broadcast(src)) return DropReason::martian_source_broadcast;
-    }
-    if (SLUICE_UNLIKELY(directed_broadcast(dst))) return DropReason::martian_destination_broadcast;
+    if (own_v4(src)) return DropReason::martian_source_own;
+    if (directed_broadcast(src)) return DropReason::martian_source_broadcast;
+    if (directed_broadcast(dst)) return DropReason::martian_destination_broadcast;
     return DropReason::none;
 }
 
@@ -133,21 +129,19 @@ DropReason MartianFilter::check_v6(const IpAddress& src, const IpAddress& dst, u
     return DropReason::none;
 }
 
-DropReason MartianFilter::check(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tuple) const {
+DropReason MartianFilter::check_slowly(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tuple) const {
     const uint8_t* ip = frame + meta.l3_offset;
     DropReason verdict;
     if (meta.family == IpFamily::ipv4) {
-        if (!ipv4_) return DropReason::none;
         uint32_t src, dst;
         std::memcpy(&src, ip + 12, 4);
         std::memcpy(&dst, ip + 16, 4);
         verdict = check_v4(rte_be_to_cpu_32(src), rte_be_to_cpu_32(dst), meta.l4_proto);
     } else {
-        if (!ipv6_) return DropReason::none;
         verdict = check_v6(IpAddress::from_v6(ip + 8), IpAddress::from_v6(ip + 24), meta.l4_proto);
     }
     if (verdict != DropReason::none) return verdict;
-    return SLUICE_UNLIKELY(port_zero(frame, meta, tuple)) ? DropReason::martian_port_zero : DropReason::none;
+    return port_zero(frame, meta, tuple) ? DropReason::martian_port_zero : DropReason::none;
 }
 
 DropReason MartianFilter::check(const FiveTuple& tuple) const {

@@ -4,15 +4,17 @@
 // "Martian addresses", lists each check. Built by the control thread; read-only afterwards, fast-path safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/drop_reason.hpp"
 #include "common/five_tuple.hpp"
+#include "common/ip_proto.hpp"
+#include "packet/packet_meta.hpp"
 
 namespace sluice {
-
-struct PacketMeta;  // packet_meta.hpp
 
 // Whether a drop reason is one of the martian checks' (declared together, from martian_source_broadcast to
 // martian_port_zero, in drop_reason.hpp).
@@ -39,25 +41,56 @@ public:
     // The reason an IP packet parse_frame accepted is a martian, or DropReason::none. Addresses are read from the
     // IP header at frame + meta.l3_offset (an ICMP error's tuple is its quote's); ports from tuple, or from a first
     // fragment's L4 header. Not for neighbour frames (ARP, NS/NA): DAD's :: source and multicast groups are theirs.
-    DropReason check(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tuple) const;
+    // Inline: plain unicast settles with a few table loads ORed together and one branch, on every packet.
+    DropReason check(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tuple) const {
+        const uint8_t* ip = frame + meta.l3_offset;
+        unsigned unusual;
+        if (meta.family == IpFamily::ipv4) {
+            if (!ipv4_) return DropReason::none;
+            unusual = kUnusualFirstByteV4[ip[12]] | kUnusualFirstByteV4[ip[16]] | (last_byte_[ip[15]] & kListedSource) |
+                      (last_byte_[ip[19]] & kListedDestination) | (std::memcmp(ip + 12, ip + 16, 4) == 0);
+        } else {
+            if (!ipv6_) return DropReason::none;
+            unusual = kUnusualFirstByteV6[ip[8]] | kUnusualFirstByteV6[ip[24]] | (last_byte_[ip[23]] & kListedSource) |
+                      (std::memcmp(ip + 8, ip + 24, 16) == 0);
+        }
+        const bool port_to_check = (meta.l4_proto == kIpProtoTcp || meta.l4_proto == kIpProtoUdp) &&
+                                   ((meta.flags & kMetaFragment) || tuple.src_port == 0 || tuple.dst_port == 0);
+        if (SLUICE_LIKELY(!unusual && !port_to_check)) return DropReason::none;
+        return check_slowly(frame, meta, tuple);
+    }
     // The same verdict on the tuple of an unfragmented packet that is no ICMP error (explain; any thread).
     DropReason check(const FiveTuple& tuple) const;
 
 private:
+    // First bytes of the addresses that may be martian by their class alone. IPv4: 0/8, 127/8, 169.254/16, 224/3.
+    // IPv6: ::/8 (::, ::1, IPv4-mapped), fe80::/10, ff00::/8.
+    static constexpr std::array<uint8_t, 256> kUnusualFirstByteV4 = [] {
+        std::array<uint8_t, 256> t{};
+        t[0] = t[127] = t[169] = 1;
+        for (std::size_t b = 224; b < 256; ++b) t[b] = 1;
+        return t;
+    }();
+    static constexpr std::array<uint8_t, 256> kUnusualFirstByteV6 = [] {
+        std::array<uint8_t, 256> t{};
+        t[0x00] = t[0xfe] = t[0xff] = 1;
+        return t;
+    }();
+    static constexpr uint8_t kListedSource = 2, kListedDestination = 4;  // bits of last_byte_
+
+    DropReason check_slowly(const uint8_t* frame, const PacketMeta& meta, const FiveTuple& tuple) const;
     DropReason check_v4(uint32_t src, uint32_t dst, uint8_t proto) const;
     DropReason check_v6(const IpAddress& src, const IpAddress& dst, uint8_t proto) const;
     bool own_v4(uint32_t address) const;
     bool own_v6(const IpAddress& address) const;
     bool directed_broadcast(uint32_t address) const;
     bool port_address(IpFamily family, const IpAddress& address) const;
-    void list_last_byte(uint8_t last_byte) { listed_last_byte_[last_byte >> 6] |= uint64_t{1} << (last_byte & 63); }
-    // One bit per value of an address's last byte, set for the own addresses and directed broadcasts: most packets
-    // are settled by one bit test, without a search of the arrays below.
-    bool maybe_listed(uint8_t last_byte) const { return (listed_last_byte_[last_byte >> 6] >> (last_byte & 63)) & 1; }
 
     bool ipv4_ = true;
     bool ipv6_ = true;
-    uint64_t listed_last_byte_[4] = {};
+    // By an address's last byte: kListedSource when an own address or a directed broadcast ends with it,
+    // kListedDestination when a directed broadcast does.
+    std::array<uint8_t, 256> last_byte_{};
     std::vector<uint32_t> own_v4_;         // host order, sorted
     std::vector<IpAddress> own_v6_;        // sorted as bytes
     std::vector<uint32_t> broadcasts_v4_;  // host order, sorted
