@@ -32,6 +32,23 @@ namespace sluice {
     X(nd_invalid, "an ND message (ICMPv6 133-137) fragmented (RFC 6980) or with a hop limit not 255 (RFC 4861): "      \
                   "never learned from")                                                                                \
     X(blocklisted, "source in an early-drop prefix set, dropped on the RX lcore")                                      \
+    X(martian_source_broadcast, "source 255.255.255.255 or the directed broadcast of a port's network")                \
+    X(martian_source_multicast, "source multicast: 224.0.0.0/4 or ff00::/8")                                           \
+    X(martian_source_unspecified, "source in 0.0.0.0/8 (this network) or ::")                                          \
+    X(martian_source_loopback, "source loopback: 127.0.0.0/8 or ::1")                                                  \
+    X(martian_source_link_local, "source link-local (169.254.0.0/16, fe80::/10) to an address not sluice's own")       \
+    X(martian_source_reserved, "source in 240.0.0.0/4 (class E, reserved)")                                            \
+    X(martian_source_v4_mapped, "IPv6 source IPv4-mapped: ::ffff:0:0/96")                                              \
+    X(martian_source_own, "source one of sluice's own addresses (a port's, a NAT pool's, a VIP of nat services "       \
+                          "only), arriving from the network")                                                          \
+    X(martian_destination_broadcast, "destination 255.255.255.255 or the directed broadcast of a port's network")      \
+    X(martian_destination_multicast, "a TCP packet to a multicast address (224.0.0.0/4, ff00::/8)")                    \
+    X(martian_destination_unspecified, "destination in 0.0.0.0/8 or ::")                                               \
+    X(martian_destination_loopback, "destination loopback: 127.0.0.0/8 or ::1")                                        \
+    X(martian_destination_link_local, "destination link-local (169.254.0.0/16, fe80::/10), not sluice's own")          \
+    X(martian_destination_reserved, "destination in 240.0.0.0/4 (class E, reserved)")                                  \
+    X(martian_land, "source address equal to the destination address (a land attack)")                                 \
+    X(martian_port_zero, "a TCP or UDP packet with source or destination port 0")                                      \
     X(rule_deny, "a new connection denied by a rule or the default")                                                   \
     X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)")                     \
     X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")                              \

@@ -304,7 +304,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.field(root, "dataplane", "the config", false, [&](const YAML::Node& v) {
             if (!d.map(v, "dataplane",
                        {"ring_size", "idle_sleep_us", "max_new_connections_per_second", "new_connection_burst",
-                        "max_error_replies_per_second", "error_reply_burst"}))
+                        "max_error_replies_per_second", "error_reply_burst", "martians"}))
                 return;
             d.field(v, "ring_size", "dataplane", false, [&](const YAML::Node& r) {
                 if (d.integer(r, "ring_size", config.dataplane.ring_size, 64, 1 << 20) &&
@@ -330,6 +330,19 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
                            dp.new_connection_burst);
             rate_and_burst("max_error_replies_per_second", dp.max_error_replies_per_second, "error_reply_burst",
                            dp.error_reply_burst);
+            d.field(v, "martians", "dataplane", false, [&](const YAML::Node& m) {
+                if (!d.map(m, "dataplane martians", {"ipv4", "ipv6"})) return;
+                const auto action = [&](const char* family, bool& drop) {
+                    d.field(m, family, "dataplane martians", false, [&](const YAML::Node& a) {
+                        std::string text;
+                        if (!d.string(a, std::string("martians ") + family, text)) return;
+                        if (text == "drop" || text == "off") drop = text == "drop";
+                        else d.error(a, std::string("martians ") + family + " '" + text + "' is not drop or off");
+                    });
+                };
+                action("ipv4", dp.drop_martians_v4);
+                action("ipv6", dp.drop_martians_v6);
+            });
         });
         d.field(root, "metrics", "the config", false, [&](const YAML::Node& v) {
             if (!d.map(v, "metrics", {"listen"})) return;

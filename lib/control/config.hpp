@@ -74,6 +74,10 @@ struct DataplaneConfig {
     // time-exceeded errors; 0: no cap), and how many at once (0: one second's worth). Reloadable, as above.
     uint32_t max_error_replies_per_second = 1000;
     uint32_t error_reply_burst = 0;
+    // Martian packets of each family dropped on the RX lcores (martians: {ipv4: drop|off, ipv6: drop|off}).
+    // Reloadable, as above.
+    bool drop_martians_v4 = true;
+    bool drop_martians_v6 = true;
     friend bool operator==(const DataplaneConfig&, const DataplaneConfig&) = default;
 };
 

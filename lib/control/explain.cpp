@@ -129,6 +129,7 @@ NewPacketDecision decide_new_packet(const Snapshot& snapshot, const FiveTuple& t
         d.reason = reason;
         return d;
     };
+    if (const DropReason martian = snapshot.martians.check(t); martian != DropReason::none) return drop(martian);
     if (early_dropped(fw, t.family, t.src)) return drop(DropReason::blocklisted);
     if (!fw.enabled && !lb.enabled()) return d;  // no stateful stage at all
     d.destination = new_packet_destination(snapshot, t, false);
@@ -256,6 +257,11 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     const FirewallTables& fw = *snapshot.firewall;
     const LbTables& lb = *snapshot.lb;
     const NewPacketDecision d = decide_new_packet(snapshot, t, in ? in->id : UINT16_MAX, query.l4);
+    if (is_martian(d.reason)) {
+        lines.push_back(fmt::format("martian: dropped on the RX lcore ({}: {})", drop_reason_name(d.reason),
+                                    kDropReasonInfo[static_cast<std::size_t>(d.reason)].help));
+        return lines;
+    }
     if (d.reason == DropReason::blocklisted) {
         lines.push_back("early drop: the source is in an early-drop prefix set: dropped on the RX lcore (blocklisted)");
         return lines;

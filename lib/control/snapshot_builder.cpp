@@ -294,6 +294,24 @@ void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector
         add_service_address(config.load_balancer.nat_pool[i].address, config.load_balancer.nat_pool_families[i]);
 }
 
+// sluice's own addresses as sources no packet from the network may carry: the ports', the NAT pool's, and the VIPs
+// whose services are all nat. dsr and tunnel backends answer from their VIP, and their answers may be routed
+// through sluice.
+void fill_martians(MartianFilter& martians, const Config& config) {
+    martians.set_checked(config.dataplane.drop_martians_v4, config.dataplane.drop_martians_v6);
+    for (const PortAddress& a : config.port_addresses) martians.add_port_address(a.family, a.address, a.length);
+    for (std::size_t i = 0; i < config.load_balancer.nat_pool.size(); ++i)
+        martians.add_service_address(config.load_balancer.nat_pool_families[i],
+                                     config.load_balancer.nat_pool[i].address);
+    for (const ServiceConfig& s : config.services) {
+        const bool answered_by_backends = std::any_of(config.services.begin(), config.services.end(), [&](auto& o) {
+            return o.family == s.family && o.vip == s.vip && o.mode != LbMode::nat;
+        });
+        if (!answered_by_backends) martians.add_service_address(s.family, s.vip);
+    }
+    martians.seal();
+}
+
 // A dataplane rate that each worker applies on its own (0: no cap); a burst of 0 is one second's worth.
 RateLimit per_worker_limit(uint32_t per_second, uint32_t burst) {
     if (per_second == 0) return {};
@@ -307,6 +325,7 @@ std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& confi
                                        const std::vector<PortIdentity>& ports, int socket, const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
+    fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =
         build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
@@ -321,6 +340,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
                                          const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
+    fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =
         build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);

@@ -2,6 +2,7 @@
 
 #include "common/compiler.hpp"
 #include "common/ip_proto.hpp"
+#include "packet/martian.hpp"
 #include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
 
@@ -27,7 +28,8 @@ void trim_to_datagram(rte_mbuf* m, uint32_t datagram_end) {
 
 }  // namespace
 
-void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows) {
+void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows,
+                 const MartianFilter* martians) {
     constexpr uint16_t kPrefetchAhead = 4;
     for (uint16_t i = 0; i < count && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
     for (uint16_t i = 0; i < count; ++i) {
@@ -44,6 +46,9 @@ void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bo
         verdicts[i] = parse_frame(frame, rte_pktmbuf_data_len(m), options, meta, tuple, datagram_end);
         if (SLUICE_UNLIKELY(verdicts[i] == DropReason::not_ip || meta.l4_proto == kIpProtoIcmpv6))
             verdicts[i] = classify_neighbour(frame, rte_pktmbuf_data_len(m), verdicts[i], meta);
+        // Neighbour frames are sluice's own control traffic, never forwarded: DAD's :: source is theirs.
+        if (martians && SLUICE_LIKELY(verdicts[i] == DropReason::none) && !(meta.flags & kMetaNeighbour))
+            verdicts[i] = martians->check(frame, meta, tuple);
         if (SLUICE_UNLIKELY(rte_pktmbuf_pkt_len(m) > datagram_end)) trim_to_datagram(m, datagram_end);
     }
 }

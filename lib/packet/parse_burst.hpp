@@ -1,5 +1,5 @@
-// The RX lcore's parse of a received burst: parse_frame and the neighbour check on each frame, the result left in
-// its mbuf's PacketMeta (packet_meta.hpp). Fast-path safe.
+// The RX lcore's parse of a received burst: parse_frame, the neighbour check and the martian check on each frame,
+// the result left in its mbuf's PacketMeta (packet_meta.hpp). Fast-path safe.
 #pragma once
 
 #include <cstdint>
@@ -10,11 +10,15 @@
 
 namespace sluice {
 
+class MartianFilter;  // martian.hpp
+
 // Parses a burst in place: fills each mbuf's PacketMeta and verdicts[i] (DropReason::none when valid), and trims
 // each frame to its IP datagram (padding and appended bytes go; parse_frame's datagram_end).
 // Frames are single-segment (scatter RX is never enabled), so headers are read from the first segment; a chained
 // frame (net_pcap's above the data room) keeps only that segment, since a datagram it accepts fits there.
 // hash_flows: fill each meta.flow_hash (ParseOptions::hash_flow; the RX lcore passes LcoreContext::hash_flows).
-void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows);
+// martians: the snapshot's filter; an IP packet it finds martian gets its reason as verdict. Null: none is checked.
+void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows,
+                 const MartianFilter* martians = nullptr);
 
 }  // namespace sluice

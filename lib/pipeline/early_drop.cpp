@@ -5,6 +5,7 @@
 #include <rte_fib.h>
 #include <rte_lpm6.h>
 
+#include "common/compiler.hpp"
 #include "packet/packet_meta.hpp"
 
 namespace sluice {
@@ -19,6 +20,9 @@ uint16_t early_drop_burst(LcoreContext& ctx, const FirewallTables& fw, rte_mbuf*
     bool blocked[kBurst] = {};
     for (uint16_t i = 0; i < count; ++i) {
         const PacketMeta& meta = *packet_meta(pkts[i]);
+        // ARP has no IP header (its bytes at 12-15 are part of the sender's MAC and address), and ND's sources
+        // (fe80::/10, :: in DAD) sit in every bogon list: neighbours must resolve whatever the sets hold.
+        if (SLUICE_UNLIKELY(meta.flags & kMetaNeighbour)) continue;
         const uint8_t* ip = rte_pktmbuf_mtod_offset(pkts[i], const uint8_t*, meta.l3_offset);
         if (meta.family == IpFamily::ipv4 && fw.blocklist_v4) {
             uint32_t be;

@@ -1,5 +1,6 @@
 // Early drop on the RX lcore: packets whose source is in an early-drop prefix set (firewall.early_drop) are dropped
-// before they are steered to a worker, counted blocklisted. RX lcores only (early_drop_burst); fast-path safe.
+// before they are steered to a worker, counted blocklisted. Neighbour frames (ARP, NS/NA) are never judged: they
+// are sluice's own, not forwarded. RX lcores only (early_drop_burst); fast-path safe.
 #pragma once
 
 #include <cstdint>

@@ -22,6 +22,7 @@
 #include "pipeline/source_limiter.hpp"
 #include "pipeline/token_bucket.hpp"
 #include "packet/parse.hpp"
+#include "packet/martian.hpp"
 
 struct rte_fib;
 struct rte_lpm6;
@@ -160,6 +161,8 @@ struct Snapshot {
     // port; VIPs and NAT pool addresses, once each, on every port.
     std::vector<OwnedAddress> port_addresses;
     std::vector<OwnedAddress> service_addresses;
+    // Addresses no packet from the network may carry (dataplane.martians), checked by the RX lcores as they parse.
+    MartianFilter martians;
     // New connections each worker may open (dataplane: max_new_connections_per_second, new_connection_burst),
     // whatever rule allowed them; tokens_per_tsc 0: no cap. The bucket is the worker's own (LcoreContext), so a
     // reload changes the rate and burst without refilling it.

@@ -98,8 +98,10 @@ def flood_syns(count, seed):
     frames = []
     for _ in range(count):
         frame = bytearray(template)
-        src = struct.pack("!I", rng.randrange(0x0B000000, 0xDF000000))  # 11.0.0.0 .. 222.255.255.255
-        frame[26:30] = src
+        src = rng.randrange(0x0B000000, 0xDF000000)  # 11.0.0.0 .. 222.255.255.255
+        while src >> 24 == 127 or src >> 16 == 0xA9FE:  # martian sources (loopback, link-local) are dropped on RX
+            src = rng.randrange(0x0B000000, 0xDF000000)
+        frame[26:30] = struct.pack("!I", src)
         frame[34:36] = struct.pack("!H", rng.randrange(1024, 65536))
         frame[24:26] = b"\0\0"
         frame[24:26] = struct.pack("!H", checksum(bytes(frame[14:34])))

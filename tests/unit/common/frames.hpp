@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -223,6 +225,59 @@ inline SeenFrame read_frame(const Bytes& b) {
     const Bytes src_b(src, src + alen), dst_b(dst, dst + alen);
     s.checksums_ok = ip_ok && l4_checksum(src_b, dst_b, s.proto, l4, l4_len) == 0;
     return s;
+}
+
+// An ARP request (RFC 826) from sender_mac / sender_ip asking for target_ip, to the broadcast MAC.
+inline Bytes arp_request(const std::array<uint8_t, 6>& sender_mac, const std::string& sender_ip,
+                         const std::string& target_ip) {
+    Bytes out(14 + 28, 0);
+    std::fill_n(out.begin(), 6, 0xff);
+    std::copy(sender_mac.begin(), sender_mac.end(), out.begin() + 6);
+    put16(&out[12], 0x0806);
+    uint8_t* arp = &out[14];
+    put16(arp, 1);  // Ethernet
+    put16(arp + 2, 0x0800);
+    arp[4] = 6, arp[5] = 4;
+    put16(arp + 6, 1);  // request
+    std::copy(sender_mac.begin(), sender_mac.end(), arp + 8);
+    const Bytes sender = address_bytes(sender_ip), target = address_bytes(target_ip);
+    std::copy(sender.begin(), sender.end(), arp + 14);
+    std::copy(target.begin(), target.end(), arp + 24);
+    return out;
+}
+
+// An ICMPv6 neighbour solicitation (RFC 4861 4.3) for target from source, to target's solicited-node group with hop
+// limit 255, checksum right. A source link-layer address option names sender_mac unless source is :: (DAD).
+inline Bytes neighbour_solicitation(const std::array<uint8_t, 6>& sender_mac, const std::string& source,
+                                    const std::string& target) {
+    const Bytes src = address_bytes(source), target_bytes = address_bytes(target);
+    const bool dad = source == "::";
+    Bytes group = address_bytes("ff02::1:ff00:0");
+    std::copy(target_bytes.begin() + 13, target_bytes.end(), group.begin() + 13);
+    Bytes icmp(dad ? 24 : 32, 0);
+    icmp[0] = 135;
+    std::copy(target_bytes.begin(), target_bytes.end(), icmp.begin() + 8);
+    if (!dad) {
+        icmp[24] = 1, icmp[25] = 1;  // source link-layer address, 8 bytes
+        std::copy(sender_mac.begin(), sender_mac.end(), icmp.begin() + 26);
+    }
+    const uint16_t sum = l4_checksum(src, group, IPPROTO_ICMPV6, icmp.data(), icmp.size());
+    std::memcpy(&icmp[2], &sum, 2);
+    Bytes out(14, 0);
+    out[0] = 0x33, out[1] = 0x33;
+    std::copy(group.begin() + 12, group.end(), out.begin() + 2);
+    std::copy(sender_mac.begin(), sender_mac.end(), out.begin() + 6);
+    put16(&out[12], 0x86dd);
+    Bytes ip(40, 0);
+    ip[0] = 0x60;
+    put16(&ip[4], static_cast<uint16_t>(icmp.size()));
+    ip[6] = IPPROTO_ICMPV6;
+    ip[7] = 255;
+    std::copy(src.begin(), src.end(), ip.begin() + 8);
+    std::copy(group.begin(), group.end(), ip.begin() + 24);
+    out.insert(out.end(), ip.begin(), ip.end());
+    out.insert(out.end(), icmp.begin(), icmp.end());
+    return out;
 }
 
 }  // namespace sluice::test

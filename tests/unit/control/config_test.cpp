@@ -174,6 +174,30 @@ TEST_CASE("config: error replies are capped at 1000 a second by default; 0 lifts
     CHECK(all.find("error_reply_burst needs max_error_replies_per_second above 0") != std::string::npos);
 }
 
+TEST_CASE("config: martians are dropped in both families by default; each family's check turns off alone and reloads",
+          "[config]") {
+    const ConfigResult plain = load_config_text(kValid, "valid.yaml");
+    REQUIRE(plain.config);
+    CHECK(plain.config->dataplane.drop_martians_v4);
+    CHECK(plain.config->dataplane.drop_martians_v6);
+
+    std::string text = kValid;
+    const std::string at = "  idle_sleep_us: 10\n";
+    text.replace(text.find(at), at.size(), at + "  martians: {ipv4: drop, ipv6: off}\n");
+    const ConfigResult v6_off = load_config_text(text, "v6_off.yaml");
+    INFO(errors_of(v6_off));
+    REQUIRE(v6_off.config);
+    CHECK(v6_off.config->dataplane.drop_martians_v4);
+    CHECK_FALSE(v6_off.config->dataplane.drop_martians_v6);
+    CHECK(restart_required_changes(*plain.config, *v6_off.config).empty());
+
+    text = kValid;
+    text.replace(text.find(at), at.size(), at + "  martians: {ipv4: off, ipv5: off}\n");
+    const ConfigResult unknown = load_config_text(text, "unknown.yaml");
+    REQUIRE_FALSE(unknown.config);
+    CHECK(errors_of(unknown).find("unknown key 'ipv5' in dataplane martians") != std::string::npos);
+}
+
 TEST_CASE("config: the new-connection cap defaults off, its burst to one second's worth, and reloads", "[config]") {
     const ConfigResult plain = load_config_text(kValid, "valid.yaml");
     REQUIRE(plain.config);
