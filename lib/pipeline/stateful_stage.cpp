@@ -252,10 +252,10 @@ void classify(const StatefulBurst& b, IpFamily family, const uint16_t* which, ui
 
 // The NAT connections this burst opens each insert a second key (backend -> pool address:port), whose buckets
 // nothing has read yet: with one insert after the other, each waited for its own misses. Their keys are known
-// before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn), so
-// one bulk lookup over them starts all those misses at once. A wrong guess only warms lines for nothing: a packet
-// that takes no port after all (a second packet of a new flow in the same burst, one over a rate limit or the
-// new-connection cap, a full table) shifts the guesses after it on its pool address.
+// before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn in that
+// backend's port space), so one bulk lookup over them starts all those misses at once. A wrong guess only warms
+// lines for nothing: a packet that takes no port after all (a second packet of a new flow in the same burst, one
+// over a rate limit or the new-connection cap, a full table) shifts the guesses after it in its port space.
 void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* verdicts, uint16_t n) {
     union Replies {
         Replies() {}
@@ -263,7 +263,11 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
     } replies;
     const FiveTuple* reply_ptrs[kBurst];
     uint32_t reply_hashes[kBurst];
-    uint16_t taken[kMaxNatPoolAddresses] = {};
+    // The port spaces this burst draws from so far (pool address, backend) and how many ports each gave out.
+    uint8_t space_address[kBurst];
+    uint32_t space_backend[kBurst];
+    uint16_t space_taken[kBurst];
+    uint16_t spaces = 0;
     uint16_t guessed = 0;
     for (uint16_t k = 0; k < n; ++k) {
         const uint16_t i = which[k];
@@ -273,7 +277,13 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
         const uint32_t backend = pick_backend(service, b.backend_hashes[i]);
         if (backend == kNoBackend) continue;
         const uint8_t address = nat_pool_address(b.lb, b.tuples[i].family, b.hashes[i]);
-        const uint16_t port = b.ctx.nat_ports->peek(address, taken[address]++);
+        uint16_t space = 0;
+        while (space < spaces && (space_address[space] != address || space_backend[space] != backend)) ++space;
+        if (space == spaces) {
+            space_address[space] = address, space_backend[space] = backend, space_taken[space] = 0;
+            ++spaces;
+        }
+        const uint16_t port = b.ctx.nat_ports->peek(address, backend, space_taken[space]++);
         if (port == 0) continue;
         FiveTuple& reply = replies.tuple[guessed];
         reply = nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, b.tuples[i]);
@@ -345,7 +355,7 @@ int32_t insert_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule, bo
 bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) {
     const FiveTuple& client = b.tuples[i];
     const uint8_t address = nat_pool_address(b.lb, client.family, b.hashes[i]);
-    const uint16_t port = b.ctx.nat_ports->allocate(address);
+    const uint16_t port = b.ctx.nat_ports->allocate(address, backend);
     if (SLUICE_UNLIKELY(port == 0)) {
         b.forget(position);
         b.drop(i, DropReason::nat_ports_exhausted);
