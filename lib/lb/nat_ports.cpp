@@ -37,11 +37,7 @@ void NatPortPool::prepare(const LbTables& lb) {
     }
 }
 
-uint32_t NatPortPool::free_bit_from(const Lane& lane, uint64_t from) const {
-    const auto word = static_cast<uint32_t>(from / 64);
-    const uint64_t room = ~lane.used[word] & (~uint64_t{0} << (from % 64));
-    if (room) return word * 64 + static_cast<uint32_t>(__builtin_ctzll(room));
-    // The next word with a free bit, going round; the summary says which, 64 words at a time.
+uint32_t NatPortPool::free_bit_after_word(const Lane& lane, uint32_t word) const {
     const uint32_t next = word + 1 == words_ ? 0 : word + 1;
     uint32_t summary = next / 64;
     uint64_t open = ~lane.full[summary] & (~uint64_t{0} << (next % 64));
@@ -51,18 +47,6 @@ uint32_t NatPortPool::free_bit_from(const Lane& lane, uint64_t from) const {
     }
     const uint32_t found = summary * 64 + static_cast<uint32_t>(__builtin_ctzll(open));
     return found * 64 + static_cast<uint32_t>(__builtin_ctzll(~lane.used[found]));
-}
-
-uint16_t NatPortPool::peek(std::size_t address, uint32_t backend, std::size_t k) const {
-    const Lane lane = lane_of(address, backend);
-    if (k >= ports_ - *lane.in_use) return 0;
-    uint64_t from = *lane.cursor;
-    uint32_t bit = 0;
-    for (std::size_t j = 0; j <= k; ++j) {
-        bit = free_bit_from(lane, from);
-        from = bit + 1 == ports_ ? 0 : bit + 1;
-    }
-    return port_of(bit);
 }
 
 std::size_t NatPortPool::in_use(std::size_t address, uint32_t backend) const {

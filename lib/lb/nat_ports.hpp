@@ -30,6 +30,14 @@ namespace sluice {
 
 inline constexpr std::size_t kMaxNatPoolAddresses = 16;
 
+// Successive guesses of the ports allocate() will hand out in one space (NatPortPool::peek_next).
+struct NatPortGuess {
+    uint32_t backend = 0;
+    uint8_t address = 0;
+    uint32_t given = 0;  // guesses made so far
+    uint64_t from = 0;   // where the next guess's search starts
+};
+
 class NatPortPool {
 public:
     // Ports [first, last] (host order) owned by worker_index of worker_count, on each of `addresses` pool addresses.
@@ -53,8 +61,15 @@ public:
         return port_of(bit);
     }
 
-    // The port the k-th next allocate(address, backend) would return (0 when fewer are free), nothing taken.
-    uint16_t peek(std::size_t address, uint32_t backend, std::size_t k) const;
+    // The port the guess.given-th next allocate(guess.address, guess.backend) would return (0 when fewer are free),
+    // nothing taken; one search per call.
+    uint16_t peek_next(NatPortGuess& guess) const {
+        const Lane lane = lane_of(guess.address, guess.backend);
+        if (guess.given >= ports_ - *lane.in_use) return 0;
+        const uint32_t bit = free_bit_from(lane, guess.given++ == 0 ? *lane.cursor : guess.from);
+        guess.from = bit + 1 == ports_ ? 0 : bit + 1;
+        return port_of(bit);
+    }
 
     // Gives back a port allocate(address, backend) returned.
     void release(std::size_t address, uint32_t backend, uint16_t port) {
@@ -87,8 +102,16 @@ private:
         return Lane{at, at + 1, at + 2, at + 2 + summary_words_};
     }
     uint16_t port_of(uint32_t bit) const { return static_cast<uint16_t>(first_port_ + bit * step_); }
-    // The first free bit at or after `from`, going round; the lane must have one.
-    uint32_t free_bit_from(const Lane& lane, uint64_t from) const;
+    // The first free bit at or after `from`, going round; the lane must have one. Inline: the word at `from` nearly
+    // always has one (ports are taken in turn).
+    uint32_t free_bit_from(const Lane& lane, uint64_t from) const {
+        const auto word = static_cast<uint32_t>(from / 64);
+        const uint64_t room = ~lane.used[word] & (~uint64_t{0} << (from % 64));
+        if (SLUICE_LIKELY(room != 0)) return word * 64 + static_cast<uint32_t>(__builtin_ctzll(room));
+        return free_bit_after_word(lane, word);
+    }
+    // The first free bit in the words after `word`, going round (the summary says which, 64 words at a time).
+    uint32_t free_bit_after_word(const Lane& lane, uint32_t word) const;
     static void mark_word(const Lane& lane, uint32_t word) {
         if (lane.used[word] == ~uint64_t{0}) lane.full[word / 64] |= uint64_t{1} << (word % 64);
     }

@@ -263,10 +263,8 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
     } replies;
     const FiveTuple* reply_ptrs[kBurst];
     uint32_t reply_hashes[kBurst];
-    // The port spaces this burst draws from so far (pool address, backend) and how many ports each gave out.
-    uint8_t space_address[kBurst];
-    uint32_t space_backend[kBurst];
-    uint16_t space_taken[kBurst];
+    // The port spaces this burst draws from so far, each with the guesses it gave.
+    NatPortGuess guesses[kBurst];
     uint16_t spaces = 0;
     uint16_t guessed = 0;
     for (uint16_t k = 0; k < n; ++k) {
@@ -278,12 +276,9 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
         if (backend == kNoBackend) continue;
         const uint8_t address = nat_pool_address(b.lb, b.tuples[i].family, b.hashes[i]);
         uint16_t space = 0;
-        while (space < spaces && (space_address[space] != address || space_backend[space] != backend)) ++space;
-        if (space == spaces) {
-            space_address[space] = address, space_backend[space] = backend, space_taken[space] = 0;
-            ++spaces;
-        }
-        const uint16_t port = b.ctx.nat_ports->peek(address, backend, space_taken[space]++);
+        while (space < spaces && (guesses[space].backend != backend || guesses[space].address != address)) ++space;
+        if (space == spaces) guesses[spaces++] = NatPortGuess{backend, address};
+        const uint16_t port = b.ctx.nat_ports->peek_next(guesses[space]);
         if (port == 0) continue;
         FiveTuple& reply = replies.tuple[guessed];
         reply = nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, b.tuples[i]);

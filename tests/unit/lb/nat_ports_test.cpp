@@ -72,11 +72,12 @@ TEST_CASE("nat ports: the search finds the free ports of a full range across the
     // Freed far apart (other summary words) and out of order; the cursor is back at the start.
     for (uint16_t p : {65535, 1024 + 5000, 1024 + 64000 - 1, 1024 + 70}) pool.release(0, 0, p);
     CHECK(pool.free_ports(0, 0) == 4);
-    CHECK(pool.peek(0, 0, 4) == 0);  // fewer free than asked for
+    NatPortGuess guess{0, 0};
     std::vector<uint16_t> peeked;
-    for (std::size_t k = 0; k < 4; ++k) peeked.push_back(pool.peek(0, 0, k));
+    for (std::size_t k = 0; k < 4; ++k) peeked.push_back(pool.peek_next(guess));
+    CHECK(pool.peek_next(guess) == 0);  // fewer free than asked for
     CHECK(peeked == std::vector<uint16_t>{1024 + 70, 1024 + 5000, 1024 + 64000 - 1, 65535});
-    CHECK(pool.free_ports(0, 0) == 4);  // peek takes nothing
+    CHECK(pool.free_ports(0, 0) == 4);  // guesses take nothing
     for (uint16_t expected : peeked) CHECK(pool.allocate(0, 0) == expected);
     CHECK(pool.allocate(0, 0) == 0);
 }
