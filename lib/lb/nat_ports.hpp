@@ -12,7 +12,7 @@
 // workers; a space is made when its backend first appears in a snapshot and kept until the daemon stops (stable
 // backend ids are never reused, so bindings survive reloads and a removed backend's connections keep theirs).
 // Threads: prepare() control thread only, before the snapshot naming the backends is published (the publishing
-// release store orders it before a worker's first use); allocate, peek and release owning worker only (fast-path
+// release store orders it before a worker's first use); allocate, peek_next and release owning worker only (fast-path
 // safe: no allocation); in_use and capacity any thread.
 #pragma once
 
