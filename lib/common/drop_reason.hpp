@@ -69,7 +69,7 @@ namespace sluice {
     X(syn_proxy_bad_cookie, "an ACK with no connection to a syn_proxy service whose cookie is wrong or expired")       \
     X(syn_proxy_pending,                                                                                               \
       "a client packet of a syn_proxy connection whose backend has not answered yet (it is resent)")                   \
-    X(nat_ports_exhausted, "a new NAT connection found no free port on the pool address")                              \
+    X(nat_ports_exhausted, "a new NAT connection found no free port toward its backend on the pool address")           \
     X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")                                 \
     X(to_own_address, "a new packet to one of sluice's own addresses that nothing of sluice's serves: a port's "       \
                       "address (other than a ping), or a VIP on a port or protocol no service listens on")             \

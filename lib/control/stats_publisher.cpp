@@ -48,6 +48,9 @@ void StatsPublisher::refresh_rule_stats() {
 
 void StatsPublisher::refresh_backend_stats() {
     BackendsRecord record;
+    const LoadBalancerConfig& lb = reloader_.config().load_balancer;
+    for (std::size_t a = 0; a < lb.nat_pool.size(); ++a)
+        record.nat_pool.push_back(to_string(lb.nat_pool[a].address, lb.nat_pool_families[a]));
     for (const ServiceConfig& service : reloader_.config().services) {
         for (const BackendConfig& backend : service.backends) {
             BackendRecord r;
@@ -71,11 +74,21 @@ void StatsPublisher::refresh_backend_stats() {
                     r.bytes += counter_read(t.bytes);
                 });
                 r.active_connections = r.new_connections >= closed ? r.new_connections - closed : 0;
+                if (service.mode == LbMode::nat) count_nat_ports(*id, record.nat_pool.size(), r);
             }
             record.backends.push_back(std::move(r));
         }
     }
     backends_.write(std::move(record));
+}
+
+void StatsPublisher::count_nat_ports(uint32_t backend_id, std::size_t pool_addresses, BackendRecord& r) const {
+    r.nat_ports_in_use.assign(pool_addresses, 0);
+    dataplane_.for_each_lcore([&](const LcoreContext& ctx) {
+        if (!ctx.nat_ports) return;
+        r.nat_ports_capacity += ctx.nat_ports->capacity();
+        for (std::size_t a = 0; a < pool_addresses; ++a) r.nat_ports_in_use[a] += ctx.nat_ports->in_use(a, backend_id);
+    });
 }
 
 void StatsPublisher::write_decision_log() {

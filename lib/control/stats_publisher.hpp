@@ -36,6 +36,8 @@ public:
 private:
     void refresh_rule_stats();
     void refresh_backend_stats();
+    // A nat backend's port spaces, summed over the workers.
+    void count_nat_ports(uint32_t backend_id, std::size_t pool_addresses, BackendRecord& r) const;
 
     Dataplane& dataplane_;
     const Reloader& reloader_;

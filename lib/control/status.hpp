@@ -75,10 +75,15 @@ struct BackendRecord {
     uint64_t packets = 0;
     uint64_t bytes = 0;
     std::string last_error;  // the health check's most recent failure
+    // nat only: ports its connections hold on each pool address (by pool index), in its backend address:port's
+    // port space (shared with other services' backends on that address:port), and the ports of each such space.
+    std::vector<uint64_t> nat_ports_in_use;
+    uint64_t nat_ports_capacity = 0;
 };
 
 struct BackendsRecord {
     std::vector<BackendRecord> backends;  // in config order
+    std::vector<std::string> nat_pool;    // the pool addresses, by pool index
 };
 
 // sluice's XDP program on one net_af_xdp port: where it sent frames (lib/xdp/steer.bpf.c).

@@ -146,6 +146,11 @@ int backends_command(const char*, const char*, rte_tel_data* d) {
     numbers("active_connections", [](const BackendRecord& b) { return b.active_connections; });
     numbers("packets", [](const BackendRecord& b) { return b.packets; });
     numbers("bytes", [](const BackendRecord& b) { return b.bytes; });
+    // nat: the fullest pool address's ports in use, of the capacity each pool address has (0 and 0 otherwise).
+    numbers("nat_ports_in_use", [](const BackendRecord& b) {
+        return b.nat_ports_in_use.empty() ? 0 : *std::max_element(b.nat_ports_in_use.begin(), b.nat_ports_in_use.end());
+    });
+    numbers("nat_ports_capacity", [](const BackendRecord& b) { return b.nat_ports_capacity; });
     return 0;
 }
 

@@ -1,18 +1,57 @@
 #include "lb/nat_ports.hpp"
 
+#include <cstring>
+
 namespace sluice {
 
 NatPortPool::NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, uint16_t worker_count,
-                         std::size_t addresses) {
-    std::vector<uint16_t> mine;
-    for (uint32_t p = first; p <= last; ++p)
-        if (nat_port_owner(static_cast<uint16_t>(p), worker_count) == worker_index)
-            mine.push_back(static_cast<uint16_t>(p));
-    queues_.resize(addresses);
-    for (Queue& q : queues_) {
-        q.ports = mine;
-        q.count = mine.size();
+                         std::size_t addresses)
+    : step_(worker_count), addresses_(addresses), by_backend_(kMaxBackends, nullptr) {
+    first_port_ = first + (worker_index + worker_count - first % worker_count) % worker_count;
+    ports_ = first_port_ > last ? 0 : (last - first_port_) / step_ + 1;
+    words_ = (ports_ + 63) / 64;
+    summary_words_ = (words_ + 63) / 64;
+    lane_words_ = 2 + summary_words_ + words_;
+}
+
+NatPortPool::~NatPortPool() = default;
+
+void NatPortPool::prepare(const LbTables& lb) {
+    for (std::size_t id = 0; id < lb.backends.size(); ++id) {
+        const LbBackend& backend = lb.backends[id];
+        if (backend.mode != LbMode::nat || backend.removed || by_backend_[id]) continue;
+        std::string key(reinterpret_cast<const char*>(backend.address.bytes), sizeof(backend.address.bytes));
+        key += static_cast<char>(backend.family);
+        key.append(reinterpret_cast<const char*>(&backend.port_be), sizeof(backend.port_be));
+        std::unique_ptr<uint64_t[]>& block = spaces_[key];
+        if (!block) {
+            block = std::make_unique<uint64_t[]>(addresses_ * lane_words_);  // zeroed: every port free
+            for (std::size_t a = 0; a < addresses_; ++a) {
+                uint64_t* lane = block.get() + a * lane_words_;
+                // Bits past the last port (or word) count as taken: a search never stops on them.
+                if (ports_ % 64) lane[2 + summary_words_ + words_ - 1] = ~uint64_t{0} << (ports_ % 64);
+                if (words_ % 64) lane[2 + summary_words_ - 1] = ~uint64_t{0} << (words_ % 64);
+            }
+        }
+        by_backend_[id] = block.get();
     }
+}
+
+uint32_t NatPortPool::free_bit_after_word(const Lane& lane, uint32_t word) const {
+    const uint32_t next = word + 1 == words_ ? 0 : word + 1;
+    uint32_t summary = next / 64;
+    uint64_t open = ~lane.full[summary] & (~uint64_t{0} << (next % 64));
+    while (open == 0) {
+        summary = summary + 1 == summary_words_ ? 0 : summary + 1;
+        open = ~lane.full[summary];
+    }
+    const uint32_t found = summary * 64 + static_cast<uint32_t>(__builtin_ctzll(open));
+    return found * 64 + static_cast<uint32_t>(__builtin_ctzll(~lane.used[found]));
+}
+
+std::size_t NatPortPool::in_use(std::size_t address, uint32_t backend) const {
+    if (backend >= by_backend_.size() || !by_backend_[backend]) return 0;
+    return counter_read(*lane_of(address, backend).in_use);
 }
 
 }  // namespace sluice

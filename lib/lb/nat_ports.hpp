@@ -1,60 +1,130 @@
-// The source ports one worker hands out on each NAT pool address. A worker owns exactly the ports p with
-// p % worker_count == worker_index, so the reply to a NAT connection (backend -> pool address:p) names its owning
-// worker by its destination port, and the RX lcore sends it there with no shared state and no NIC flow rule.
-// Ports are reused oldest-freed first, so a backend's TIME_WAIT for a 4-tuple has the longest time to end.
-// Fast-path safe (no allocation after construction); owning worker only.
+// The source ports one worker hands out for NAT connections. A NAT connection only needs its 5-tuple unique, so
+// each (pool address, backend address:port) has a port space of its own (as Linux's NAT does): backends never
+// compete for ports, and a pool address carries ~64k connections per backend, not in all. Backends of several
+// services on one address:port share a space (their connections' reply tuples could otherwise meet).
+// A worker owns exactly the ports p with p % worker_count == worker_index, in every space, so the reply to a NAT
+// connection (backend -> pool address:p) names its owning worker by its destination port, and the RX lcore sends it
+// there with no shared state and no NIC flow rule.
+// A space is a bitmap of the worker's ports (one bit each) with a summary bit per 64-port word, so finding a free
+// port reads at most a few words. Ports are taken from a cursor that goes round, so a freed port waits a whole turn
+// before it is reused: the backend's TIME_WAIT for that 4-tuple has the longest time to end.
+// Memory: about 8 KiB per (pool address, backend address:port) for the full 1024-65535 range, split among the
+// workers; a space is made when its backend first appears in a snapshot and kept until the daemon stops (stable
+// backend ids are never reused, so bindings survive reloads and a removed backend's connections keep theirs).
+// Threads: prepare() control thread only, before the snapshot naming the backends is published (the publishing
+// release store orders it before a worker's first use); allocate, peek_next and release owning worker only (fast-path
+// safe: no allocation); in_use and capacity any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include "common/compiler.hpp"
+#include "lb/lb_tables.hpp"
 
 namespace sluice {
 
 inline constexpr std::size_t kMaxNatPoolAddresses = 16;
 
+// Successive guesses of the ports allocate() will hand out in one space (NatPortPool::peek_next).
+struct NatPortGuess {
+    uint32_t backend = 0;
+    uint8_t address = 0;
+    uint32_t given = 0;  // guesses made so far
+    uint64_t from = 0;   // where the next guess's search starts
+};
+
 class NatPortPool {
 public:
     // Ports [first, last] (host order) owned by worker_index of worker_count, on each of `addresses` pool addresses.
     NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, uint16_t worker_count, std::size_t addresses);
+    ~NatPortPool();
+    NatPortPool(const NatPortPool&) = delete;
+    NatPortPool& operator=(const NatPortPool&) = delete;
 
-    // A free port (host order) on pool address `address`, or 0 when none is left.
-    uint16_t allocate(std::size_t address) {
-        Queue& q = queues_[address];
-        if (q.count == 0) return 0;
-        const uint16_t port = q.ports[q.head];
-        q.head = q.head + 1 == q.ports.size() ? 0 : q.head + 1;
-        --q.count;
-        return port;
+    // Gives every nat backend of lb (by stable id) its port space, made or shared by address:port. Control thread.
+    void prepare(const LbTables& lb);
+
+    // A free port (host order) toward backend (stable id) on pool address `address`, or 0 when none is left.
+    uint16_t allocate(std::size_t address, uint32_t backend) {
+        Lane lane = lane_of(address, backend);
+        if (*lane.in_use == ports_) return 0;
+        const uint32_t bit = free_bit_from(lane, *lane.cursor);
+        lane.used[bit / 64] |= uint64_t{1} << (bit % 64);
+        mark_word(lane, bit / 64);
+        *lane.cursor = bit + 1 == ports_ ? 0 : bit + 1;
+        counter_add(*lane.in_use);
+        return port_of(bit);
     }
 
-    // The port the k-th next allocate() on `address` would return (0 when fewer are free), nothing taken.
-    uint16_t peek(std::size_t address, std::size_t k) const {
-        const Queue& q = queues_[address];
-        if (k >= q.count) return 0;
-        std::size_t at = q.head + k;
-        if (at >= q.ports.size()) at -= q.ports.size();
-        return q.ports[at];
+    // The port the guess.given-th next allocate(guess.address, guess.backend) would return (0 when fewer are free),
+    // nothing taken; one search per call.
+    uint16_t peek_next(NatPortGuess& guess) const {
+        const Lane lane = lane_of(guess.address, guess.backend);
+        if (guess.given >= ports_ - *lane.in_use) return 0;
+        const uint32_t bit = free_bit_from(lane, guess.given++ == 0 ? *lane.cursor : guess.from);
+        guess.from = bit + 1 == ports_ ? 0 : bit + 1;
+        return port_of(bit);
     }
 
-    // Gives back a port allocate() returned.
-    void release(std::size_t address, uint16_t port) {
-        Queue& q = queues_[address];
-        std::size_t tail = q.head + q.count;
-        if (tail >= q.ports.size()) tail -= q.ports.size();
-        q.ports[tail] = port;
-        ++q.count;
+    // Gives back a port allocate(address, backend) returned.
+    void release(std::size_t address, uint32_t backend, uint16_t port) {
+        Lane lane = lane_of(address, backend);
+        const uint32_t bit = (port - first_port_) / step_;
+        lane.used[bit / 64] &= ~(uint64_t{1} << (bit % 64));
+        lane.full[bit / 64 / 64] &= ~(uint64_t{1} << (bit / 64 % 64));
+        std::atomic_ref<uint64_t>(*lane.in_use).store(*lane.in_use - 1, std::memory_order_relaxed);
     }
 
-    std::size_t free_ports(std::size_t address) const { return queues_[address].count; }
-    std::size_t capacity() const { return queues_.empty() ? 0 : queues_[0].ports.size(); }
+    // Ports taken toward backend on pool address `address` (0 for a backend with no space); any thread.
+    std::size_t in_use(std::size_t address, uint32_t backend) const;
+    // Ports each space holds on this worker.
+    std::size_t capacity() const { return ports_; }
+    std::size_t free_ports(std::size_t address, uint32_t backend) const {
+        return capacity() - in_use(address, backend);
+    }
 
 private:
-    struct Queue {
-        std::vector<uint16_t> ports;  // a ring of the free ports: [head, head + count)
-        std::size_t head = 0;
-        std::size_t count = 0;
+    // One space's state on one pool address, inside its block of words.
+    struct Lane {
+        uint64_t* in_use;
+        uint64_t* cursor;  // the bit the next search starts at
+        uint64_t* full;    // summary: bit w set when word w of used has no free bit
+        uint64_t* used;    // bit i set when port_of(i) is taken
     };
-    std::vector<Queue> queues_;
+
+    Lane lane_of(std::size_t address, uint32_t backend) const {
+        uint64_t* at = by_backend_[backend] + address * lane_words_;
+        return Lane{at, at + 1, at + 2, at + 2 + summary_words_};
+    }
+    uint16_t port_of(uint32_t bit) const { return static_cast<uint16_t>(first_port_ + bit * step_); }
+    // The first free bit at or after `from`, going round; the lane must have one. Inline: the word at `from` nearly
+    // always has one (ports are taken in turn).
+    uint32_t free_bit_from(const Lane& lane, uint64_t from) const {
+        const auto word = static_cast<uint32_t>(from / 64);
+        const uint64_t room = ~lane.used[word] & (~uint64_t{0} << (from % 64));
+        if (SLUICE_LIKELY(room != 0)) return word * 64 + static_cast<uint32_t>(__builtin_ctzll(room));
+        return free_bit_after_word(lane, word);
+    }
+    // The first free bit in the words after `word`, going round (the summary says which, 64 words at a time).
+    uint32_t free_bit_after_word(const Lane& lane, uint32_t word) const;
+    static void mark_word(const Lane& lane, uint32_t word) {
+        if (lane.used[word] == ~uint64_t{0}) lane.full[word / 64] |= uint64_t{1} << (word % 64);
+    }
+
+    uint32_t first_port_ = 0;  // the worker's lowest port
+    uint32_t step_ = 1;        // worker_count: the distance between two of its ports
+    uint32_t ports_ = 0;       // the worker's ports per space
+    uint32_t words_ = 0;       // 64-bit words of the used bitmap
+    uint32_t summary_words_ = 0;
+    std::size_t lane_words_ = 0;
+    std::size_t addresses_ = 0;
+    std::vector<uint64_t*> by_backend_;                          // stable id -> its space's block (kMaxBackends)
+    std::map<std::string, std::unique_ptr<uint64_t[]>> spaces_;  // address:port -> block
 };
 
 // The worker that owns NAT port `port` (host order): the rule the RX lcores apply to replies.

@@ -129,6 +129,11 @@ constexpr std::array<ItemFamily<BackendRecord>, 6> kBackendFamilies = {{
      [](const BackendRecord& b) { return static_cast<double>(b.bytes); }},
 }};
 
+constexpr FamilyDecl kNatPortsInUse{"sluice_nat_ports_in_use", MetricType::Gauge,
+                                    "NAT ports a backend's connections hold on a pool address"};
+constexpr FamilyDecl kNatPortsCapacity{"sluice_nat_ports_capacity", MetricType::Gauge,
+                                       "NAT ports a backend has on a pool address (nat_ports, all workers)"};
+
 constexpr FamilyDecl kXdpFrames{
     "sluice_xdp_frames_total", MetricType::Counter,
     "Frames sluice's XDP program steered, by verdict (sluice, kernel, other: neither IP nor ARP)"};
@@ -246,6 +251,19 @@ void add_rules(Families& out, const RuleHitsRecord& hits) {
     out.add_per_item(kRuleDefaultFamilies, one(hits), no_labels);
 }
 
+// One sample per nat backend and pool address: how full its port space there is.
+void add_nat_ports(Families& out, const BackendsRecord& record) {
+    MetricFamily& in_use = out.add(kNatPortsInUse);
+    MetricFamily& capacity = out.add(kNatPortsCapacity);
+    for (const BackendRecord& b : record.backends) {
+        for (std::size_t a = 0; a < b.nat_ports_in_use.size() && a < record.nat_pool.size(); ++a) {
+            const Labels labels{{"service", b.service}, {"backend", b.backend}, {"pool", record.nat_pool[a]}};
+            Families::sample(in_use, labels, static_cast<double>(b.nat_ports_in_use[a]));
+            Families::sample(capacity, labels, static_cast<double>(b.nat_ports_capacity));
+        }
+    }
+}
+
 void add_xdp(Families& out, const XdpRecord& xdp) {
     if (xdp.ports.empty()) return;
     MetricFamily& frames = out.add(kXdpFrames);
@@ -307,6 +325,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
         out.add_per_item(kBackendFamilies, scrape.backends->backends, [](const BackendRecord& b) {
             return Labels{{"service", b.service}, {"backend", b.backend}};
         });
+    if (scrape.backends) add_nat_ports(out, *scrape.backends);
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
     add_reload(out, scrape.reload);

@@ -25,7 +25,7 @@ constexpr auto kStopReportEvery = std::chrono::seconds(1);
 // backend has one connection less.
 void release_connection(void* arg, const ConnEntry& entry) {
     auto& ctx = *static_cast<LcoreContext*>(arg);
-    if (entry.nat_port != 0) ctx.nat_ports->release(entry.nat_address, entry.nat_port);
+    if (entry.nat_port != 0) ctx.nat_ports->release(entry.nat_address, entry.backend - 1, entry.nat_port);
     if (entry.backend != 0 && entry.backend <= kMaxBackends)
         counter_add(ctx.backend_traffic[entry.backend - 1].closed_connections);
 }
@@ -139,6 +139,7 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
                 if (!ctx->backend_traffic) throw std::runtime_error("out of memory for backend counters");
                 ctx->nat_ports = new NatPortPool(spec.nat_port_first, spec.nat_port_last, next_worker,
                                                  static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
+                ctx->nat_ports->prepare(*shared_->snapshot.load(std::memory_order_relaxed)->lb);
                 ctx->conn_table->set_release_hook(release_connection, ctx);
             } catch (const std::exception& e) {
                 throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " +
@@ -250,6 +251,9 @@ void Dataplane::stop() {
 }
 
 std::unique_ptr<Snapshot> Dataplane::publish(std::unique_ptr<Snapshot> next) {
+    // New nat backends get their port spaces before any worker can pick them (nat_ports.hpp).
+    for (LcoreContext* ctx : contexts_)
+        if (ctx->nat_ports) ctx->nat_ports->prepare(*next->lb);
     const Snapshot* previous = shared_->snapshot.exchange(next.release(), std::memory_order_acq_rel);
     // Offline lcores (not launched yet, or returned) do not hold the token back.
     const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);

@@ -258,10 +258,11 @@ void classify(const StatefulBurst& b, IpFamily family, const uint16_t* which, ui
 
 // The NAT connections this burst opens each insert a second key (backend -> pool address:port), whose buckets
 // nothing has read yet: with one insert after the other, each waited for its own misses. Their keys are known
-// before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn), so
-// one bulk lookup over them starts all those misses at once. A wrong guess only warms lines for nothing: a packet
-// that takes no port after all (one over a rate limit or the new-connection cap, a full table) shifts the guesses
-// after it on its pool address. A flow's later packets in the burst (leader[k] != k) take none.
+// before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn in that
+// backend's port space), so one bulk lookup over them starts all those misses at once. A wrong guess only warms
+// lines for nothing: a packet that takes no port after all (one over a rate limit or the new-connection cap, a full
+// table) shifts the guesses after it in its port space. A flow's later packets in the burst (leader[k] != k) take
+// none.
 void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* verdicts, const uint16_t* leader,
                    uint16_t n) {
     union Replies {
@@ -270,7 +271,9 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
     } replies;
     const FiveTuple* reply_ptrs[kBurst];
     uint32_t reply_hashes[kBurst];
-    uint16_t taken[kMaxNatPoolAddresses] = {};
+    // The port spaces this burst draws from so far, each with the guesses it gave.
+    NatPortGuess guesses[kBurst];
+    uint16_t spaces = 0;
     uint16_t guessed = 0;
     for (uint16_t k = 0; k < n; ++k) {
         const uint16_t i = which[k];
@@ -282,7 +285,10 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
         const uint32_t backend = pick_backend(service, b.backend_hashes[i]);
         if (backend == kNoBackend) continue;
         const uint8_t address = nat_pool_address(b.lb, b.tuples[i].family, b.hashes[i]);
-        const uint16_t port = b.ctx.nat_ports->peek(address, taken[address]++);
+        uint16_t space = 0;
+        while (space < spaces && (guesses[space].backend != backend || guesses[space].address != address)) ++space;
+        if (space == spaces) guesses[spaces++] = NatPortGuess{backend, address};
+        const uint16_t port = b.ctx.nat_ports->peek_next(guesses[space]);
         if (port == 0) continue;
         FiveTuple& reply = replies.tuple[guessed];
         reply = nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, b.tuples[i]);
@@ -354,7 +360,7 @@ int32_t insert_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule, bo
 bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) {
     const FiveTuple& client = b.tuples[i];
     const uint8_t address = nat_pool_address(b.lb, client.family, b.hashes[i]);
-    const uint16_t port = b.ctx.nat_ports->allocate(address);
+    const uint16_t port = b.ctx.nat_ports->allocate(address, backend);
     if (SLUICE_UNLIKELY(port == 0)) {
         b.forget(position);
         b.drop(i, DropReason::nat_ports_exhausted);

@@ -234,6 +234,13 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
     tests.append(scenario("SluiceConntrackIpv6ShareNearlyFull", f'sluice_conntrack_ipv6_entries{{{gw}, worker="0"}}',
                           "120000x100", "6m", {"job": "sluice", "instance": "gw", "worker": "0"},
                           [{"series": f'sluice_conntrack_ipv6_capacity{{{gw}, worker="0"}}', "values": "125000x100"}]))
+    tests.append(scenario("SluiceNatPortsNearlyExhausted",
+                          f'sluice_nat_ports_in_use{{{gw}, service="web", backend="10.1.0.11:80", pool="10.1.0.100"}}',
+                          "55000x100", "6m",
+                          {"job": "sluice", "instance": "gw", "service": "web", "backend": "10.1.0.11:80",
+                           "pool": "10.1.0.100"},
+                          [{"series": f'sluice_nat_ports_capacity{{{gw}, service="web", backend="10.1.0.11:80", '
+                                      'pool="10.1.0.100"}', "values": "64512x100"}]))
     tests.append(scenario("SluiceRingFilling", f'sluice_ring_packets{{{gw}, worker="0"}}', "3500x40", "2m",
                           {"job": "sluice", "instance": "gw", "worker": "0"},
                           [{"series": f'sluice_ring_capacity{{{gw}, worker="0"}}', "values": "4095x40"}]))

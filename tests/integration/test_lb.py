@@ -906,6 +906,15 @@ def test_nat_port_exhaustion_drops_new_connections_and_recovers_when_a_port_is_f
         ports = sorted(p[TCP].sport for _, p in out)
         assert ports == [20000, 20001, 20002, 20003]
         assert drops_of(lab.sluice.stats()) == {"nat_ports_exhausted": 2}
+        # The backend's port space shows full: telemetry, sluicectl backends and services.
+        wait_until(lambda: lab.sluice.telemetry.query("/sluice/backends")["nat_ports_in_use"] == [4],
+                   what="the backend's NAT ports in use")
+        assert lab.sluice.telemetry.query("/sluice/backends")["nat_ports_capacity"] == [4]
+        sluicectl = str(Path(__file__).resolve().parents[2] / "app/sluicectl/sluicectl")
+        for command in ("backends", "services"):
+            shown = subprocess.run([sluicectl, "--prefix", lab.sluice.prefix, command], capture_output=True, text=True,
+                                   timeout=10, check=True).stdout
+            assert "4/4 (100%)" in shown, shown
         # An old connection still works: its backend's SYN+ACK comes back to the client.
         first = next(p for _, p in out if p[TCP].seq == 0)
         lab.send("sv0", [from_server(IP(src=B4[0], dst=POOL4) / TCP(sport=8080, dport=first[TCP].sport, flags="SA", seq=7, ack=1))])

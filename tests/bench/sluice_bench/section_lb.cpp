@@ -37,11 +37,12 @@ double timed_removal(Dpdk& d, ConnTable& table, const std::vector<PacketSpec>& s
     return cycles_per_item(d, groups);
 }
 
-std::string port_pool_state(const NatPortPool& ports, std::size_t addresses) {
+std::string port_pool_state(const NatPortPool& ports, const LbTables& lb) {
     std::size_t lowest = ports.capacity();
-    for (std::size_t a = 0; a < addresses; ++a) lowest = std::min(lowest, ports.free_ports(a));
+    for (std::size_t a = 0; a < lb.pool.size(); ++a)
+        for (uint32_t id = 0; id < lb.backends.size(); ++id) lowest = std::min(lowest, ports.free_ports(a, id));
     return lowest == ports.capacity() ? std::string()
-                                      : "a pool address has " + std::to_string(lowest) + " of " +
+                                      : "a backend's port space has " + std::to_string(lowest) + " of " +
                                             std::to_string(ports.capacity()) + " ports free";
 }
 
@@ -125,7 +126,6 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
     touch_all_slots(conn_table);
     attach_conn_table(d, conn_table);
     LcoreContext& ctx = *d.ctx;
-    const std::size_t pool_size = balanced.lb->pool.size();
 
     uint32_t short_passes = 0;
     std::string leftovers;
@@ -137,7 +137,7 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
         removal[variant].push_back(timed_removal(d, conn_table, stream));
         if (conn_table.size() != 0 && leftovers.empty())
             leftovers = std::to_string(conn_table.size()) + " entries left after removing a pass's connections";
-        if (const std::string p = port_pool_state(ports, pool_size); !p.empty() && leftovers.empty()) leftovers = p;
+        if (const std::string p = port_pool_state(ports, *balanced.lb); !p.empty() && leftovers.empty()) leftovers = p;
         return cycles;
     };
     const auto drops_before = drops_of(d);
@@ -277,6 +277,8 @@ void section_lb(Dpdk& d, const Options& o, Table& table) {
                 balanced->lb->services.size(), kLbBackends, kLbMaglevSize, seconds_since(d, t0));
     // The worker's NAT ports, as the Dataplane gives worker 0 of 1 (config/sluice.yaml's nat_ports: 1024-65535).
     NatPortPool ports(1024, 65535, 0, 1, balanced->lb->pool.size());
+    ports.prepare(*balanced->lb);
+    ports.prepare(*balanced_open->lb);
     d.ctx->nat_ports = &ports;
     lb_new(d, o, table, *plain, *balanced, *balanced_open, ports);
     lb_established(d, o, table, *plain, *balanced);

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "lb/maglev.hpp"
-#include "lb/nat_ports.hpp"
 
 using namespace sluice;
 
@@ -107,35 +106,4 @@ TEST_CASE("maglev: removing one of N backends moves about 1/N of the slots", "[m
         CHECK(moved_share >= 1.0 / double(n) * 0.99);
         CHECK(moved_share <= 1.5 / double(n));
     }
-}
-
-TEST_CASE("nat ports: a worker hands out only the ports it owns, oldest freed first", "[maglev][nat]") {
-    NatPortPool pool(1024, 65535, 1, 3, 2);
-    CHECK(pool.capacity() == 21504);  // ports 1024..65535 with p % 3 == 1
-    std::map<uint16_t, int> seen;
-    for (std::size_t k = 0; k < pool.capacity(); ++k) {
-        const uint16_t p = pool.allocate(0);
-        REQUIRE(p != 0);
-        CHECK(nat_port_owner(p, 3) == 1);
-        CHECK(++seen[p] == 1);
-    }
-    CHECK(pool.allocate(0) == 0);                  // exhausted
-    CHECK(pool.free_ports(1) == pool.capacity());  // the other address is separate
-    pool.release(0, 4000);
-    pool.release(0, 4003);
-    CHECK(pool.allocate(0) == 4000);
-    CHECK(pool.allocate(0) == 4003);
-}
-
-TEST_CASE("nat ports: peek names the ports the next allocations hand out, and takes none", "[maglev][nat]") {
-    NatPortPool pool(2000, 2009, 0, 1, 1);
-    CHECK(pool.allocate(0) == 2000);
-    for (int k = 0; k < 8; ++k) pool.release(0, pool.allocate(0));  // the ring's head wraps around past its end
-    std::vector<uint16_t> peeked;
-    for (std::size_t k = 0; k < pool.free_ports(0); ++k) peeked.push_back(pool.peek(0, k));
-    CHECK(pool.peek(0, pool.free_ports(0)) == 0);  // fewer free than asked for
-    CHECK(pool.free_ports(0) == 9);
-    for (uint16_t expected : peeked) CHECK(pool.allocate(0) == expected);
-    CHECK(peeked == std::vector<uint16_t>{2009, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008});  // 2000 is still out
-    CHECK(pool.peek(0, 0) == 0);
 }

@@ -48,7 +48,9 @@ Scrape full_scrape() {
     backend.service = "web";
     backend.backend = "10.1.0.11:8080";
     backend.weight = 2;
-    s.backends = BackendsRecord{{backend}};
+    backend.nat_ports_in_use = {97};
+    backend.nat_ports_capacity = 64512;
+    s.backends = BackendsRecord{{backend}, {"10.1.0.100"}};
     s.xdp = XdpRecord{{XdpPortRecord{"wan", "eth0", "all", 1, 2, 3, 4}}};
     BgpRecord bgp;
     bgp.enabled = true;
@@ -223,6 +225,30 @@ TEST_CASE("prometheus: families of absent features stay out", "[metrics]") {
         CHECK(name.find("_backend_") == std::string::npos);
         CHECK(name.find("_xdp_") == std::string::npos);
         CHECK(name.find("_bgp_") == std::string::npos);
+        CHECK(name.find("_nat_ports_") == std::string::npos);
     }
     CHECK(families.count("sluice_config_info") == 1);
+}
+
+TEST_CASE("prometheus: a nat backend's ports in use and capacity, one sample per pool address", "[metrics]") {
+    Scrape scrape = full_scrape();
+    scrape.backends->nat_pool = {"10.1.0.100", "10.1.0.101"};
+    scrape.backends->backends[0].nat_ports_in_use = {97, 64000};
+    BackendRecord dsr;  // no port space: no sample
+    dsr.service = "dns", dsr.backend = "10.1.0.21:53";
+    scrape.backends->backends.push_back(dsr);
+    const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
+    const MetricFamily& in_use = families.at("sluice_nat_ports_in_use");
+    const MetricFamily& capacity = families.at("sluice_nat_ports_capacity");
+    REQUIRE(in_use.metric.size() == 2);
+    REQUIRE(capacity.metric.size() == 2);
+    for (std::size_t a = 0; a < 2; ++a) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : in_use.metric[a].label) labels[l.name] = l.value;
+        CHECK(labels == std::map<std::string, std::string>{{"service", "web"},
+                                                           {"backend", "10.1.0.11:8080"},
+                                                           {"pool", a ? "10.1.0.101" : "10.1.0.100"}});
+        CHECK(value(in_use.metric[a], MetricType::Gauge) == (a ? 64000 : 97));
+        CHECK(value(capacity.metric[a], MetricType::Gauge) == 64512);
+    }
 }

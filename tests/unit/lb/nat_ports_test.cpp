@@ -1,0 +1,101 @@
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+
+#include <set>
+#include <vector>
+
+#include "lb/nat_ports.hpp"
+
+using namespace sluice;
+
+namespace {
+
+// A nat backend at 10.1.0.<last>:port.
+LbBackend nat_backend(uint8_t last, uint16_t port) {
+    LbBackend b;
+    b.address = IpAddress::from_v4(htonl(0x0a010000u | last));
+    b.family = IpFamily::ipv4;
+    b.port_be = htons(port);
+    b.mode = LbMode::nat;
+    return b;
+}
+
+}  // namespace
+
+TEST_CASE("nat ports: each backend has its own space of the worker's ports", "[nat]") {
+    NatPortPool pool(1024, 65535, 1, 3, 2);
+    LbTables lb;
+    lb.backends = {nat_backend(11, 8080), nat_backend(12, 8080), nat_backend(11, 8080), nat_backend(11, 9090)};
+    pool.prepare(lb);
+    CHECK(pool.capacity() == 21504);  // ports 1024..65535 with p % 3 == 1
+    std::set<uint16_t> seen;
+    for (std::size_t k = 0; k < pool.capacity(); ++k) {
+        const uint16_t p = pool.allocate(0, 0);
+        REQUIRE(p != 0);
+        CHECK(nat_port_owner(p, 3) == 1);
+        CHECK(seen.insert(p).second);
+    }
+    CHECK(pool.allocate(0, 0) == 0);  // backend 0's space is full on pool address 0
+    CHECK(pool.in_use(0, 0) == pool.capacity());
+    // Backend 2 is another service's backend on the same address:port: the replies' tuples would meet, so it
+    // shares backend 0's space. Another address or another port is a space of its own.
+    CHECK(pool.allocate(0, 2) == 0);
+    CHECK(pool.in_use(0, 2) == pool.capacity());
+    CHECK(pool.allocate(0, 1) == 1024);  // 1024 % 3 == 1
+    CHECK(pool.allocate(0, 3) == 1024);
+    CHECK(pool.free_ports(1, 0) == pool.capacity());  // the other pool address is separate
+    pool.release(0, 0, 4000);
+    CHECK(pool.in_use(0, 0) == pool.capacity() - 1);
+    CHECK(pool.allocate(0, 2) == 4000);
+}
+
+TEST_CASE("nat ports: a freed port waits a whole turn of the cursor before it is handed out again", "[nat]") {
+    NatPortPool pool(2000, 2009, 0, 1, 1);
+    LbTables lb;
+    lb.backends = {nat_backend(11, 80)};
+    pool.prepare(lb);
+    for (uint16_t p = 2000; p < 2005; ++p) CHECK(pool.allocate(0, 0) == p);
+    pool.release(0, 0, 2001);
+    for (uint16_t p = 2005; p < 2010; ++p) CHECK(pool.allocate(0, 0) == p);  // 2001 is behind the cursor
+    CHECK(pool.allocate(0, 0) == 2001);
+    CHECK(pool.allocate(0, 0) == 0);
+}
+
+TEST_CASE("nat ports: the search finds the free ports of a full range across the bitmap's summary", "[nat]") {
+    NatPortPool pool(1024, 65535, 0, 1, 1);
+    LbTables lb;
+    lb.backends = {nat_backend(11, 80)};
+    pool.prepare(lb);
+    REQUIRE(pool.capacity() == 64512);  // 1008 words of 64 ports: 16 summary words
+    for (std::size_t k = 0; k < pool.capacity(); ++k) REQUIRE(pool.allocate(0, 0) == 1024 + k);
+    // Freed far apart (other summary words) and out of order; the cursor is back at the start.
+    for (uint16_t p : {65535, 1024 + 5000, 1024 + 64000 - 1, 1024 + 70}) pool.release(0, 0, p);
+    CHECK(pool.free_ports(0, 0) == 4);
+    NatPortGuess guess{0, 0};
+    std::vector<uint16_t> peeked;
+    for (std::size_t k = 0; k < 4; ++k) peeked.push_back(pool.peek_next(guess));
+    CHECK(pool.peek_next(guess) == 0);  // fewer free than asked for
+    CHECK(peeked == std::vector<uint16_t>{1024 + 70, 1024 + 5000, 1024 + 64000 - 1, 65535});
+    CHECK(pool.free_ports(0, 0) == 4);  // guesses take nothing
+    for (uint16_t expected : peeked) CHECK(pool.allocate(0, 0) == expected);
+    CHECK(pool.allocate(0, 0) == 0);
+}
+
+TEST_CASE("nat ports: a reload keeps the spaces of the backends it keeps and of those it removes", "[nat]") {
+    NatPortPool pool(1024, 2047, 0, 2, 1);
+    LbTables before;
+    before.backends = {nat_backend(11, 80), nat_backend(12, 80)};
+    pool.prepare(before);
+    const uint16_t kept = pool.allocate(0, 0), gone = pool.allocate(0, 1);
+    LbTables after;  // backend 1 left the config (its id stays, removed); backend 2 is new
+    after.backends = {nat_backend(11, 80), nat_backend(12, 80), nat_backend(13, 80)};
+    after.backends[1].removed = true;
+    pool.prepare(after);
+    CHECK(pool.in_use(0, 0) == 1);
+    CHECK(pool.in_use(0, 1) == 1);
+    CHECK(pool.allocate(0, 0) != kept);
+    CHECK(pool.allocate(0, 2) == kept);  // the new backend starts from an empty space
+    pool.release(0, 1, gone);            // the removed backend's connection ended
+    CHECK(pool.in_use(0, 1) == 0);
+}
