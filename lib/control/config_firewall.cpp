@@ -298,8 +298,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
     for (const YAML::Node& r : node) {
         if (!d.map(r, "a firewall rule",
                    {"name", "in_ports", "source", "destination", "protocol", "source_ports", "destination_ports",
-                    "icmp_type", "icmp_code", "tcp_flags", "action", "rate_limit", "log",
-                    "tcp_window_check"}))
+                    "icmp_type", "icmp_code", "tcp_flags", "action", "rate_limit", "log", "tcp_window_check"}))
             continue;
         FirewallRuleConfig rule;
         const std::size_t errors_before = d.errors().size();

@@ -19,10 +19,10 @@
 #include "common/ip_proto.hpp"
 #include "conntrack/tcp_state.hpp"
 #include "lb/lb_tables.hpp"
+#include "packet/martian.hpp"
+#include "packet/parse.hpp"
 #include "pipeline/source_limiter.hpp"
 #include "pipeline/token_bucket.hpp"
-#include "packet/parse.hpp"
-#include "packet/martian.hpp"
 
 struct rte_fib;
 struct rte_lpm6;

@@ -6,6 +6,7 @@
 
 #include "classify/l4_match.hpp"
 #include "control/config.hpp"
+#include "control/config_errors.hpp"
 
 using namespace sluice;
 
@@ -20,12 +21,6 @@ lcores:
 firewall:
   rules:
 )" + rules;
-}
-
-std::string errors_of(const ConfigResult& r) {
-    std::string all;
-    for (const ConfigError& e : r.errors) all += e.to_string() + "\n";
-    return all;
 }
 
 }  // namespace

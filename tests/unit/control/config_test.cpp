@@ -9,6 +9,7 @@
 #include <rte_acl.h>
 
 #include "control/config.hpp"
+#include "control/config_errors.hpp"
 
 using namespace sluice;
 
@@ -41,12 +42,6 @@ forward:
     to: lan
     next_hop_mac: 02:00:00:00:00:01
 )";
-
-std::string errors_of(const ConfigResult& r) {
-    std::string all;
-    for (const ConfigError& e : r.errors) all += e.to_string() + "\n";
-    return all;
-}
 
 }  // namespace
 

@@ -206,14 +206,14 @@ services:
     REQUIRE(sent.size() == kFlows * 3);
 
     std::map<std::size_t, std::set<std::pair<std::string, uint16_t>>> bindings;  // flow -> {(backend, pool port)}
-    std::set<uint16_t> pool_ports;
+    std::set<std::pair<std::string, uint16_t>> pool_ports;  // each backend has its own port space
     for (const Bytes& b : sent) {
         const SeenFrame seen = read_frame(b);
         CHECK(seen.checksums_ok);
         CHECK(seen.src == "10.1.0.100");
         CHECK(seen.dst_port == 5353);
         bindings[b.size()].insert({seen.dst, seen.src_port});
-        pool_ports.insert(seen.src_port);
+        pool_ports.insert({seen.dst, seen.src_port});
     }
     CHECK(bindings.size() == kFlows);
     for (const auto& [size, binding] : bindings) CHECK(binding.size() == 1);
