@@ -226,15 +226,16 @@ def looping_config(tmp_path):
 
 def wait_forwarding(sluice, packets=20000):
     tx = sluice.stats()["port/p1/tx_packets"]
-    wait_until(lambda: sluice.stats()["port/p1/tx_packets"] > tx + packets, what="traffic to flow")
+    wait_until(lambda: sluice.stats()["port/p1/tx_packets"] > tx + packets, timeout=60, what="traffic to flow")
 
 
 def test_stops_under_traffic_within_the_bound_with_every_mbuf_back(tmp_path):
     sluice = Sluice(tmp_path, looping_config(tmp_path), lcores="0@0,1@1,2@1")
     with sluice:
-        wait_forwarding(sluice)
+        # a stop is proven under load once a good many packets went through (ASan builds take a few seconds)
+        wait_forwarding(sluice, packets=100000)
         stats = sluice.stats()
-        assert stats["conn_entries"] > 0 and stats["rx_packets"] > 100000, stats
+        assert stats["conn_entries"] > 0, stats
         began = time.monotonic()
         assert sluice.stop(timeout=30) == 0, sluice.log()
         took = time.monotonic() - began
