@@ -19,7 +19,8 @@ cd "$root"
 results="$root/build/test-results"
 python=/usr/bin/python3  # Debian's, which has scapy and pytest (a pyenv python3 may shadow it on PATH)
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each stage line carries the time so far, to keep the whole run inside its budget (about 30 min on 2 CPUs).
+step() { printf '\n=== %s  (at %d:%02d)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 # A suite that crashes before writing its results still counts as a failure.
 record_failure() {
