@@ -223,7 +223,7 @@ private:
         attach_telemetry(
             &view_,
             [this] {
-                mailbox_.run([this] { reload("telemetry"); });
+                mailbox_.run([this] { reload("telemetry"); }, SystemdNotifier::kReloadWatchdog);
                 return reloader_->status().read();
             },
             LineCommands{
@@ -234,7 +234,8 @@ private:
                     },
                 .dry_run =
                     [this](const std::string& text) {
-                        return on_control_thread([this, text] { return dry_run(text); });
+                        return on_control_thread([this, text] { return dry_run(text); },
+                                                 SystemdNotifier::kReloadWatchdog);
                     },
                 .drain =
                     [this](const std::string&) {
@@ -334,9 +335,16 @@ private:
 
     // Telemetry thread: runs job on the control thread and returns its lines. The job owns what it reads but the
     // daemon (a requester that gives up leaves it queued).
-    std::vector<std::string> on_control_thread(std::function<std::vector<std::string>()> job) {
-        auto lines = mailbox_.call(std::move(job));
-        return lines ? std::move(*lines) : std::vector<std::string>{"error: sluice is stopping or busy"};
+    // Table builds (reload, dry run) wait as long as systemd is told to wait for them; other jobs, the mailbox's
+    // default.
+    std::vector<std::string> on_control_thread(std::function<std::vector<std::string>()> job,
+                                               std::chrono::milliseconds timeout = ControlMailbox::kDefaultTimeout) {
+        const auto began = std::chrono::steady_clock::now();
+        auto lines = mailbox_.call(std::move(job), timeout);
+        if (lines) return std::move(*lines);
+        const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - began);
+        return {
+            fmt::format("error: sluice is stopping, or its control thread did not answer within {} s", waited.count())};
     }
 
     std::vector<std::string> explain_on_control_thread(const std::string& text) {

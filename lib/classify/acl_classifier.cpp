@@ -181,6 +181,7 @@ std::pair<std::vector<PortRange>, std::vector<PortRange>> slot_ranges(const Rule
     if (r.protocol != own_icmp<F>()) return {};
     const auto widen = [](const std::vector<IcmpRange>& list) {
         std::vector<PortRange> out;
+        out.reserve(list.size());
         for (const IcmpRange& range : list) out.push_back({range.first, range.last});
         return out;
     };

@@ -14,7 +14,7 @@ ControlMailbox::ControlMailbox(std::chrono::milliseconds timeout)
 
 ControlMailbox::~ControlMailbox() { close(event_fd_); }
 
-bool ControlMailbox::run(std::function<void()> job) {
+bool ControlMailbox::run(std::function<void()> job, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     if (closed_) return false;
     const uint64_t ticket = ++requested_;
@@ -23,7 +23,7 @@ bool ControlMailbox::run(std::function<void()> job) {
     if (write(event_fd_, &one, sizeof one) < 0) {
         // Only fails when the counter would overflow; the control loop still sees the earlier wake-up.
     }
-    return done_.wait_for(lock, timeout_, [&] { return completed_ >= ticket || closed_; }) && completed_ >= ticket;
+    return done_.wait_for(lock, timeout, [&] { return completed_ >= ticket || closed_; }) && completed_ >= ticket;
 }
 
 void ControlMailbox::drain() {

@@ -32,16 +32,21 @@ public:
     int fd() const { return event_fd_; }
 
     // Queues job and waits for it. False when the mailbox is closed or the job did not finish within the timeout
-    // (it may still run later).
-    bool run(std::function<void()> job);
+    // (it may still run later). Jobs that build tables (reload, dry run) pass a longer one.
+    bool run(std::function<void()> job) { return run(std::move(job), timeout_); }
+    bool run(std::function<void()> job, std::chrono::milliseconds timeout);
 
     // Runs job on the control thread and returns its result, or nullopt as run() returns false. The result goes
     // through a slot shared with the job, so a job that runs after its requester gave up writes into live memory.
     template <typename Result>
-    std::optional<Result> call(std::function<Result()> job) {
+    std::optional<Result> call(std::function<Result()> job, std::chrono::milliseconds timeout) {
         auto slot = std::make_shared<std::optional<Result>>();
-        if (!run([slot, job = std::move(job)] { *slot = job(); })) return std::nullopt;
+        if (!run([slot, job = std::move(job)] { *slot = job(); }, timeout)) return std::nullopt;
         return std::move(*slot);
+    }
+    template <typename Result>
+    std::optional<Result> call(std::function<Result()> job) {
+        return call(std::move(job), timeout_);
     }
 
     // Control thread: runs every waiting job, in the order they came.

@@ -26,7 +26,7 @@ void add_reload_record(rte_tel_data* d, const ReloadRecord& r) {
     if (r.last_errors.empty()) return;
     // The entries above (telemetry cuts the path at 127 bytes) and the reply's framing take under 1 KiB of the
     // 16 KiB reply; the errors get the rest.
-    constexpr std::size_t kErrorBudget = 15 * 1024;
+    constexpr std::size_t kErrorBudget = std::size_t{15} * 1024;
     const TelemetryTextPieces split = split_for_telemetry(r.last_errors, kErrorBudget, RTE_TEL_MAX_ARRAY_ENTRIES);
     rte_tel_data* pieces = rte_tel_data_alloc();
     rte_tel_data* counts = rte_tel_data_alloc();

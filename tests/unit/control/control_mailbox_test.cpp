@@ -103,3 +103,18 @@ TEST_CASE("mailbox: closed, it answers false at once and drops what waits", "[ma
     CHECK_FALSE(ran);
     CHECK_FALSE(mailbox.run([&] { ran = true; }));
 }
+
+TEST_CASE("mailbox: a job given its own timeout is waited for beyond the default", "[mailbox]") {
+    ControlMailbox mailbox(20ms);
+    ControlThread control(mailbox);
+    // A table build longer than the default timeout: the default gives up, the job's own timeout waits for it.
+    CHECK_FALSE(mailbox.run([] { std::this_thread::sleep_for(200ms); }));
+    const auto lines = mailbox.call<std::vector<std::string>>(
+        [] {
+            std::this_thread::sleep_for(200ms);
+            return std::vector<std::string>{"built"};
+        },
+        30s);
+    REQUIRE(lines);
+    CHECK(lines->front() == "built");
+}

@@ -206,7 +206,7 @@ services:
     REQUIRE(sent.size() == kFlows * 3);
 
     std::map<std::size_t, std::set<std::pair<std::string, uint16_t>>> bindings;  // flow -> {(backend, pool port)}
-    std::set<std::pair<std::string, uint16_t>> pool_ports;  // each backend has its own port space
+    std::set<std::pair<std::string, uint16_t>> pool_ports;                       // each backend has its own port space
     for (const Bytes& b : sent) {
         const SeenFrame seen = read_frame(b);
         CHECK(seen.checksums_ok);
