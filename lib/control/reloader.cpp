@@ -59,11 +59,14 @@ std::vector<std::string> rule_changes(const Config& running, const Config& candi
 void log_tables(const Snapshot& snapshot) {
     const FirewallTables& fw = *snapshot.firewall;
     if (!fw.enabled) return;
-    spdlog::info(
-        "firewall: {} rule(s) ({} IPv4 / {} IPv6 rte_acl rules after expansion), default {}, {} early-drop prefix(es)",
-        fw.actions.size(), fw.acl_v4 ? fw.acl_v4->expanded_rule_count() : 0,
-        fw.acl_v6 ? fw.acl_v6->expanded_rule_count() : 0, fw.default_action == RuleAction::allow ? "allow" : "deny",
-        fw.blocklist_prefixes);
+    const std::size_t blocklist_bytes =
+        (fw.blocklist_v4 ? fw.blocklist_v4->bytes() : 0) + (fw.blocklist_v6 ? fw.blocklist_v6->bytes() : 0);
+    spdlog::info("firewall: {} rule(s) ({} IPv4 / {} IPv6 rte_acl rules after expansion), default {}, {} early-drop "
+                 "prefix(es) in {} KiB of tables",
+                 fw.actions.size(), fw.acl_v4 ? fw.acl_v4->expanded_rule_count() : 0,
+                 fw.acl_v6 ? fw.acl_v6->expanded_rule_count() : 0,
+                 fw.default_action == RuleAction::allow ? "allow" : "deny", fw.blocklist_prefixes,
+                 (blocklist_bytes + 1023) / 1024);
     for (const AclClassifier* acl : {fw.acl_v4.get(), fw.acl_v6.get()})
         if (acl && acl->expanded_rule_count() != 0)
             spdlog::info("firewall: {} rte_acl classify method {}", acl->family() == IpFamily::ipv4 ? "IPv4" : "IPv6",

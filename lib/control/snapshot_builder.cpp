@@ -2,23 +2,20 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
-#include <set>
 #include <stdexcept>
 
 #include <rte_cycles.h>
 #include <rte_errno.h>
-#include <rte_fib.h>
 #include <rte_hash.h>
-#include <rte_lpm6.h>
 
 #include "common/ip_proto.hpp"
+#include "control/blocklist_builder.hpp"
 #include "lb/maglev.hpp"
 
 namespace sluice {
 namespace {
 
-// rte_fib, rte_lpm6 and rte_acl name their tables; every snapshot gets fresh names.
+// rte_acl and rte_hash name their tables; every snapshot gets fresh names.
 std::atomic<uint64_t> g_generation{0};
 
 const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
@@ -57,8 +54,9 @@ bool matches_family(const FirewallRuleConfig& rule, IpFamily family) {
     return allows(rule.source) && allows(rule.destination);
 }
 
-// The early-drop sets' tables: the running ones (previous) when the prefixes are the same, else built anew.
-void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int socket, uint64_t generation,
+// The early-drop sets' tables: the running ones (previous) when the prefixes are the same, else built anew. A
+// reload compares the sorted lists, so a reordered file keeps the built tables.
+void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int socket,
                       const std::shared_ptr<const Blocklist>& previous) {
     std::vector<Prefix> v4, v6;
     for (const PrefixSetConfig& set : config.prefix_sets) {
@@ -67,64 +65,12 @@ void build_blocklists(const FirewallConfig& config, FirewallTables& fw, int sock
         v6.insert(v6.end(), set.v6.begin(), set.v6.end());
     }
     if (v4.empty() && v6.empty()) return;
-    // In address order (bytes in network order), the shorter first at one address: a covering prefix goes in before
-    // the ones it covers, and the tables' writes walk memory in order (about twice as fast to build). A reload
-    // compares the sorted lists, so a reordered file keeps the built tables.
-    const auto address_order = [](const Prefix& a, const Prefix& b) {
-        const int c = std::memcmp(a.address.bytes, b.address.bytes, sizeof a.address.bytes);
-        return c != 0 ? c < 0 : a.length < b.length;
-    };
-    for (std::vector<Prefix>* list : {&v4, &v6}) {
-        std::sort(list->begin(), list->end(), address_order);
-        list->erase(std::unique(list->begin(), list->end()), list->end());  // one line twice, or in two sets
-    }
+    sort_distinct(v4);  // one line twice, or in two sets, is one prefix
+    sort_distinct(v6);
     fw.blocklist_prefixes = v4.size() + v6.size();
-    if (previous && previous->v4_prefixes == v4 && previous->v6_prefixes == v6) {
-        fw.blocklist = previous;
-    } else {
-        auto built = std::make_shared<Blocklist>();  // frees what it holds if a build below throws
-        if (!v4.empty()) {
-            // rte_fib (DIR-24-8 over an rte_rib tree), not rte_lpm: rte_lpm_add scans every rule of the prefix's length
-            // for a duplicate, so n prefixes cost O(n^2) (100k random /16-/32 prefixes: 12 s against 0.3 s).
-            // A prefix longer than /24 needs a tbl8 group for its /24; count the groups exactly. Next hop 1: listed.
-            std::set<uint32_t> groups;
-            for (const Prefix& p : v4)
-                if (p.length > 24) groups.insert(rte_be_to_cpu_32(p.address.words[0]) >> 8);
-            rte_fib_conf fib_config{};
-            fib_config.type = RTE_FIB_DIR24_8;
-            fib_config.default_nh = 0;
-            fib_config.max_routes = static_cast<int>(v4.size());
-            fib_config.dir24_8.nh_sz = RTE_FIB_DIR24_8_4B;  // the tbl8 index shares the next hop's bits: 1B allows 127
-            fib_config.dir24_8.num_tbl8 = static_cast<uint32_t>(groups.size()) + 16;
-            const std::string name = "sl_bl4_" + std::to_string(generation);
-            built->v4 = rte_fib_create(name.c_str(), socket, &fib_config);
-            if (!built->v4)
-                throw std::runtime_error("blocklist (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
-            for (const Prefix& p : v4)
-                if (rte_fib_add(built->v4, rte_be_to_cpu_32(p.address.words[0]), p.length, 1) < 0)
-                    throw std::runtime_error("blocklist (IPv4): cannot add a prefix (out of memory?)");
-        }
-        if (!v6.empty()) {
-            rte_lpm6_config lpm_config{};
-            lpm_config.max_rules = static_cast<uint32_t>(v6.size());
-            // Each prefix can need up to (length - 24) / 8 tbl8 groups beyond the first 24 bits.
-            uint64_t groups = 0;
-            for (const Prefix& p : v6) groups += p.length > 24 ? (p.length - 24 + 7) / 8 : 0;
-            lpm_config.number_tbl8s = static_cast<uint32_t>(std::min<uint64_t>(groups + 16, 1u << 24));
-            const std::string name = "sl_bl6_" + std::to_string(generation);
-            built->v6 = rte_lpm6_create(name.c_str(), socket, &lpm_config);
-            if (!built->v6)
-                throw std::runtime_error("blocklist (IPv6): rte_lpm6_create: " + std::string(rte_strerror(rte_errno)));
-            for (const Prefix& p : v6)
-                if (rte_lpm6_add(built->v6, p.address.bytes, p.length, 1) < 0)
-                    throw std::runtime_error("blocklist (IPv6): cannot add a prefix (out of memory?)");
-        }
-        built->v4_prefixes = std::move(v4);
-        built->v6_prefixes = std::move(v6);
-        fw.blocklist = std::move(built);
-    }
-    fw.blocklist_v4 = fw.blocklist->v4;
-    fw.blocklist_v6 = fw.blocklist->v6;
+    fw.blocklist = build_blocklist(std::move(v4), std::move(v6), socket, previous);
+    fw.blocklist_v4 = fw.blocklist->v4.get();
+    fw.blocklist_v6 = fw.blocklist->v6.get();
 }
 
 void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::size_t lcore_count,
@@ -399,7 +345,7 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     } catch (const AclMethodUnavailable& e) {
         throw std::runtime_error(std::string("firewall acl_method: ") + e.what());  // the key that pinned it
     }
-    build_blocklists(fc, fw, socket, generation, live.blocklist);
+    build_blocklists(fc, fw, socket, live.blocklist);
     build_rate_limits(fc, fw, lcore_count, worker_count, socket, generation);
     fw.hits = std::make_unique<RuleHits>();
     fw.hits->rule_count = fc.rules.size();

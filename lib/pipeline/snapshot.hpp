@@ -15,6 +15,7 @@
 #include <rte_ether.h>
 
 #include "classify/acl_classifier.hpp"
+#include "classify/prefix_set_table.hpp"
 #include "classify/rule.hpp"
 #include "common/ip_proto.hpp"
 #include "conntrack/tcp_state.hpp"
@@ -23,9 +24,6 @@
 #include "packet/parse.hpp"
 #include "pipeline/source_limiter.hpp"
 #include "pipeline/token_bucket.hpp"
-
-struct rte_fib;
-struct rte_lpm6;
 
 namespace sluice {
 
@@ -74,16 +72,11 @@ struct RateLimiterState {
 };
 
 // The early-drop sets' tables and the prefixes they were built from. The snapshots of reloads that leave those
-// prefixes as they were share them (a blocklist of 1M prefixes takes seconds to build); the last one frees them.
+// prefixes as they were share them; the last one frees them.
 struct Blocklist {
-    rte_fib* v4 = nullptr;
-    rte_lpm6* v6 = nullptr;
-    std::vector<Prefix> v4_prefixes;  // what the tables hold, in address order (build_blocklists)
+    std::unique_ptr<const PrefixSetTable> v4, v6;  // null: no prefix of that family
+    std::vector<Prefix> v4_prefixes;  // what the tables hold, in address order (control/blocklist_builder.hpp)
     std::vector<Prefix> v6_prefixes;
-    Blocklist() = default;
-    Blocklist(const Blocklist&) = delete;
-    Blocklist& operator=(const Blocklist&) = delete;
-    ~Blocklist();
 };
 
 // The L4 bytes of the packet that most likely opened a connection of this tuple, for the rules' verdict on a
@@ -115,8 +108,8 @@ struct FirewallTables {
     std::vector<RuleAction> actions;   // by rule id
     std::vector<uint32_t> stable_ids;  // by rule id: the rule's id for the daemon's life (by name), kept in entries
     std::vector<std::string> rule_names;
-    rte_fib* blocklist_v4 = nullptr;   // early-drop prefix sets, matched on source addresses by RX lcores
-    rte_lpm6* blocklist_v6 = nullptr;  // (both owned by blocklist)
+    const PrefixSetTable* blocklist_v4 = nullptr;  // early-drop prefix sets, matched on source addresses by RX
+    const PrefixSetTable* blocklist_v6 = nullptr;  // lcores (both owned by blocklist)
     std::shared_ptr<const Blocklist> blocklist;
     std::size_t blocklist_prefixes = 0;
     std::unique_ptr<RuleHits> hits;                            // mutable counters, see RuleHits
