@@ -26,7 +26,11 @@ ChallengeAck tcp_challenge_ack(const TcpWindow& w, bool sender_is_responder) {
     const int s = sender_is_responder ? 1 : 0, r = 1 - s;
     const uint8_t scale = (w.flags[0] & w.flags[1] & kWindowSideSyn) ? tcp_window_detail::window_scale(w, r) : 0;
     const uint32_t window = std::min<uint32_t>(w.side[r].maxwin >> scale, UINT16_MAX);
-    return {w.side[r].end, w.side[s].end, static_cast<uint16_t>(std::max<uint32_t>(window, 1))};
+    // The sender's maxend is the receiver's highest acknowledgment plus a window of at most the receiver's maxwin:
+    // less that window, it is never past what the receiver acknowledged, and at most a window behind it.
+    const uint32_t acknowledged = w.side[s].maxend - w.side[r].maxwin;
+    const uint32_t ack = tcp_window_detail::before(acknowledged, w.side[s].end) ? acknowledged : w.side[s].end;
+    return {w.side[r].end, ack, static_cast<uint16_t>(std::max<uint32_t>(window, 1))};
 }
 
 }  // namespace sluice

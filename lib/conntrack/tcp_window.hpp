@@ -174,8 +174,11 @@ void tcp_window_open_proxied(TcpWindow& window, uint32_t client_next, uint16_t c
                              uint16_t proxy_window);
 
 // What a challenge ACK from the receiver of a segment sent by the initiator (or the responder) carries (RFC 5961
-// 3.2: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>), in the tracked sequence spaces. RCV.NXT is taken as the sender's own
-// next sequence: a peer that really lost the connection answers the ACK with a RST there, which is then exact.
+// 3.2: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>), in the tracked sequence spaces. RCV.NXT is taken as what the receiver
+// is known to have acknowledged, never more: an ACK in its name for data still in flight would make the sender drop
+// that data from its retransmission queue, and one segment of it lost on the way would stall the connection for
+// good. Once the receiver has acknowledged everything with its largest window (an idle connection, as a rule), that
+// is the sender's own next sequence: a peer that really lost the connection answers with a RST there, then exact.
 struct ChallengeAck {
     uint32_t seq;
     uint32_t ack;

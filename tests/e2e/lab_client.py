@@ -4,6 +4,8 @@
   lab_client.py udp HOST PORT COUNT                   COUNT new UDP flows, one datagram each
   lab_client.py http-until URL STOPFILE               new connections without pause until STOPFILE exists
   lab_client.py keepalive URL SECONDS                 one connection, a GET every 0.1 s for SECONDS
+  lab_client.py idle URL STOPFILE                     one connection: a GET, its local port printed ({"port": N}),
+                                                      idle until STOPFILE exists, then a second GET
 """
 
 import http.client
@@ -75,6 +77,21 @@ def main():
                 errors.append(f"{time.monotonic() - started:.2f}s {type(e).__name__}: {e}")
                 break
             time.sleep(0.1)
+    elif mode == "idle":
+        url, stopfile = sys.argv[2], sys.argv[3]
+        u = urlparse(url)
+        conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=3)
+        for request in range(2):
+            try:
+                conn.request("GET", u.path or "/")
+                answers[conn.getresponse().read().decode().strip()] += 1
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"{type(e).__name__}: {e}")
+                break
+            if request == 0:
+                print(json.dumps({"port": conn.sock.getsockname()[1]}), flush=True)
+                while not os.path.exists(stopfile):
+                    time.sleep(0.05)
     print(json.dumps({"answers": answers, "errors": errors[:20], "error_count": len(errors),
                       "seconds": round(time.monotonic() - started, 2)}))
 

@@ -84,13 +84,38 @@ TEST_CASE("tcp window: a RST closes only at the exact sequence (RFC 5961 3.2)", 
         const WindowVerdict far = tcp_window_check(w, kServer, seg(RST, 5001 + 0x40000000u, 0), true);
         CHECK(far ==
               (check == TcpWindowCheck::strict ? WindowVerdict::rst_out_of_window : WindowVerdict::rst_challenge));
-        // The challenge ACK the server would send the client: its own next sequence, the client's next.
+        // The challenge ACK the server would send the client: its own next sequence, and what it acknowledged (its
+        // SYN+ACK's 1001), not the client's 100 bytes it has not.
         const ChallengeAck challenge = tcp_challenge_ack(w, kClient);
         CHECK(challenge.seq == 5001);
-        CHECK(challenge.ack == 1101);
+        CHECK(challenge.ack == 1001);
         // Exact: at the sender's next sequence.
         CHECK(tcp_window_check(w, kServer, seg(RST, 5001, 0), true) == WindowVerdict::rst_exact);
     }
+}
+
+TEST_CASE("tcp window: a challenge ACK acknowledges no more than its receiver did", "[conntrack][tcp_window]") {
+    // A download: the server has 10 segments in flight, the client acknowledged 4 of them (window 502 << 7).
+    TcpWindow w = handshake(TcpWindowCheck::strict, 7, 7, 502);
+    for (uint32_t i = 0; i < 10; ++i)
+        REQUIRE(tcp_window_check(w, kServer, seg(ACK, 5001 + i * 1000, 1001, 1000), true) == WindowVerdict::pass);
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 9001, 0, 502), true) == WindowVerdict::pass);
+    // A blind RST "from the server" lands in the window: the challenge goes to the server in the client's name. An
+    // ACK of 15001 would make the server forget 6000 bytes in flight; were one segment lost, the download would stall.
+    REQUIRE(tcp_window_check(w, kServer, seg(RST, 15001 - 10, 0), true) == WindowVerdict::rst_challenge);
+    ChallengeAck challenge = tcp_challenge_ack(w, kServer);
+    CHECK(challenge.seq == 1001);
+    CHECK(challenge.ack == 9001);
+    CHECK(challenge.window == 502);
+    // A smaller window later (the client's buffer fills): still never past the client's acknowledgment.
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 12001, 0, 10), true) == WindowVerdict::pass);
+    CHECK(tcp_challenge_ack(w, kServer).ack == 9001);
+    // All acknowledged with the full window (the connection idles): the server's next sequence, where the RST that a
+    // server which lost the connection would answer with is exact.
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 15001, 0, 502), true) == WindowVerdict::pass);
+    challenge = tcp_challenge_ack(w, kServer);
+    CHECK(challenge.ack == 15001);
+    CHECK(tcp_window_check(w, kServer, seg(RST, challenge.ack, 0), true) == WindowVerdict::rst_exact);
 }
 
 TEST_CASE("tcp window: a SYN on an established connection is challenged (RFC 5961 4.2)", "[conntrack][tcp_window]") {
