@@ -31,6 +31,9 @@ std::string device_name(const std::string& device) { return device.substr(0, dev
 
 namespace {
 
+// The Toeplitz key length of most NICs, for a device that hashes but does not say its key size.
+constexpr std::size_t kDefaultRssKeyBytes = 40;
+
 std::string errstr(int ret) { return rte_strerror(ret < 0 ? -ret : ret); }
 
 std::string format_mac(const rte_ether_addr& mac) {
@@ -59,6 +62,12 @@ int Port::socket() const {
     return s < 0 ? 0 : s;
 }
 
+std::vector<uint8_t> symmetric_rss_key(std::size_t bytes) {
+    std::vector<uint8_t> key(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) key[i] = i % 2 == 0 ? 0x6d : 0x5a;
+    return key;
+}
+
 std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int solicitation_socket) {
     const bool one_pool = std::all_of(port_sockets.begin(), port_sockets.end(),
                                       [&](int socket) { return socket == solicitation_socket; });
@@ -79,10 +88,16 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
 
     rte_eth_conf conf{};
     conf.rxmode.mtu = spec_.mtu;
+    std::vector<uint8_t> rss_key;  // read by rte_eth_dev_configure
     if (spec_.rx_queues > 1) {
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-        conf.rx_adv_conf.rss_conf.rss_hf =
-            (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+        rte_eth_rss_conf& rss = conf.rx_adv_conf.rss_conf;
+        rss.rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+        if (rss.rss_hf != 0) {
+            rss_key = symmetric_rss_key(info.hash_key_size ? info.hash_key_size : kDefaultRssKeyBytes);
+            rss.rss_key = rss_key.data();
+            rss.rss_key_len = static_cast<uint8_t>(rss_key.size());
+        }
     }
     // sluice's mbufs have refcnt 1 when sent; whether they all come from one pool is plan_tx_fast_free's answer.
     if (tx_fast_free && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE))
@@ -111,6 +126,13 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_start: " + errstr(ret));
     started_ = true;
     tx_queues_ = tx_queues;
+    if (spec_.rx_queues > 1 && rss_key.empty())
+        spdlog::info("{}: the device does no RSS: its driver decides which RX queue a packet lands in (sluice's "
+                     "steering to workers does not depend on it)",
+                     who);
+    else if (spec_.rx_queues > 1)
+        spdlog::info("{}: RSS over {} RX queues with a symmetric {}-byte Toeplitz key, hash types {:#x}", who,
+                     spec_.rx_queues, rss_key.size(), conf.rx_adv_conf.rss_conf.rss_hf);
     spdlog::info(
         "{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}{}", who,
         spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues, tx_desc,
