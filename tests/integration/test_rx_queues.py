@@ -1,5 +1,5 @@
-"""Several RX queues per port and several RX lcores, on devices with real queues: net_af_packet with two queue pairs
-on each veth (the kernel spreads frames over the two packet sockets by its flow hash, PACKET_FANOUT_HASH), two RX
+"""Several RX queues per port and several RX lcores, on devices with real queues (net_af_packet with two queue
+pairs on a veth, net_tap with two queues: the kernel spreads frames over the queues by its flow hash), two RX
 lcores and two workers on the machine's 2 CPUs. Each RX lcore polls queue 0 of one port and queue 1 of the other,
 so both directions of a flow, which the kernel's symmetric hash gives the same queue number, come in on different
 RX lcores: the software steering alone brings them to one worker.
@@ -34,9 +34,24 @@ SEGMENTS = 4  # data segments each way and flow
 PAYLOAD = 64
 
 
+# Two devices with real queues. net_af_packet owns the veths cl0 and sv0 with two packet sockets each; the kernel
+# fans the frames arriving there out over them by its flow hash. net_tap makes the taps cl0p and sv0p (named as the
+# veth peers are, where the test injects and listens) with two queues each: the kernel queues what is sent into a
+# tap by its symmetric flow hash. net_tap offers RSS, so sluice sets its key there (net_af_packet offers none).
+DEVICES = {
+    "af_packet": lambda index, port: f"net_af_packet{index},iface={port},qpairs=2",
+    "tap": lambda index, port: f"net_tap{index},iface={port}p",
+}
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
 @pytest.fixture
-def ns():
-    n = Netns(f"sq{os.getpid()}", ["cl0", "sv0"])
+def ns(device):
+    n = Netns(f"sq{os.getpid()}", ["cl0", "sv0"] if device == "af_packet" else [])
     n.exec("ip", "link", "set", "lo", "up")  # sluice's metrics listen on 127.0.0.1 in there
     yield n
     n.delete()
@@ -65,9 +80,9 @@ LAYOUTS = {
 }
 
 
-def config(metrics_port, layout):
+def config(metrics_port, device, layout):
     def port(name, index, iface):
-        return {"name": name, "device": f"net_af_packet{index},iface={iface},qpairs=2", "rx_queues": 2,
+        return {"name": name, "device": DEVICES[device](index, iface), "rx_queues": 2,
                 "rx_descriptors": 512, "tx_descriptors": 512}
 
     return {
@@ -112,15 +127,17 @@ def segments(src_mac, src, sport, dst, dport, isn, ack, flow):
 class Run:
     """sluice in the namespace, listeners on both peers, and what came out of each port."""
 
-    def __init__(self, tmp_path, ns, layout="split"):
+    def __init__(self, tmp_path, ns, device, layout="split"):
         self.ns = ns
         self.metrics_port = free_port()
-        self.sluice = Sluice(tmp_path, config(self.metrics_port, layout), lcores=LAYOUTS[layout][0], netns=ns)
-        self.listeners = {"client": ns.listen("cl0"), "server": ns.listen("sv0")}
+        self.sluice = Sluice(tmp_path, config(self.metrics_port, device, layout), lcores=LAYOUTS[layout][0],
+                             netns=ns)
+        self.listeners = {}
         self.out = {"client": [], "server": []}
 
     def __enter__(self):
-        self.sluice.start()
+        self.sluice.start()  # first: net_tap makes the interfaces the listeners bind to
+        self.listeners = {"client": self.ns.listen("cl0"), "server": self.ns.listen("sv0")}
         return self
 
     def __exit__(self, *exc):
@@ -169,10 +186,10 @@ def payload_order(frames):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_both_directions_of_every_flow_reach_one_worker_through_two_rx_lcores(tmp_path, ns, layout):
+def test_both_directions_of_every_flow_reach_one_worker_through_two_rx_lcores(tmp_path, ns, device, layout):
     clients = [(f"203.0.113.{1 + i}", 40000 + i) for i in range(FLOWS)]
     c_isn, s_isn = 1000, 50000
-    with Run(tmp_path, ns, layout) as run:
+    with Run(tmp_path, ns, device, layout) as run:
         run.send("cl0", [tcp(CLIENT_PEER, c, p, SERVER, 443, "S", c_isn) for c, p in clients])
         run.wait_out("server", FLOWS)
         run.send("sv0", [tcp(SERVER_PEER, SERVER, 443, c, p, "SA", s_isn, c_isn + 1) for c, p in clients])
@@ -210,10 +227,10 @@ def test_both_directions_of_every_flow_reach_one_worker_through_two_rx_lcores(tm
     assert sum(inserts.values()) == FLOWS and min(inserts.values()) > 0, inserts
 
 
-def test_nat_replies_reach_the_worker_that_opened_the_connection(tmp_path, ns):
+def test_nat_replies_reach_the_worker_that_opened_the_connection(tmp_path, ns, device):
     clients = [(f"203.0.113.{1 + i}", 41000 + i) for i in range(FLOWS)]
     c_isn, s_isn = 7000, 90000
-    with Run(tmp_path, ns) as run:
+    with Run(tmp_path, ns, device) as run:
         run.send("cl0", [tcp(CLIENT_PEER, c, p, VIP, 80, "S", c_isn) for c, p in clients])
         opened = run.wait_out("server", FLOWS)
         assert all(f[IP].src == POOL and f[IP].dst in BACKENDS and f[TCP].dport == 8080 for f in opened)
