@@ -175,7 +175,8 @@ TEST_CASE("prometheus: every exported lcore counter has its family, help, label 
 
 TEST_CASE("prometheus: packets per RX queue, one sample per queue of a port with several", "[metrics]") {
     Scrape scrape = full_scrape();
-    const MetricFamily& queues = by_name(render_families(scrape)).at("sluice_port_rx_queue_packets_total");
+    const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
+    const MetricFamily& queues = families.at("sluice_port_rx_queue_packets_total");
     REQUIRE(queues.metric.size() == 2);
     for (std::size_t q = 0; q < 2; ++q) {
         CHECK(queues.metric[q].label.at(0).value == "wan");
