@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import time
-from collections import defaultdict
 
 import pytest
 
@@ -133,7 +132,6 @@ class Run:
         self.sluice = Sluice(tmp_path, config(self.metrics_port, device, layout), lcores=LAYOUTS[layout][0],
                              netns=ns)
         self.listeners = {}
-        self.out = {"client": [], "server": []}
 
     def __enter__(self):
         self.sluice.start()  # first: net_tap makes the interfaces the listeners bind to
@@ -167,18 +165,10 @@ class Run:
         time.sleep(0.2)
         got += [Ether(raw) for raw in Netns.received(self.listeners[port])]  # anything more is an error
         assert len(got) == count, f"{len(got)} frames out of {port}, {count} expected"
-        self.out[port] += got
         return got
 
     def metrics(self):
         return scrape(self.ns, self.metrics_port)
-
-
-def by_flow(frames, key):
-    flows = defaultdict(list)
-    for f in frames:
-        flows[key(f)].append(f)
-    return flows
 
 
 def payload_order(frames):
@@ -195,8 +185,10 @@ def test_both_directions_of_every_flow_reach_one_worker_through_two_rx_lcores(tm
         run.send("sv0", [tcp(SERVER_PEER, SERVER, 443, c, p, "SA", s_isn, c_isn + 1) for c, p in clients])
         run.wait_out("client", FLOWS)
         # Then each side's segments, the flows interleaved as a busy link carries them.
-        client_data = [segments(CLIENT_PEER, c, p, SERVER, 443, c_isn, s_isn + 1, i) for i, (c, p) in enumerate(clients)]
-        server_data = [segments(SERVER_PEER, SERVER, 443, c, p, s_isn, c_isn + 1, i) for i, (c, p) in enumerate(clients)]
+        client_data = [segments(CLIENT_PEER, c, p, SERVER, 443, c_isn, s_isn + 1, i)
+                       for i, (c, p) in enumerate(clients)]
+        server_data = [segments(SERVER_PEER, SERVER, 443, c, p, s_isn, c_isn + 1, i)
+                       for i, (c, p) in enumerate(clients)]
         run.send("cl0", [tcp(CLIENT_PEER, c, p, SERVER, 443, "A", c_isn + 1, s_isn + 1) for c, p in clients] +
                  [flow[i] for i in range(SEGMENTS) for flow in client_data])
         to_server = run.wait_out("server", FLOWS * (1 + SEGMENTS))
