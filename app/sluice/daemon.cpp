@@ -205,7 +205,7 @@ private:
     // Telemetry, BGP and metrics: what reads the running data plane from other threads.
     void attach_readers() {
         view_.dataplane = dataplane_.get();
-        for (const auto& port : ports_) view_.ports.push_back({port->name(), port->id()});
+        for (const auto& port : ports_) view_.ports.push_back({port->name(), port->id(), port->spec().rx_queues});
         for (const auto& [socket, pool] : pools_) view_.pools.push_back({socket, pool});
         view_.reload = &reloader_->status();
         view_.rules = &stats_->rules();

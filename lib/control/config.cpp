@@ -66,6 +66,19 @@ const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "err
 
 bool is_power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 
+// A net_af_packet device's queue pairs (its qpairs= argument, 1 when absent); nothing for other devices or a value
+// that is not a number (the PMD refuses those).
+std::optional<unsigned long> af_packet_qpairs(const std::string& device) {
+    if (!device.starts_with("net_af_packet")) return std::nullopt;
+    const auto at = device.find(",qpairs=");
+    if (at == std::string::npos) return 1;
+    const char* digits = device.c_str() + at + 8;
+    char* end = nullptr;
+    const unsigned long qpairs = std::strtoul(digits, &end, 10);
+    if (end == digits || (*end != '\0' && *end != ',')) return std::nullopt;
+    return qpairs;
+}
+
 void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<std::string, YAML::Mark>& port_marks) {
     if (!d.sequence(node, "ports")) return;
     for (const YAML::Node& p : node) {
@@ -95,6 +108,13 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
         d.field(p, "rx_queues", what, false, [&](const YAML::Node& v) {
             d.integer(v, what + " rx_queues", spec.rx_queues, 1, kMaxRxQueuesPerPort);
         });
+        // net_af_packet hashes what it receives over all of its qpairs packet sockets (PACKET_FANOUT): a socket
+        // sluice does not poll keeps its share of the frames.
+        if (const auto qpairs = af_packet_qpairs(spec.device); qpairs && *qpairs != spec.rx_queues)
+            d.error(p["rx_queues"] ? p["rx_queues"] : p["device"],
+                    what + ": net_af_packet spreads what it receives over its qpairs=" + std::to_string(*qpairs) +
+                        " packet sockets, so rx_queues must be " + std::to_string(*qpairs) + " too (it is " +
+                        std::to_string(spec.rx_queues) + ")");
         for (auto [key, out] :
              {std::pair{"rx_descriptors", &spec.rx_descriptors}, {"tx_descriptors", &spec.tx_descriptors}}) {
             d.field(p, key, what, false, [&, key = key, out = out](const YAML::Node& v) {

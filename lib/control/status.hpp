@@ -4,6 +4,7 @@
 // by the telemetry and exporter threads under its mutex.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <mutex>
@@ -24,6 +25,7 @@ namespace sluice {
 struct StatusPort {
     std::string name;
     uint16_t port_id = 0;
+    uint16_t rx_queues = 1;
 };
 
 struct ReloadRecord {
@@ -186,6 +188,9 @@ struct PortReading {
     PortCounters counters;                // summed over the lcores
     std::optional<rte_eth_stats> device;  // absent when the driver would not answer
     std::optional<bool> link_up;
+    // Packets each RX queue received, as the device counts them: how RSS (or the driver) spreads the traffic. Ports
+    // with several RX queues only, at most the RTE_ETHDEV_QUEUE_STAT_CNTRS queues ethdev counts.
+    std::vector<uint64_t> rx_queue_packets;
 };
 
 struct ConnTableReading {
@@ -215,7 +220,13 @@ inline std::vector<PortReading> read_ports(const StatusView& view, const Counter
     for (const StatusPort& p : view.ports) {
         PortReading& reading = ports.emplace_back(PortReading{p.name, totals.ports[p.port_id], {}, {}});
         rte_eth_stats device{};
-        if (rte_eth_stats_get(p.port_id, &device) == 0) reading.device = device;
+        if (rte_eth_stats_get(p.port_id, &device) == 0) {
+            reading.device = device;
+            if (p.rx_queues > 1)
+                reading.rx_queue_packets.assign(device.q_ipackets,
+                                                device.q_ipackets +
+                                                    std::min<uint16_t>(p.rx_queues, RTE_ETHDEV_QUEUE_STAT_CNTRS));
+        }
         rte_eth_link link{};
         if (rte_eth_link_get_nowait(p.port_id, &link) == 0) reading.link_up = link.link_status != 0;
     }

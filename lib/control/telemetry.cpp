@@ -58,6 +58,8 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
         const std::string prefix = "port/" + port.name + "/";
         for (const PortCounterInfo& info : kPortCounterInfo)
             add(prefix + std::string(info.name), port.counters.*info.member);
+        for (std::size_t q = 0; q < port.rx_queue_packets.size(); ++q)
+            add(prefix + "rx_queue_" + std::to_string(q) + "_packets", port.rx_queue_packets[q]);
         if (!port.device) continue;
         for (const PortDeviceCounterInfo& info : kPortDeviceCounterInfo)
             add(prefix + std::string(info.telemetry_key), (*port.device).*info.member);

@@ -33,6 +33,17 @@ namespace {
 
 std::string errstr(int ret) { return rte_strerror(ret < 0 ? -ret : ret); }
 
+// Whether the device's RSS key is key, as far as it says: one that cannot report its key (net_tap) is taken at its
+// word. Some virtual functions keep their physical function's key whatever they are given.
+bool holds_rss_key(uint16_t port_id, const std::vector<uint8_t>& key) {
+    std::vector<uint8_t> held(key.size());
+    rte_eth_rss_conf conf{};
+    conf.rss_key = held.data();
+    conf.rss_key_len = static_cast<uint8_t>(held.size());
+    if (rte_eth_dev_rss_hash_conf_get(port_id, &conf) != 0) return true;
+    return held == key;
+}
+
 std::string format_mac(const rte_ether_addr& mac) {
     char buf[RTE_ETHER_ADDR_FMT_SIZE];
     rte_ether_format_addr(buf, sizeof buf, &mac);
@@ -59,6 +70,12 @@ int Port::socket() const {
     return s < 0 ? 0 : s;
 }
 
+std::vector<uint8_t> symmetric_rss_key(std::size_t bytes) {
+    std::vector<uint8_t> key(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) key[i] = i % 2 == 0 ? 0x6d : 0x5a;
+    return key;
+}
+
 std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int solicitation_socket) {
     const bool one_pool = std::all_of(port_sockets.begin(), port_sockets.end(),
                                       [&](int socket) { return socket == solicitation_socket; });
@@ -79,10 +96,17 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
 
     rte_eth_conf conf{};
     conf.rxmode.mtu = spec_.mtu;
+    std::vector<uint8_t> rss_key;  // read by rte_eth_dev_configure
     if (spec_.rx_queues > 1) {
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-        conf.rx_adv_conf.rss_conf.rss_hf =
-            (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+        rte_eth_rss_conf& rss = conf.rx_adv_conf.rss_conf;
+        rss.rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+        // A device that hashes without saying its key size keeps its own key: a key of the wrong size is refused.
+        if (rss.rss_hf != 0 && info.hash_key_size != 0) {
+            rss_key = symmetric_rss_key(info.hash_key_size);
+            rss.rss_key = rss_key.data();
+            rss.rss_key_len = static_cast<uint8_t>(rss_key.size());
+        }
     }
     // sluice's mbufs have refcnt 1 when sent; whether they all come from one pool is plan_tx_fast_free's answer.
     if (tx_fast_free && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE))
@@ -111,6 +135,24 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_start: " + errstr(ret));
     started_ = true;
     tx_queues_ = tx_queues;
+    if (spec_.rx_queues > 1) {
+        const uint64_t hash_types = conf.rx_adv_conf.rss_conf.rss_hf;
+        if (hash_types == 0)
+            spdlog::info("{}: the device does no RSS: its driver decides which RX queue a packet lands in (sluice's "
+                         "steering to workers does not depend on it)",
+                         who);
+        else if (rss_key.empty())
+            spdlog::warn("{}: RSS over {} RX queues with the device's own key (it does not say its key size): both "
+                         "directions of a flow may land in different queues",
+                         who, spec_.rx_queues);
+        else if (!holds_rss_key(port_id_, rss_key))
+            spdlog::warn("{}: RSS over {} RX queues, but the device reports a key other than the symmetric one sluice "
+                         "gave it: both directions of a flow may land in different queues",
+                         who, spec_.rx_queues);
+        else
+            spdlog::info("{}: RSS over {} RX queues with a symmetric {}-byte Toeplitz key, hash types {:#x}", who,
+                         spec_.rx_queues, rss_key.size(), hash_types);
+    }
     spdlog::info(
         "{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}{}", who,
         spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues, tx_desc,

@@ -45,6 +45,12 @@ constexpr uint32_t max_frame_size(uint16_t mtu) {
 // port_sockets[i]: the socket of port i's pool. The device must offer the offload too.
 std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int solicitation_socket);
 
+// The Toeplitz key sluice gives a port's RSS: the bytes 0x6d 0x5a repeated. A key with a 16-bit period hashes
+// (src, dst, sport, dport) and (dst, src, dport, sport) alike, so the NIC puts both directions of a flow into one
+// RX queue (Woo and Park, "Scalable TCP Session Monitoring with Symmetric Receive-side Scaling", 2012). bytes: the
+// device's hash_key_size (40 on most NICs, 52 on Intel's 700 and 800 series).
+std::vector<uint8_t> symmetric_rss_key(std::size_t bytes);
+
 // A configured, started port. Owned by the daemon; closes the device when it goes.
 class Port {
 public:
@@ -54,9 +60,9 @@ public:
     Port(const Port&) = delete;
     Port& operator=(const Port&) = delete;
 
-    // Configures RX queues (RSS over IPv4/IPv6 TCP/UDP when more than one) and tx_queues TX queues, all RX queues
-    // taking mbufs from pool, then starts the device. tx_fast_free: plan_tx_fast_free's answer for this port.
-    // Throws StartupError.
+    // Configures RX queues (RSS over IPv4/IPv6 TCP/UDP with symmetric_rss_key when more than one and the device
+    // hashes) and tx_queues TX queues, all RX queues taking mbufs from pool, then starts the device. tx_fast_free:
+    // plan_tx_fast_free's answer for this port. Throws StartupError.
     void start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free);
     void stop();  // idempotent; the PMD returns its RX descriptors' mbufs to the pool
 

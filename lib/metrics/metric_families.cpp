@@ -176,6 +176,9 @@ constexpr FamilyDecl kConfigInfo{"sluice_config_info", MetricType::Gauge,
 constexpr FamilyDecl kBuildInfo{"sluice_build_info", MetricType::Gauge, "sluice version"};
 constexpr FamilyDecl kDrops{"sluice_drops_total", MetricType::Counter,
                             "Packets dropped, by reason (docs/metrics.md lists the reasons)"};
+constexpr FamilyDecl kRxQueuePackets{
+    "sluice_port_rx_queue_packets_total", MetricType::Counter,
+    "Packets each RX queue of a port with several received, as the device counts them"};
 constexpr FamilyDecl kLinkUp{"sluice_port_link_up", MetricType::Gauge, "1 when the port's link is up"};
 
 constexpr std::array<ItemFamily<ReloadRecord>, 2> kReloadFamilies = {{
@@ -206,6 +209,11 @@ void add_ports(Families& out, const std::vector<PortReading>& ports) {
         for (const PortReading& p : ports)
             if (p.device) Families::sample(family, {{"port", p.name}}, static_cast<double>((*p.device).*info.member));
     }
+    MetricFamily& queues = out.add(kRxQueuePackets);
+    for (const PortReading& p : ports)
+        for (std::size_t q = 0; q < p.rx_queue_packets.size(); ++q)
+            Families::sample(queues, {{"port", p.name}, {"queue", std::to_string(q)}},
+                             static_cast<double>(p.rx_queue_packets[q]));
     MetricFamily& link = out.add(kLinkUp);
     for (const PortReading& p : ports)
         if (p.link_up) Families::sample(link, {{"port", p.name}}, *p.link_up ? 1 : 0);

@@ -107,8 +107,9 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
         std::copy(plan.rx_queues.begin(), plan.rx_queues.end(), ctx->rx_queues.begin());
         if (plan.rx && spec.conntrack) {
             try {
+                // Named by the lcore's place in the plan: in-process tests run every lcore on one lcore id.
                 ctx->fragments =
-                    new FragmentTracker("sluice_frag" + std::to_string(plan.lcore_id), socket, rte_get_tsc_hz());
+                    new FragmentTracker("sluice_frag" + std::to_string(ctx->qsbr_thread_id), socket, rte_get_tsc_hz());
             } catch (const std::exception& e) {
                 throw StartupError(std::string("lcore ") + std::to_string(plan.lcore_id) + ": " + e.what());
             }

@@ -10,6 +10,8 @@ import subprocess
 import time
 
 CLONE_NEWNET = 0x40000000
+ETH_P_ALL = 0x0003
+SO_RCVBUFFORCE = 33
 _libc = ctypes.CDLL(None, use_errno=True)
 
 # Injection paced like the scapy sendp it replaces (about 3-4k frames/s): a faster burst overflows the kernel's
@@ -67,19 +69,44 @@ class Netns:
             if paced and count % PACE_FRAMES == 0:
                 time.sleep(PACE_SECONDS)
 
+    def listen(self, ifname, buffer_bytes=16 << 20):
+        """A raw packet socket on ifname's peer end that receives what sluice sends out of ifname (and, unless
+        received() filters them, the frames injected there), with a buffer of buffer_bytes."""
+        sock = self._packet_socket(ifname + "p", ETH_P_ALL)
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, buffer_bytes)
+        sock.setblocking(False)
+        self.sockets[f"listen:{ifname}:{len(self.sockets)}"] = sock
+        return sock
+
+    @staticmethod
+    def received(sock):
+        """The frames a listen() socket holds now, oldest first, without those sent from its own end."""
+        frames = []
+        while True:
+            try:
+                data, address = sock.recvfrom(65535)
+            except BlockingIOError:
+                return frames
+            if address[2] != socket.PACKET_OUTGOING:
+                frames.append(data)
+
     def _socket(self, peer):
+        """A raw packet socket bound to peer inside the namespace, for sending only."""
+        if peer not in self.sockets:
+            self.sockets[peer] = self._packet_socket(peer, 0)
+        return self.sockets[peer]
+
+    def _packet_socket(self, peer, protocol):
         """A raw packet socket bound to peer inside the namespace: this thread enters the namespace only while the
         socket is made and bound (a socket stays in the namespace it was created in)."""
-        if peer not in self.sockets:
-            with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{self.name}") as there:
-                _setns(there.fileno())
-                try:
-                    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-                    sock.bind((peer, 0))
-                finally:
-                    _setns(home.fileno())
-            self.sockets[peer] = sock
-        return self.sockets[peer]
+        with open("/proc/thread-self/ns/net") as home, open(f"/run/netns/{self.name}") as there:
+            _setns(there.fileno())
+            try:
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(protocol))
+                sock.bind((peer, protocol))  # python turns the protocol to network order itself
+            finally:
+                _setns(home.fileno())
+        return sock
 
     def delete(self):
         for sock in self.sockets.values():

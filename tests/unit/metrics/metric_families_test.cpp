@@ -22,7 +22,7 @@ Scrape full_scrape() {
     rte_eth_stats device{};
     device.imissed = 11;
     device.oerrors = 14;
-    s.ports = {PortReading{"wan", PortCounters{1, 2, 3, 4}, device, true}};
+    s.ports = {PortReading{"wan", PortCounters{1, 2, 3, 4}, device, true, {7, 9}}};
     s.drops[static_cast<std::size_t>(DropReason::ttl_expired)] = 7;
     LcoreReading rx;
     rx.lcore_id = 1;
@@ -171,6 +171,21 @@ TEST_CASE("prometheus: every exported lcore counter has its family, help, label 
     }
     CHECK(families.at("sluice_conntrack_entries").metric.at(0).gauge.value == 30);
     CHECK(families.at("sluice_lcore_busy_seconds_total").metric.at(0).counter.value == 1002 / 2e9);
+}
+
+TEST_CASE("prometheus: packets per RX queue, one sample per queue of a port with several", "[metrics]") {
+    Scrape scrape = full_scrape();
+    const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
+    const MetricFamily& queues = families.at("sluice_port_rx_queue_packets_total");
+    REQUIRE(queues.metric.size() == 2);
+    for (std::size_t q = 0; q < 2; ++q) {
+        CHECK(queues.metric[q].label.at(0).value == "wan");
+        CHECK(queues.metric[q].label.at(1).name == "queue");
+        CHECK(queues.metric[q].label.at(1).value == std::to_string(q));
+        CHECK(queues.metric[q].counter.value == (q == 0 ? 7 : 9));
+    }
+    scrape.ports[0].rx_queue_packets.clear();  // one RX queue: the port's own counters say it all
+    CHECK(by_name(render_families(scrape)).at("sluice_port_rx_queue_packets_total").metric.empty());
 }
 
 TEST_CASE("prometheus: every port counter has its family, with the device's only when it answered", "[metrics]") {

@@ -50,11 +50,11 @@ PipelineLab::PipelineLab(const std::string& yaml) {
     for (PortSpec& spec : config_.ports) {
         const std::string name = lab + "_" + spec.name;
         RingPort& ring = rings_[spec.name];
-        ring.rx = make_ring(name + "_rx");
+        for (uint16_t q = 0; q < spec.rx_queues; ++q) ring.rx.push_back(make_ring(name + "_rx" + std::to_string(q)));
         for (std::size_t w = 0; w < workers; ++w) ring.tx.push_back(make_ring(name + "_tx" + std::to_string(w)));
         const int id =
-            rte_eth_from_rings(name.c_str(), &ring.rx, 1, ring.tx.data(), static_cast<unsigned>(ring.tx.size()),
-                               static_cast<unsigned>(rte_socket_id()));
+            rte_eth_from_rings(name.c_str(), ring.rx.data(), static_cast<unsigned>(ring.rx.size()), ring.tx.data(),
+                               static_cast<unsigned>(ring.tx.size()), static_cast<unsigned>(rte_socket_id()));
         char ethdev[RTE_ETH_NAME_MAX_LEN];
         if (id < 0 || rte_eth_dev_get_name_by_port(static_cast<uint16_t>(id), ethdev) != 0)
             throw std::runtime_error("rte_eth_from_rings " + name + ": " + rte_strerror(rte_errno));
@@ -78,7 +78,7 @@ PipelineLab::~PipelineLab() {
     for (auto& port : ports_) port->stop();
     ports_.clear();
     for (auto& [name, ring] : rings_) {
-        rte_ring_free(ring.rx);
+        for (rte_ring* r : ring.rx) rte_ring_free(r);
         for (rte_ring* r : ring.tx) rte_ring_free(r);
     }
     rte_mempool_free(pool_);
@@ -90,14 +90,14 @@ uint16_t PipelineLab::port_id(const std::string& name) const {
     throw std::runtime_error("the lab has no port " + name);
 }
 
-void PipelineLab::send(const std::string& port, const std::vector<Bytes>& frames) {
+void PipelineLab::send(const std::string& port, const std::vector<Bytes>& frames, uint16_t queue) {
     for (const Bytes& f : frames) {
         rte_mbuf* m = rte_pktmbuf_alloc(pool_);
         if (!m) throw std::runtime_error("the lab's pool is empty");
         char* data = rte_pktmbuf_append(m, static_cast<uint16_t>(f.size()));
         std::memcpy(data, f.data(), f.size());
         m->port = port_id(port);
-        if (rte_ring_enqueue(rings_.at(port).rx, m) != 0) {
+        if (rte_ring_enqueue(rings_.at(port).rx.at(queue), m) != 0) {
             rte_pktmbuf_free(m);
             throw std::runtime_error("the RX ring of " + port + " is full");
         }

@@ -30,7 +30,8 @@ public:
     PipelineLab(const PipelineLab&) = delete;
     PipelineLab& operator=(const PipelineLab&) = delete;
 
-    void send(const std::string& port, const std::vector<Bytes>& frames);
+    // Into RX queue `queue` of port (ports[].rx_queues in the config gives a port several).
+    void send(const std::string& port, const std::vector<Bytes>& frames, uint16_t queue = 0);
     // Runs every lcore's loop until nothing moves; returns the packets moved.
     uint32_t run();
     // What sluice transmitted on port since the last call.
@@ -53,7 +54,7 @@ public:
 
 private:
     struct RingPort {
-        rte_ring* rx = nullptr;
+        std::vector<rte_ring*> rx;  // one per RX queue
         std::vector<rte_ring*> tx;  // one per worker: each owns a TX queue
     };
 
