@@ -30,14 +30,22 @@ rte_ring* make_ring(const std::string& name) {
 
 }  // namespace
 
-PipelineLab::PipelineLab(const std::string& yaml) {
+namespace {
+
+Config load_lab_config(const std::string& yaml) {
     ConfigResult loaded = load_config_text(yaml, "lab.yaml");
     if (!loaded.config) {
         std::string errors;
         for (const ConfigError& e : loaded.errors) errors += "\n" + e.to_string();
         throw std::runtime_error("the lab's config does not load:" + errors);
     }
-    config_ = std::move(*loaded.config);
+    return std::move(*loaded.config);
+}
+
+}  // namespace
+
+PipelineLab::PipelineLab(const std::string& yaml) {
+    config_ = load_lab_config(yaml);
     spdlog::set_level(spdlog::level::warn);  // the daemon's start-up lines, once per lab, say nothing a test reads
     if (!register_packet_meta()) throw std::runtime_error("cannot register the PacketMeta dynfield");
     const std::string lab = "lab" + std::to_string(++g_labs);
@@ -63,8 +71,8 @@ PipelineLab::PipelineLab(const std::string& yaml) {
         ports_.back()->start(static_cast<uint16_t>(workers), pool_, /*tx_fast_free=*/true);  // one pool for all
         identities_.push_back({spec.name, ports_.back()->id(), ports_.back()->mac()});
     }
-    auto first =
-        build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()), workers);
+    auto first = build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()), workers,
+                                LiveState{.rule_ids = &rule_ids_, .backends = &backends_});
     // Every lcore of the plan runs on this thread, in plan order.
     DataplaneSpec spec = dataplane_spec(config_, identities_);
     for (LcorePlan& plan : spec.lcores) plan.lcore_id = rte_lcore_id();
@@ -82,6 +90,14 @@ PipelineLab::~PipelineLab() {
         for (rte_ring* r : ring.tx) rte_ring_free(r);
     }
     rte_mempool_free(pool_);
+}
+
+void PipelineLab::reload(const std::string& yaml) {
+    Config next = load_lab_config(yaml);
+    auto snapshot = build_snapshot(next, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()),
+                                   dataplane_->worker_count(), LiveState{.rule_ids = &rule_ids_, .backends = &backends_});
+    dataplane_->publish(std::move(snapshot));
+    config_ = std::move(next);
 }
 
 uint16_t PipelineLab::port_id(const std::string& name) const {

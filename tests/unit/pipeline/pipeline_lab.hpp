@@ -30,6 +30,10 @@ public:
     PipelineLab(const PipelineLab&) = delete;
     PipelineLab& operator=(const PipelineLab&) = delete;
 
+    // Builds a snapshot of another config (same ports and lcores) and publishes it, as the daemon's reload does:
+    // rules and backends keep their stable ids. Throws with the config's errors when it does not load.
+    void reload(const std::string& yaml);
+
     void send(const std::string& port, const std::vector<Bytes>& frames);
     // Runs every lcore's loop until nothing moves; returns the packets moved.
     uint32_t run();
@@ -58,6 +62,8 @@ private:
     };
 
     Config config_;
+    StableRuleIds rule_ids_;
+    BackendRegistry backends_;
     rte_mempool* pool_ = nullptr;
     std::map<std::string, RingPort> rings_;
     std::vector<std::unique_ptr<Port>> ports_;
