@@ -388,7 +388,10 @@ private:
         const SeenFrame& f = sent.frame;
         if (f.proto != kind.proto) return;  // an ICMP error about it, say
         const Endpoint src{f.src, f.src_port}, dst{f.dst, f.dst_port};
-        if (f.proto == IPPROTO_TCP && to_server != from_server) {  // forwarded, not answered
+        // A server's packet reaches this flow's client only if it is this flow's: a NAT flow's server side aims at
+        // a pool port guessed or learned, which may be another connection's.
+        const bool ours = !from_server || (dst == s.client && src == s.server);
+        if (f.proto == IPPROTO_TCP && to_server != from_server && ours) {  // forwarded, not answered
             // Past its timeout (with a margin for the step sizes) the connection's entry is gone.
             const bool closed = (s.reset && s.idle > kShortestTimeout + 0.5) || s.idle > kLongestTimeout + 0.5;
             FUZZ_CHECK(!closed || (f.tcp_flags & kSyn) || sent.payload == 0,
