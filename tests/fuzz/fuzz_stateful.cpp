@@ -267,11 +267,10 @@ public:
     // One step per pair of bytes: the first chooses what, the second how.
     void step(uint8_t what, uint8_t how) {
         if (kVerbose) std::fprintf(stderr, "step %02x %02x\n", what, how);
-        const unsigned flow = what % kFlowCount;
         switch (what >> 6) {
         case 0:
-        case 1: send(flow, /*from_client=*/true, how); break;
-        case 2: send(flow, /*from_client=*/false, how); break;
+        case 1: send(what % kFlowCount, /*from_client=*/true, how); break;
+        case 2: send((what & 0x3f) % kFlowCount, /*from_client=*/false, how); break;  // every flow's server too
         default:
             if ((what & 0x3f) < 48) burst(what, how);
             else if ((what & 0x3f) < 60) advance(kTimeSteps[how % kTimeSteps.size()]);
