@@ -73,7 +73,10 @@ DropReason classify_neighbour(const uint8_t* frame, uint32_t length, DropReason 
     return verdict;
 }
 
-bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& meta, NeighbourMessage& message) {
+namespace {
+
+// parse_neighbour's reading of the frame, before it judges the sender's MAC.
+bool read_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& meta, NeighbourMessage& message) {
     message = NeighbourMessage{};
     if (meta.family == IpFamily::ipv4) {
         if (length < meta.l3_offset + sizeof(rte_arp_hdr)) return false;
@@ -112,6 +115,16 @@ bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& me
             message.has_sender_mac = true;
         }
     }
+    return true;
+}
+
+}  // namespace
+
+bool parse_neighbour(const uint8_t* frame, uint32_t length, const PacketMeta& meta, NeighbourMessage& message) {
+    if (!read_neighbour(frame, length, meta, message)) return false;
+    // No host owns a group (multicast or broadcast) MAC: learned, it would send a next hop's traffic to every host
+    // on the link, and an answer to it would go to all of them too.
+    if (rte_is_multicast_ether_addr(&message.sender_mac)) message.has_sender_mac = false;
     return true;
 }
 

@@ -17,7 +17,7 @@ namespace sluice {
 
 struct NeighbourMessage {
     bool solicitation = false;    // ARP request / NS (else ARP reply / NA)
-    bool has_sender_mac = false;  // the sender said its MAC (ARP always; ND with a link-layer address option)
+    bool has_sender_mac = false;  // the sender said its MAC (ARP; ND with a link-layer address option), a unicast one
     IpFamily family = IpFamily::none;
     IpAddress sender{};  // ARP sender / NS source (unspecified during DAD) / NA target
     IpAddress target{};  // the address asked about (solicitations)

@@ -3,7 +3,8 @@
 # (tests/fuzz/regressions/TARGET: every input that ever crashed it) and then fuzzes it for SECONDS from its seed
 # corpus. Each target is one JUnit test case, written to RESULTS/fuzz-TARGET.xml (tests/run.sh's results style).
 #   tests/fuzz/run_fuzzers.sh [RESULTS_DIR] [SECONDS]      defaults: build-fuzz/fuzz-results, 60
-# New corpus entries accumulate in build-fuzz/fuzz-work/TARGET/corpus (kept between runs: later runs start deeper);
+# New corpus entries accumulate in build-fuzz/fuzz-work/TARGET/corpus (kept between runs: later runs start deeper;
+# not for the slow stateful target);
 # crashes are saved as build-fuzz/fuzz-work/TARGET/crash-* (see docs/security.md, "Fuzzing", for what to do with one).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -11,7 +12,7 @@ build="$root/build-fuzz"
 results=${1:-$build/fuzz-results}
 seconds=${2:-60}
 python=/usr/bin/python3
-targets=(parse icmp_error config)
+targets=(parse icmp_error config stateful fragments neighbour)
 mkdir -p "$results"
 
 # write_result TARGET STATUS(pass|fail) MESSAGE LOG
@@ -61,6 +62,16 @@ for t in "${targets[@]}"; do
         seeds+=("$root/config" "$root/config/invalid")
         flags+=(-dict="$root/tests/fuzz/config.dict" -max_len=8192)
         cwd="$root/tests/fuzz/config-files"
+    elif [ "$t" = stateful ]; then
+        # Programs of up to 64 steps from the start: short ones reach little state, longer ones run too few. At a
+        # few dozen programs a second, replaying a corpus kept from earlier runs would eat the run's time (libFuzzer
+        # replays it before its clock starts): each run starts from the seeds.
+        flags+=(-max_len=128 -len_control=0)
+        rm -rf "$work/corpus" && mkdir -p "$work/corpus"
+    elif [ "$t" = fragments ]; then
+        flags+=(-max_len=1536)
+    elif [ "$t" = neighbour ]; then
+        flags+=(-max_len=2048)
     fi
     echo "fuzz: $t"
 

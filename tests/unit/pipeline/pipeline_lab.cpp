@@ -30,14 +30,22 @@ rte_ring* make_ring(const std::string& name) {
 
 }  // namespace
 
-PipelineLab::PipelineLab(const std::string& yaml) {
+namespace {
+
+Config load_lab_config(const std::string& yaml) {
     ConfigResult loaded = load_config_text(yaml, "lab.yaml");
     if (!loaded.config) {
         std::string errors;
         for (const ConfigError& e : loaded.errors) errors += "\n" + e.to_string();
         throw std::runtime_error("the lab's config does not load:" + errors);
     }
-    config_ = std::move(*loaded.config);
+    return std::move(*loaded.config);
+}
+
+}  // namespace
+
+PipelineLab::PipelineLab(const std::string& yaml) {
+    config_ = load_lab_config(yaml);
     spdlog::set_level(spdlog::level::warn);  // the daemon's start-up lines, once per lab, say nothing a test reads
     if (!register_packet_meta()) throw std::runtime_error("cannot register the PacketMeta dynfield");
     const std::string lab = "lab" + std::to_string(++g_labs);
@@ -63,14 +71,32 @@ PipelineLab::PipelineLab(const std::string& yaml) {
         ports_.back()->start(static_cast<uint16_t>(workers), pool_, /*tx_fast_free=*/true);  // one pool for all
         identities_.push_back({spec.name, ports_.back()->id(), ports_.back()->mac()});
     }
-    auto first =
-        build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()), workers);
+    start(yaml);
+}
+
+void PipelineLab::start(const std::string& yaml) {
+    auto first = build(config_, yaml);
     // Every lcore of the plan runs on this thread, in plan order.
     DataplaneSpec spec = dataplane_spec(config_, identities_);
     for (LcorePlan& plan : spec.lcores) plan.lcore_id = rte_lcore_id();
     dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
     tsc_hz_ = rte_get_tsc_hz();
     now_tsc_ = rte_rdtsc();
+}
+
+std::unique_ptr<Snapshot> PipelineLab::build(const Config& config, const std::string& yaml) {
+    LiveState live{.rule_ids = &rule_ids_, .backends = &backends_};
+    if (auto seen = acl_by_config_.find(yaml); seen != acl_by_config_.end()) {
+        live.acl_v4 = seen->second.first, live.acl_v6 = seen->second.second;
+    } else if (dataplane_) {
+        live.acl_v4 = dataplane_->snapshot().firewall->acl_v4, live.acl_v6 = dataplane_->snapshot().firewall->acl_v6;
+    }
+    std::size_t workers = 0;
+    for (const LcoreConfig& l : config.lcores) workers += l.worker ? 1 : 0;
+    auto snapshot =
+        build_snapshot(config, identities_, config.lcores.size(), static_cast<int>(rte_socket_id()), workers, live);
+    acl_by_config_[yaml] = {snapshot->firewall->acl_v4, snapshot->firewall->acl_v6};
+    return snapshot;
 }
 
 PipelineLab::~PipelineLab() {
@@ -82,6 +108,27 @@ PipelineLab::~PipelineLab() {
         for (rte_ring* r : ring.tx) rte_ring_free(r);
     }
     rte_mempool_free(pool_);
+}
+
+const Config& PipelineLab::parsed(const std::string& yaml) {
+    auto seen = configs_.find(yaml);
+    if (seen == configs_.end()) seen = configs_.emplace(yaml, load_lab_config(yaml)).first;
+    return seen->second;
+}
+
+void PipelineLab::reload(const std::string& yaml) {
+    Config next = parsed(yaml);
+    dataplane_->publish(build(next, yaml));
+    config_ = std::move(next);
+}
+
+void PipelineLab::restart(const std::string& yaml) {
+    Config next = parsed(yaml);
+    dataplane_.reset();
+    rule_ids_ = {};
+    backends_ = {};
+    config_ = std::move(next);
+    start(yaml);
 }
 
 uint16_t PipelineLab::port_id(const std::string& name) const {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rte_mempool.h>
@@ -29,6 +30,14 @@ public:
     ~PipelineLab();
     PipelineLab(const PipelineLab&) = delete;
     PipelineLab& operator=(const PipelineLab&) = delete;
+
+    // Builds a snapshot of another config (same ports and lcores) and publishes it, as the daemon's reload does:
+    // rules and backends keep their stable ids. Throws with the config's errors when it does not load.
+    void reload(const std::string& yaml);
+    // Ends the data path (connections, NAT ports, counters, learned neighbours) and starts a new one on the same
+    // ports with another config, as a restart of the daemon would; the clock starts again. For a fuzzer that runs
+    // many programs on one lab: creating ports, rings and a pool each time would cost more than the programs.
+    void restart(const std::string& yaml);
 
     // Into RX queue `queue` of port (ports[].rx_queues in the config gives a port several).
     void send(const std::string& port, const std::vector<Bytes>& frames, uint16_t queue = 0);
@@ -53,17 +62,30 @@ public:
     unsigned mbufs_out() const { return rte_mempool_in_use_count(pool_); }
 
 private:
+    // A snapshot of config (its text: yaml) with the lab's stable ids, reusing the rte_acl contexts of a config seen
+    // before or of the running snapshot when the rules are the same (as the daemon's reload does).
+    std::unique_ptr<Snapshot> build(const Config& config, const std::string& yaml);
+    void start(const std::string& yaml);  // the data path of config_ (its text: yaml)
+    // The config of yaml; each text is decoded once (YAML decoding under the sanitizers costs a fuzzer's program).
+    const Config& parsed(const std::string& yaml);
+
     struct RingPort {
         std::vector<rte_ring*> rx;  // one per RX queue
         std::vector<rte_ring*> tx;  // one per worker: each owns a TX queue
     };
 
     Config config_;
+    StableRuleIds rule_ids_;
+    BackendRegistry backends_;
     rte_mempool* pool_ = nullptr;
     std::map<std::string, RingPort> rings_;
     std::vector<std::unique_ptr<Port>> ports_;
     std::vector<PortIdentity> identities_;
     std::unique_ptr<Dataplane> dataplane_;
+    std::map<std::string, Config> configs_;
+    // rte_acl builds dominate a lab's start under the sanitizers: each config's contexts are kept for its next use.
+    std::map<std::string, std::pair<std::shared_ptr<const AclClassifier>, std::shared_ptr<const AclClassifier>>>
+        acl_by_config_;
     uint64_t tsc_hz_ = 0;
     uint64_t now_tsc_ = 0;
 };
