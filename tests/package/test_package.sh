@@ -23,10 +23,17 @@ check() {  # check DESCRIPTION COMMAND...: one check, its outcome printed
         echo "FAIL: $what"; sed 's/^/    /' "$work/check.out" | tail -n 20; failures=$((failures + 1))
     fi
 }
-timed() {  # timed NAME COMMAND...: run, record the seconds
-    local name=$1 t0=$SECONDS rc; shift
+children_cpu() {  # cpu_seconds=user + system seconds of this shell's finished children (`times`, in this shell)
+    times > "$work/times"
+    cpu_seconds=$(awk 'NR == 2 { gsub(/s/, ""); split($1, u, "m"); split($2, k, "m");
+                                 print int(u[1] * 60 + u[2] + k[1] * 60 + k[2]) }' "$work/times")
+}
+timed() {  # timed NAME COMMAND...: run, record the seconds it took and the CPU seconds it used (load-independent)
+    local name=$1 t0=$SECONDS cpu0 rc; shift
+    children_cpu; cpu0=$cpu_seconds
     "$@"; rc=$?
-    timings+=("$name $((SECONDS - t0)) s")
+    children_cpu
+    timings+=("$name $((SECONDS - t0)) s ($((cpu_seconds - cpu0)) s CPU)")
     return $rc
 }
 status_of() { dpkg-query -W -f='${Status}' sluice 2>/dev/null; }
