@@ -15,6 +15,7 @@ packages=(
   bird2  # BGP for the scale-out lab (deploy/lab/ecmp.sh) and the example in deploy/bird/
   nftables iperf3  # tests/bench/kernel_compare.sh: the kernel doing sluice's job, side by side
   prometheus  # promtool: tests/integration/test_deploy_files.py checks the alert rules and the dashboard's queries
+  debhelper dh-python lintian scdoc  # the Debian package (debian/, dpkg-buildpackage) and its man pages (docs/man)
 )
 
 say() { printf 'install-deps: %s\n' "$*"; }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of sluice: installs what is missing, builds (release, and ASan+UBSan in build-asan), runs the
 # unit tests (Catch2), the packet integration tests (pytest + scapy on net_pcap ports), a 2-minute soak, the lab
-# demo, the end-to-end tests (tests/e2e) and the fuzzers, and ends with the single line "N passed, N failed".
+# demo, the end-to-end tests (tests/e2e), the Debian package (built, installed with apt, upgraded, purged) and the
+# fuzzers, and ends with the single line "N passed, N failed".
 #   tests/run.sh --fast   the fast tier alone: install, release build, unit tests and the in-process golden tables,
 #                         the layout check (a few minutes on 2 CPUs). The whole run starts with the same tier (and
 #                         clang-tidy), so a change that breaks it fails early.
 #   SLUICE_SANITIZE=0 skips the sanitizer build.
+#   SLUICE_PACKAGE=0 skips the Debian package (tests/package/test_package.sh installs it on this machine, then purges).
 #   SLUICE_FUZZ=0 skips the fuzzers (tests/fuzz, built with clang in build-fuzz); SLUICE_FUZZ_SECONDS (35) per target.
 set -uo pipefail
 fast=0
@@ -120,14 +122,25 @@ SLUICE_BIN="$root/build/app/sluice/sluice" "$python" -m pytest -q -p no:cachepro
 [ -s "$results/e2e.xml" ] || record_failure e2e "pytest did not run"
 "$root/deploy/lab/lab.sh" down >/dev/null 2>&1 || true  # whatever a failed test left behind
 
+if [ "${SLUICE_PACKAGE:-1}" != 0 ]; then
+    step "Debian package (tests/package/test_package.sh: build, lintian, apt install, upgrade, purge)"
+    if "$root/tests/package/test_package.sh" > "$results/package.log" 2>&1; then
+        echo '<testsuite name="package"><testcase classname="package" name="test_package.sh"/></testsuite>' \
+            > "$results/package.xml"
+    else
+        record_failure package "tests/package/test_package.sh failed (see build/test-results/package.log)"
+    fi
+    grep -E '^(FAIL|package:)' "$results/package.log" | tail -n 15
+fi
+
 if [ "${SLUICE_SANITIZE:-1}" != 0 ]; then
     step "build (address + undefined sanitizers)"
     # -Dwerror=false: GCC 12 warns falsely under sanitizers; the release build keeps -Werror. -O1: what sanitizers
     # are usually run at, and it keeps the build within a few minutes on 2 CPUs. Only what runs below is built (the
-    # benchmark is not: the release build compiled it already); deploy/sluice.yaml is what test_systemd's
-    # `meson install --no-rebuild` of this build directory stages.
+    # benchmark is not: the release build compiled it already); deploy/sluice.yaml and the man pages are what
+    # test_systemd's `meson install --no-rebuild` of this build directory stages besides the binaries.
     asan_targets="app/sluice/sluice tests/unit/unit_tests tests/unit/dpdk_unit_tests tests/integration/sluice_pool_hog"
-    asan_targets+=" deploy/sluice.yaml"
+    asan_targets+=" deploy/sluice.yaml docs/man/sluice.8 docs/man/sluicectl.8 docs/man/sluice.yaml.5"
     if build build-asan "$asan_targets" -Dbuildtype=debug -Doptimization=1 -Db_sanitize=address,undefined \
         -Db_lundef=false -Dwerror=false; then
         # DPDK keeps some allocations until exit by design; leaks are checked by the mbuf accounting instead.
