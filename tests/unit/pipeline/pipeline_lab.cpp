@@ -28,16 +28,27 @@ rte_ring* make_ring(const std::string& name) {
     return r;
 }
 
-}  // namespace
-
-PipelineLab::PipelineLab(const std::string& yaml) {
+// yaml loaded, or an exception with its errors.
+Config load_lab_config(const std::string& yaml) {
     ConfigResult loaded = load_config_text(yaml, "lab.yaml");
     if (!loaded.config) {
         std::string errors;
         for (const ConfigError& e : loaded.errors) errors += "\n" + e.to_string();
         throw std::runtime_error("the lab's config does not load:" + errors);
     }
-    config_ = std::move(*loaded.config);
+    return std::move(*loaded.config);
+}
+
+std::size_t worker_count(const Config& config) {
+    std::size_t workers = 0;
+    for (const LcoreConfig& l : config.lcores) workers += l.worker ? 1 : 0;
+    return workers;
+}
+
+}  // namespace
+
+PipelineLab::PipelineLab(const std::string& yaml) {
+    config_ = load_lab_config(yaml);
     spdlog::set_level(spdlog::level::warn);  // the daemon's start-up lines, once per lab, say nothing a test reads
     if (!register_packet_meta()) throw std::runtime_error("cannot register the PacketMeta dynfield");
     const std::string lab = "lab" + std::to_string(++g_labs);
@@ -45,8 +56,7 @@ PipelineLab::PipelineLab(const std::string& yaml) {
                                     static_cast<int>(rte_socket_id()));
     if (!pool_) throw std::runtime_error(std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno));
 
-    std::size_t workers = 0;
-    for (const LcoreConfig& l : config_.lcores) workers += l.worker ? 1 : 0;
+    const std::size_t workers = worker_count(config_);
     for (PortSpec& spec : config_.ports) {
         const std::string name = lab + "_" + spec.name;
         RingPort& ring = rings_[spec.name];
@@ -125,6 +135,43 @@ std::vector<Bytes> PipelineLab::take_sent(const std::string& port) {
         }
     }
     return out;
+}
+
+LiveState PipelineLab::live_state() {
+    LiveState live;
+    live.neighbours = [this](IpFamily family, const IpAddress& address) -> std::optional<rte_ether_addr> {
+        const std::string key(reinterpret_cast<const char*>(address.bytes), family == IpFamily::ipv4 ? 4 : 16);
+        const auto it = neighbours_.find(key);
+        return it == neighbours_.end() ? std::nullopt : std::optional(it->second);
+    };
+    live.hosts = [this] { return hosts_; };
+    return live;
+}
+
+void PipelineLab::reload(const std::string& yaml) {
+    config_ = load_lab_config(yaml);
+    dataplane_->publish(build_snapshot(config_, identities_, config_.lcores.size(), static_cast<int>(rte_socket_id()),
+                                       worker_count(config_), live_state()));
+}
+
+void PipelineLab::set_neighbour(const std::string& address, std::optional<std::array<uint8_t, 6>> mac) {
+    const Bytes bytes = address_bytes(address);
+    const std::string key(bytes.begin(), bytes.end());
+    if (mac) std::memcpy(neighbours_[key].addr_bytes, mac->data(), 6);
+    else neighbours_.erase(key);
+    dataplane_->publish(
+        rebuild_live(snapshot(), config_, identities_, static_cast<int>(rte_socket_id()), live_state()));
+}
+
+void PipelineLab::add_connected_host(const std::string& address, const std::string& port,
+                                     const std::array<uint8_t, 6>& mac) {
+    ConnectedHost host{.family = is_v6(address) ? IpFamily::ipv6 : IpFamily::ipv4, .port = port_id(port)};
+    const Bytes bytes = address_bytes(address);
+    std::memcpy(host.address.bytes, bytes.data(), bytes.size());
+    std::memcpy(host.mac.addr_bytes, mac.data(), 6);
+    hosts_.push_back(host);
+    dataplane_->publish(
+        rebuild_live(snapshot(), config_, identities_, static_cast<int>(rte_socket_id()), live_state()));
 }
 
 std::vector<Bytes> PipelineLab::exchange(const std::string& in_port, const std::vector<Bytes>& frames,

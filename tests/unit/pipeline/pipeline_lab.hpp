@@ -4,9 +4,11 @@
 // test sets, and what sluice sent is read back from the ports' TX rings. Needs the EAL (dpdk_unit_tests).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,15 @@ public:
     std::vector<Bytes> exchange(const std::string& in_port, const std::vector<Bytes>& frames,
                                 const std::string& out_port);
 
+    // A reload: yaml (the same ports and lcores) built as the daemon builds it, with the neighbours resolved so far,
+    // and published. Throws with the config's errors when it does not load.
+    void reload(const std::string& yaml);
+    // As ARP/ND answering (or a neighbour that stops answering: nullopt): the address's MAC, republished as the
+    // daemon republishes on a change of neighbours (rebuild_live).
+    void set_neighbour(const std::string& address, std::optional<std::array<uint8_t, 6>> mac);
+    // As the daemon's glean: a host on port's connected link resolved at mac, republished likewise.
+    void add_connected_host(const std::string& address, const std::string& port, const std::array<uint8_t, 6>& mac);
+
     void advance_seconds(double seconds) { now_tsc_ += static_cast<uint64_t>(seconds * static_cast<double>(tsc_hz_)); }
     uint64_t now_tsc() const { return now_tsc_; }
 
@@ -63,6 +74,9 @@ private:
     std::vector<std::unique_ptr<Port>> ports_;
     std::vector<PortIdentity> identities_;
     std::unique_ptr<Dataplane> dataplane_;
+    std::map<std::string, rte_ether_addr> neighbours_;  // address bytes -> MAC
+    std::vector<ConnectedHost> hosts_;
+    LiveState live_state();
     uint64_t tsc_hz_ = 0;
     uint64_t now_tsc_ = 0;
 };
