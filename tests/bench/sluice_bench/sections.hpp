@@ -24,5 +24,6 @@ void section_memory(Dpdk& d, const Options& o, Table& table);
 void section_reload(Dpdk& d, const Options& o, Table& table);
 void section_scaling(Dpdk& d, const Options& o, Table& table);
 void section_walk(Dpdk& d, const Options& o, Table& table);
+void section_routes(Dpdk& d, const Options& o, Table& table);
 
 }  // namespace sluice::bench
