@@ -184,6 +184,7 @@ private:
                                                                       .health = health_.get(),
                                                                       .transitions = &health_transitions_,
                                                                       .neighbours = neighbour_lookup(),
+                                                                      .hosts = connected_hosts(),
                                                                       .applied = [this] { follow_config(); }});
         std::unique_ptr<Snapshot> first;
         try {
@@ -241,6 +242,11 @@ private:
                     [this](const std::string&) {
                         return on_control_thread([this] { return begin_drain("sluicectl drain"); });
                     },
+                .routes =
+                    [this](const std::string&) {
+                        return on_control_thread(
+                            [this] { return describe_routes(dataplane_->snapshot(), port_identities_); });
+                    },
             });
         const std::string& listen = config().metrics.listen;
         if (!listen.empty()) {
@@ -294,6 +300,7 @@ private:
         };
         for (const ForwardConfig& f : config.forward)
             if (f.resolve_next_hop) add(f.to, f.next_hop_family, f.next_hop);
+        for (const RouteNeighbour& n : route_neighbours(config)) add(n.port, n.family, n.address);
         for (const ServiceConfig& service : config.services)
             for (const BackendConfig& b : service.backends)
                 if (!b.has_mac)
@@ -304,13 +311,14 @@ private:
     // Control thread, every loop: learn what the workers saw, solicit what is due, forget what stopped answering;
     // a changed MAC republishes the forwarding and load-balancer tables.
     void run_neighbours() {
-        if (neighbours_.size() == 0) {
-            dataplane_->take_neighbour_events();  // nothing to resolve: keep the ring empty
-            return;
-        }
         const auto now = NeighbourTable::Clock::now();
         bool changed = false;
-        for (const NeighbourEvent& e : dataplane_->take_neighbour_events()) {
+        const std::vector<NeighbourEvent> events = dataplane_->take_neighbour_events();
+        for (const NeighbourEvent& e : events)
+            if (rte_is_zero_ether_addr(&e.mac)) glean(e);
+        if (neighbours_.size() == 0) return;  // nothing to resolve
+        for (const NeighbourEvent& e : events) {
+            if (rte_is_zero_ether_addr(&e.mac)) continue;
             if (neighbours_.learn(e.family, e.address, e.mac, now)) {
                 changed = true;
                 const auto& m = e.mac.addr_bytes;
@@ -327,6 +335,33 @@ private:
             changed = true;
         }
         if (changed) reloader_->republish_lb_tables("neighbours changed");
+    }
+
+    // A worker routed packets to e.address, a host on the connected link of port e.port that sluice has not
+    // resolved: resolved like a target from sluice's own address on that link.
+    void glean(const NeighbourEvent& e) {
+        for (const PortIdentity& p : port_identities_) {
+            if (p.id != e.port) continue;
+            for (const PortAddress& own : config().port_addresses) {
+                Config one;
+                one.port_addresses = {own};
+                if (own.port != p.name || own.family != e.family || !on_link(one, p.name, e.family, e.address))
+                    continue;
+                if (neighbours_.want({e.family, e.address, p.id, own.address}))
+                    spdlog::debug("resolving {} on {} (packets are routed to it)", to_string(e.address, e.family),
+                                  p.name);
+                return;
+            }
+        }
+    }
+
+    ConnectedHosts connected_hosts() {
+        return [this] {
+            std::vector<ConnectedHost> hosts;
+            for (const auto& [target, mac] : neighbours_.gleaned())
+                hosts.push_back({target.family, target.address, target.port_id, mac});
+            return hosts;
+        };
     }
 
     NeighbourLookup neighbour_lookup() {

@@ -86,7 +86,9 @@ namespace sluice {
     X(fragment_table_full, "too many fragmented datagrams in flight on one RX lcore")                                  \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                                         \
     X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")                         \
-    X(no_route, "no forwarding entry for the ingress port")                                                            \
+    X(no_route, "no route to the destination (and no forward entry for the ingress port)")                             \
+    X(route_blackhole, "the destination's route is a blackhole")                                                       \
+    X(route_reject, "the destination's route is a reject route (an ICMP/ICMPv6 unreachable is sent)")                  \
     X(ring_full, "the owning worker's input ring was full")                                                            \
     X(tx_full, "the TX queue did not accept the packet")                                                               \
     X(shutdown, "still queued when the port stopped")

@@ -304,7 +304,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.errors().push_back({name, 0, 0, "the file is empty"});
     } else if (d.map(root, "the top level",
                      {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall", "load_balancer",
-                      "services", "bgp"})) {
+                      "services", "bgp", "routes"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -389,6 +389,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.field(root, "bgp", "the config", false, [&](const YAML::Node& v) { decode_bgp(d, v, config); });
         decode_port_addresses(d, root["ports"], config);
         decode_forward_next_hops(d, root["forward"], config);
+        d.field(root, "routes", "the config", false, [&](const YAML::Node& v) { decode_routes(d, v, config); });
         check_dsr_backends(d, root["services"], config);
     }
     result.errors = std::move(d.errors());

@@ -58,6 +58,29 @@ struct PortAddress {
     friend bool operator==(const PortAddress&, const PortAddress&) = default;
 };
 
+// What a route does with the packets it matches: sends them to its next hops, or drops them (blackhole), or drops
+// them and tells their sender (reject: ICMP/ICMPv6 destination unreachable, administratively prohibited).
+enum class RouteType : uint8_t { via, blackhole, reject };
+
+struct RouteNextHop {
+    IpAddress address{};
+    std::string port;     // the port whose link it is on (given, or the one whose addresses hold it)
+    uint32_t weight = 1;  // its share of the route's flows (ECMP)
+    friend bool operator==(const RouteNextHop&, const RouteNextHop&) = default;
+};
+
+// routes[]: a static route. Next hops are on one of sluice's links and resolved with ARP/ND.
+struct RouteConfig {
+    Prefix prefix;
+    IpFamily family = IpFamily::none;
+    RouteType type = RouteType::via;
+    std::vector<RouteNextHop> next_hops;  // type via only
+    friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
+};
+
+// Next hops of one route at most (ECMP group size).
+inline constexpr std::size_t kMaxRouteNextHops = 16;
+
 struct LogConfig {
     std::string level = "info";
     std::string file;  // empty: stderr (journald under systemd)
@@ -219,6 +242,7 @@ struct Config {
     std::vector<PortAddress> port_addresses;
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
+    std::vector<RouteConfig> routes;
 
     const PortSpec* find_port(const std::string& name) const;
     // Workers track connections: the firewall is on or a service exists.

@@ -209,4 +209,9 @@ void decode_services(Decoder& d, const YAML::Node& node, Config& config);
 void check_dsr_backends(Decoder& d, const YAML::Node& services, const Config& config);
 void decode_bgp(Decoder& d, const YAML::Node& node, Config& config);
 
+// config_routes.cpp
+
+// routes: after the ports' addresses (a next hop must be on one of their links).
+void decode_routes(Decoder& d, const YAML::Node& node, Config& config);
+
 }  // namespace sluice::config_detail

@@ -227,15 +227,42 @@ void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDeci
     }
 }
 
-std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, const PortIdentity& from) {
-    const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
-    if (!e.valid) return "forward: from " + from.name + ": no forward entry: dropped (no_route)";
-    std::string out = "?";
+std::string port_name(const std::vector<PortIdentity>& ports, uint16_t id) {
     for (const PortIdentity& p : ports)
-        if (p.id == e.out_port) out = p.name;
-    const auto& m = e.dst_mac.addr_bytes;
-    return fmt::format("forward: from {} out on {} to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, TTL/hop limit - 1",
-                       from.name, out, m[0], m[1], m[2], m[3], m[4], m[5]);
+        if (p.id == id) return p.name;
+    return "?";
+}
+
+// How the packet leaves: by its ingress port's forward entry, else by the route of its destination (a service's
+// packets: of their backend's address, which this line does not follow).
+std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, const PortIdentity& from,
+                         const FiveTuple& t, uint32_t hash) {
+    const auto hop_text = [&](const ForwardEntry& e) {
+        const auto& m = e.dst_mac.addr_bytes;
+        return fmt::format("out on {} to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, TTL/hop limit - 1",
+                           port_name(ports, e.out_port), m[0], m[1], m[2], m[3], m[4], m[5]);
+    };
+    const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
+    if (e.valid) return "forward: from " + from.name + " " + hop_text(e);
+    const RouteTables& routes = snapshot.routes;
+    const long index = routes.find(t.family, t.dst);
+    if (index < 0)
+        return "route: from " + from.name + ": no route to " + to_string(t.dst, t.family) +
+               ": dropped (no_route), ICMP unreachable sent";
+    const CompiledRoute& route = routes.fib->routes[static_cast<std::size_t>(index)];
+    const RouteEntry& entry = routes.entries[static_cast<std::size_t>(index)];
+    const std::string head = "route: from " + from.name + " by " + to_string(route.prefix.address, t.family) + "/" +
+                             std::to_string(route.prefix.length) + ": ";
+    switch (entry.action) {
+    case RouteAction::blackhole: return head + "blackhole: dropped (route_blackhole)";
+    case RouteAction::reject: return head + "reject: dropped (route_reject), ICMP unreachable sent";
+    case RouteAction::connected:
+        return head + "connected on " + port_name(ports, entry.port) + ", destination not resolved: dropped " +
+               "(neighbour_unresolved)";
+    case RouteAction::via: break;
+    }
+    const ForwardEntry* hop = routes.next_hop(entry, hash);
+    return hop ? head + hop_text(*hop) : head + "no next hop resolved: dropped (neighbour_unresolved)";
 }
 
 }  // namespace
@@ -291,9 +318,9 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
     }
     if (d.destination.target == NewPacketTarget::service) explain_service(lb, t, d, lines);
 
-    if (in) lines.push_back(forward_line(snapshot, ports, *in));
+    if (in) lines.push_back(forward_line(snapshot, ports, *in, t, hash));
     else
-        for (const PortIdentity& p : ports) lines.push_back(forward_line(snapshot, ports, p));
+        for (const PortIdentity& p : ports) lines.push_back(forward_line(snapshot, ports, p, t, hash));
     return lines;
 }
 

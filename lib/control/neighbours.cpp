@@ -10,8 +10,29 @@ void NeighbourTable::set_targets(const std::vector<NeighbourTarget>& targets) {
         Entry& e = next[key(t.family, t.address)];
         if (const auto old = entries_.find(key(t.family, t.address)); old != entries_.end()) e = old->second;
         e.target = t;
+        e.gleaned = false;  // a target now: it has a host route
     }
+    gleaned_count_ = 0;
+    for (const auto& [k, e] : entries_)
+        if (e.gleaned && next.emplace(k, e).second) ++gleaned_count_;
     entries_ = std::move(next);
+}
+
+bool NeighbourTable::want(const NeighbourTarget& target) {
+    if (gleaned_count_ >= kMaxGleaned) return false;
+    const auto [it, added] = entries_.try_emplace(key(target.family, target.address));
+    if (!added) return false;
+    it->second.target = target;
+    it->second.gleaned = true;
+    ++gleaned_count_;
+    return true;
+}
+
+std::vector<std::pair<NeighbourTarget, rte_ether_addr>> NeighbourTable::gleaned() const {
+    std::vector<std::pair<NeighbourTarget, rte_ether_addr>> out;
+    for (const auto& [k, e] : entries_)
+        if (e.gleaned && e.mac) out.emplace_back(e.target, *e.mac);
+    return out;
 }
 
 bool NeighbourTable::learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac,
@@ -31,7 +52,8 @@ std::vector<NeighbourTarget> NeighbourTable::due(Clock::time_point now) {
     for (auto& [k, e] : entries_) {
         const bool stale = !e.mac || now - e.confirmed >= kReachable;
         if (!stale || now - e.last_solicited < kRetry) continue;
-        if (e.mac) ++e.unanswered;  // a probe of a resolved entry: counts until the answer resets it
+        // A probe of a resolved entry, or any solicitation of a gleaned one: counts until an answer resets it.
+        if (e.mac || e.gleaned) ++e.unanswered;
         e.last_solicited = now;
         out.push_back(e.target);
     }
@@ -40,12 +62,21 @@ std::vector<NeighbourTarget> NeighbourTable::due(Clock::time_point now) {
 
 bool NeighbourTable::expire(Clock::time_point now) {
     bool changed = false;
-    for (auto& [k, e] : entries_) {
-        if (e.mac && e.unanswered > kProbes && now - e.confirmed >= kReachable) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        Entry& e = it->second;
+        const bool silent = e.unanswered > kProbes && (!e.mac || now - e.confirmed >= kReachable);
+        if (e.gleaned && silent) {
+            changed |= e.mac.has_value();  // a host nobody asks for again is not kept
+            --gleaned_count_;
+            it = entries_.erase(it);
+            continue;
+        }
+        if (e.mac && silent) {
             e.mac.reset();
             e.unanswered = 0;
             changed = true;
         }
+        ++it;
     }
     return changed;
 }

@@ -30,8 +30,17 @@ public:
     static constexpr auto kRetry = std::chrono::seconds(1);       // between solicitations
     static constexpr int kProbes = 3;                             // unanswered probes before an entry is dropped
 
-    // The addresses to resolve; learned MACs of targets that remain are kept.
+    static constexpr std::size_t kMaxGleaned = 4096;  // hosts resolved for connected routes at once
+
+    // The addresses to resolve; learned MACs of targets that remain are kept, and so are gleaned hosts.
     void set_targets(const std::vector<NeighbourTarget>& targets);
+
+    // A worker routed a packet to target, a host on a connected link that is no target (glean): resolved and probed
+    // like a target while it answers; forgotten when kProbes solicitations or probes go unanswered. At most
+    // kMaxGleaned at once (others are ignored until room frees up). True when it was new.
+    bool want(const NeighbourTarget& target);
+    // The gleaned hosts resolved now, with their MACs.
+    std::vector<std::pair<NeighbourTarget, rte_ether_addr>> gleaned() const;
 
     // A worker saw `address` at `mac`. True when a target's MAC changed (the snapshot must be rebuilt).
     bool learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac, Clock::time_point now);
@@ -53,7 +62,9 @@ private:
         Clock::time_point confirmed{};
         Clock::time_point last_solicited{};
         int unanswered = 0;
+        bool gleaned = false;
     };
+    std::size_t gleaned_count_ = 0;
     using Key = std::pair<uint8_t, std::pair<uint64_t, uint64_t>>;
     static Key key(IpFamily family, const IpAddress& a) {
         return {static_cast<uint8_t>(family), {a.quads[0], a.quads[1]}};

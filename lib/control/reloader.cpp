@@ -106,7 +106,7 @@ std::string Reloader::backend_name(uint32_t id) const {
 
 LiveState Reloader::live_state(StableRuleIds* ids, BackendRegistry* backends) const {
     BackendHealth healthy = [health = setup_.health](uint32_t id) { return !health || health->is_up(id); };
-    return LiveState{ids, backends, std::move(healthy), setup_.neighbours, nullptr, nullptr, nullptr};
+    return LiveState{ids, backends, std::move(healthy), setup_.neighbours, setup_.hosts, nullptr, nullptr, nullptr};
 }
 
 std::unique_ptr<Snapshot> Reloader::build_first(std::size_t workers) {

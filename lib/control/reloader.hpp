@@ -28,6 +28,7 @@ struct ReloaderSetup {
     HealthChecker* health = nullptr;               // null: every backend is up
     HealthTransitionQueue* transitions = nullptr;  // folded into a reload that finds some waiting
     NeighbourLookup neighbours;
+    ConnectedHosts hosts;  // the hosts on connected links resolved so far (glean)
     // After a reload's snapshot is published and the config replaced: what else follows the config (neighbour
     // targets, XDP steering, BGP). Runs before the reload is reported applied.
     std::function<void()> applied;

@@ -271,6 +271,8 @@ std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& confi
                                        const std::vector<PortIdentity>& ports, int socket, const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
+    snapshot->routes = resolve_routes(base.routes.fib, snapshot->port_mac, live.neighbours,  // same config, same FIB
+                                      live.hosts ? live.hosts() : std::vector<ConnectedHost>{}, socket);
     fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =
@@ -286,6 +288,8 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
                                          const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
+    snapshot->routes = resolve_routes(build_route_fib(config, ports, socket), snapshot->port_mac, live.neighbours,
+                                      live.hosts ? live.hosts() : std::vector<ConnectedHost>{}, socket);
     fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =

@@ -1,6 +1,7 @@
 // Builds the immutable Snapshot the lcores read from a validated config. Control thread.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,12 +44,44 @@ using BackendHealth = std::function<bool(uint32_t stable_id)>;
 // The MAC ARP/ND resolved for an address (control/neighbours.hpp), if any.
 using NeighbourLookup = std::function<std::optional<rte_ether_addr>(IpFamily family, const IpAddress& address)>;
 
+// The route table's FIBs (route_builder.cpp): the config's static routes, a connected route per port address, and a
+// host route to each address sluice resolves on its links (route next hops, forward next hops, backends without a
+// mac), a static route winning over the others at one prefix. Null when there is no route at all. Throws
+// std::runtime_error when a table cannot be built.
+std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std::vector<PortIdentity>& ports,
+                                                int socket);
+// A host on a connected link that ARP/ND resolved for sluice because packets were routed to it (glean).
+struct ConnectedHost {
+    IpFamily family = IpFamily::none;
+    IpAddress address{};
+    uint16_t port = 0;
+    rte_ether_addr mac{};
+};
+using ConnectedHosts = std::function<std::vector<ConnectedHost>()>;
+
+// The routes' next hops resolved with neighbours (an unresolved next hop takes no ECMP slot) on the ports' MACs,
+// and the table of hosts (on socket).
+RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
+                           const std::array<rte_ether_addr, RTE_MAX_ETHPORTS>& port_mac,
+                           const NeighbourLookup& neighbours, const std::vector<ConnectedHost>& hosts = {},
+                           int socket = 0);
+// The addresses the routes need resolved, as (port name, family, address): their next hops.
+struct RouteNeighbour {
+    std::string port;
+    IpFamily family = IpFamily::none;
+    IpAddress address{};
+};
+std::vector<RouteNeighbour> route_neighbours(const Config& config);
+// sluicectl routes: one line per route, "PREFIX SOURCE ACTION [next hops: ADDRESS on PORT (MAC | unresolved)...]".
+std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::vector<PortIdentity>& ports);
+
 // What a snapshot is built from besides the config: state the daemon keeps across reloads. Null members: none.
 struct LiveState {
     StableRuleIds* rule_ids = nullptr;
     BackendRegistry* backends = nullptr;
     BackendHealth healthy;
     NeighbourLookup neighbours;
+    ConnectedHosts hosts;  // null: none
     std::shared_ptr<const Blocklist>
         blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
     // The running snapshot's rte_acl contexts (IPv4, IPv6): each is kept when its rules match as they did

@@ -22,6 +22,7 @@ struct LineCommands {
     LinesRequester flows;    // /sluice/flows: "[ADDRESS] [port N] [tcp|udp|...]"
     LinesRequester dry_run;  // /sluice/dryrun: "[FILE]"
     LinesRequester drain;    // /sluice/drain: no parameters
+    LinesRequester routes;   // /sluice/routes: no parameters
 };
 
 // Reload errors as a telemetry reply can carry them. A telemetry string holds RTE_TEL_MAX_STRING_LEN - 1 bytes and

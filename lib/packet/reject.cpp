@@ -268,4 +268,12 @@ bool make_time_exceeded(rte_mbuf* m, const PacketMeta& meta, const IpAddress& so
                       &source);  // time exceeded in transit (RFC 792, RFC 4443 3.3)
 }
 
+bool make_unreachable(rte_mbuf* m, const PacketMeta& meta, bool prohibited, const IpAddress& source,
+                      const rte_ether_addr& own_mac) {
+    if (!may_answer(rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset), meta)) return false;
+    const bool v4 = meta.family == IpFamily::ipv4;
+    const uint8_t code = prohibited ? (v4 ? 13 : 1) : 0;  // RFC 792, RFC 1812 5.2.7.1; RFC 4443 3.1
+    return icmp_error(m, meta, own_mac, v4 ? 3 : 1, code, 0, &source);
+}
+
 }  // namespace sluice

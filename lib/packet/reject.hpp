@@ -30,6 +30,13 @@ bool make_too_big(rte_mbuf* m, const PacketMeta& meta, uint16_t mtu, const rte_e
 // destination, a source that is no unicast address).
 bool make_time_exceeded(rte_mbuf* m, const PacketMeta& meta, const IpAddress& source, const rte_ether_addr& own_mac);
 
+// Turns a packet sluice cannot route into ICMP destination unreachable from `source` (the ingress port's own
+// address), built in place as make_time_exceeded's is: "net unreachable" (type 3 code 0 / ICMPv6 type 1 code 0, no
+// route to destination) when no route matched, "administratively prohibited" (3/13, ICMPv6 1/1) for a reject route.
+// False when none may be sent (as make_time_exceeded).
+bool make_unreachable(rte_mbuf* m, const PacketMeta& meta, bool prohibited, const IpAddress& source,
+                      const rte_ether_addr& own_mac);
+
 // Whether the packet is an ICMP echo request (ICMPv6: type 128), the one query sluice answers for its own addresses.
 bool is_echo_request(const rte_mbuf* m, const PacketMeta& meta);
 

@@ -38,7 +38,7 @@ namespace sluice {
     X(too_big_sent, "too_big_sent", "sluice_icmp_too_big_sent_total", workers, count,                                \
       "ICMP fragmentation-needed and ICMPv6 packet-too-big errors sent back for packets over the egress MTU")        \
     X(error_replies_limited, "error_replies_limited", "sluice_error_replies_limited_total", workers, count,          \
-      "Reject replies and ICMP too-big and time-exceeded errors a worker did not send: over "                        \
+      "Reject replies and ICMP too-big, time-exceeded and unreachable errors a worker did not send: over "           \
       "dataplane.max_error_replies_per_second")                                                                      \
     X(rate_limit_overflow, "rate_limit_overflow", "sluice_rate_limit_overflow_total", workers, count,                \
       "New connections of per-source rate-limited rules judged on the rule's shared overflow bucket (the worker's "  \
@@ -47,6 +47,8 @@ namespace sluice {
       "ICMP and ICMPv6 echo replies sent for pings of sluice's own addresses (ports' addresses, VIPs, NAT pool)")    \
     X(time_exceeded_sent, "time_exceeded_sent", "sluice_icmp_time_exceeded_sent_total", workers, count,              \
       "ICMP time-exceeded errors sent for packets whose TTL or hop limit expired, from the ingress port's address")  \
+    X(unreachables_sent, "unreachables_sent", "sluice_icmp_unreachable_sent_total", workers, count,                  \
+      "ICMP/ICMPv6 destination unreachables sent for packets with no route or a reject route")                       \
     X(neighbour_replies, "neighbour_replies", "", every_lcore, count,                                                \
       "ARP replies and NAs sent for sluice's addresses")                                                             \
     X(neighbour_solicitations, "neighbour_solicitations", "", every_lcore, count,                                    \

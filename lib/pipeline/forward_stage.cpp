@@ -3,6 +3,9 @@
 #include <cassert>
 
 #include <rte_cycles.h>
+#include <rte_fib.h>
+#include <rte_fib6.h>
+#include <rte_hash.h>
 #include <rte_ip.h>
 
 #include "packet/checksum.hpp"
@@ -14,6 +17,9 @@
 namespace sluice {
 
 namespace {
+
+// Requests to resolve a host on a connected link (glean): at most one per worker this often.
+constexpr uint64_t kGleanGapUs = 100;
 
 // Whether the IP packet at l3 dies here: its TTL or hop limit would reach 0.
 bool ttl_expires(const uint8_t* l3) {
@@ -165,21 +171,156 @@ bool routed_hop(const Snapshot& snapshot, const PacketRoute* route) {
     return !route || route->kind != RouteKind::to_backend || snapshot.lb->backends[route->backend].mode == LbMode::nat;
 }
 
+// The address packet i leaves for, as the route table sees it: a balanced connection's packet once rewritten (to
+// its backend, or back to its client), else the packet's own destination.
+IpAddress routed_destination(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf* m, const PacketMeta& meta,
+                             const PacketRoute* route) {
+    IpAddress destination{};
+    if (route && route->kind != RouteKind::plain) {
+        if (route->kind == RouteKind::to_backend || route->kind == RouteKind::nat_icmp_to_backend)
+            return snapshot.lb->backends[route->backend].address;
+        uint16_t client_port, vip_port;
+        IpAddress vip;
+        ctx.conn_table->origin(route->conn, destination, client_port, vip, vip_port);
+        return destination;
+    }
+    const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
+    if (meta.family == IpFamily::ipv4) std::memcpy(destination.bytes, l3 + 16, 4);
+    else std::memcpy(destination.bytes, l3 + 24, 16);
+    return destination;
+}
+
+// Where each packet leaves: by its ingress port's forward entry when it has one, else by the route of the address
+// it leaves for (rte_fib bulk lookups per family), a via route's next hop chosen by the flow's symmetric hash. Fills
+// out[i], or reason[i] when the packet cannot leave.
+void route_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
+                 const PacketRoute* routes, ForwardEntry* out, DropReason* reason) {
+    const RouteTables& table = snapshot.routes;
+    const RouteFib* fib = table.fib.get();
+    uint32_t v4_addresses[kBurst];
+    uint8_t v6_addresses[kBurst][RTE_FIB6_IPV6_ADDR_SIZE];
+    uint16_t v4_index[kBurst], v6_index[kBurst];
+    uint16_t v4_count = 0, v6_count = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+        rte_mbuf* m = pkts[i];
+        reason[i] = DropReason::none;
+        const ForwardEntry& forward = snapshot.forward_by_in_port[m->port];
+        if (forward.valid) {
+            out[i] = forward;
+            continue;
+        }
+        const PacketMeta& meta = *packet_meta(m);
+        if (!fib || (meta.family == IpFamily::ipv4 ? !fib->v4 : !fib->v6)) {
+            reason[i] = DropReason::no_route;
+            continue;
+        }
+        const IpAddress destination = routed_destination(ctx, snapshot, m, meta, routes ? &routes[i] : nullptr);
+        if (meta.family == IpFamily::ipv4) {
+            v4_addresses[v4_count] = rte_be_to_cpu_32(destination.words[0]);
+            v4_index[v4_count++] = i;
+        } else {
+            std::memcpy(v6_addresses[v6_count], destination.bytes, RTE_FIB6_IPV6_ADDR_SIZE);
+            v6_index[v6_count++] = i;
+        }
+    }
+    if (v4_count + v6_count == 0) return;
+    uint64_t v4_found[kBurst], v6_found[kBurst];
+    if (v4_count) rte_fib_lookup_bulk(fib->v4, v4_addresses, v4_found, v4_count);
+    if (v6_count) rte_fib6_lookup_bulk(fib->v6, v6_addresses, v6_found, v6_count);
+    // The next hop of a destination on a connected link: the host's own MAC once sluice resolved it; otherwise the
+    // control thread is asked to resolve it (at most one request every kGleanGapUs per worker: a scan of a /16
+    // cannot flood the ring) and the packet is dropped.
+    const auto connected_host = [&](uint16_t i, const RouteEntry& entry, IpFamily family, const uint8_t* address) {
+        HostKey key{};
+        std::memcpy(key.address.bytes, address, family == IpFamily::ipv4 ? 4 : 16);
+        key.family = static_cast<uint64_t>(family);
+        void* index;
+        if (table.hosts && rte_hash_lookup_data(table.hosts.get(), &key, &index) >= 0) {
+            out[i] = table.hops[reinterpret_cast<uintptr_t>(index)];
+            return;
+        }
+        reason[i] = DropReason::neighbour_unresolved;
+        const uint64_t now = rte_rdtsc();
+        if (!ctx.neighbour_events || now < ctx.next_glean_tsc) return;
+        NeighbourEvent wanted{key.address, {}, entry.port, family, {}};  // no MAC: a host to resolve
+        if (rte_ring_mp_enqueue_elem(ctx.neighbour_events, &wanted, sizeof wanted) == 0)
+            ctx.next_glean_tsc = now + rte_get_tsc_hz() / 1000000 * kGleanGapUs;
+    };
+    const auto settle = [&](uint16_t i, uint64_t found, IpFamily family, const uint8_t* address) {
+        if (found == 0) {
+            reason[i] = DropReason::no_route;
+            return;
+        }
+        const RouteEntry& entry = table.entries[found - 1];
+        switch (entry.action) {
+        case RouteAction::via:
+            if (const ForwardEntry* hop = table.next_hop(entry, packet_meta(pkts[i])->flow_hash)) out[i] = *hop;
+            else reason[i] = DropReason::neighbour_unresolved;
+            return;
+        case RouteAction::connected: {
+            // On the link: the destination's own MAC. Backends and next hops have host routes (via); a backend
+            // configured with its mac is reached here.
+            const PacketRoute* route = routes ? &routes[i] : nullptr;
+            if (route && route->kind == RouteKind::to_backend && snapshot.lb->backends[route->backend].has_mac) {
+                out[i] = ForwardEntry{.dst_mac = snapshot.lb->backends[route->backend].mac,
+                                      .src_mac = snapshot.port_mac[entry.port],
+                                      .out_port = entry.port,
+                                      .valid = true};
+            } else {
+                connected_host(i, entry, family, address);
+            }
+            return;
+        }
+        case RouteAction::blackhole: reason[i] = DropReason::route_blackhole; return;
+        case RouteAction::reject: reason[i] = DropReason::route_reject; return;
+        }
+    };
+    for (uint16_t k = 0; k < v4_count; ++k) {
+        const uint32_t address_be = rte_cpu_to_be_32(v4_addresses[k]);
+        settle(v4_index[k], v4_found[k], IpFamily::ipv4, reinterpret_cast<const uint8_t*>(&address_be));
+    }
+    for (uint16_t k = 0; k < v6_count; ++k) settle(v6_index[k], v6_found[k], IpFamily::ipv6, v6_addresses[k]);
+}
+
+// A packet with no route or a reject route: answered with ICMP unreachable (rate-limited) from the ingress port's
+// own address when it has one, as a router does. True when the answer took the mbuf.
+bool answer_unreachable(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf* m, DropReason why) {
+    const PacketMeta& meta = *packet_meta(m);
+    const uint16_t in_port = m->port;
+    const IpAddress* own = port_address(snapshot, meta.family, in_port);
+    if (!own || !write_error_reply(ctx, snapshot, rte_rdtsc(), [&] {
+            return make_unreachable(m, meta, why == DropReason::route_reject, *own, snapshot.port_mac[in_port]);
+        }))
+        return false;
+    ctx.counters.drop(why);
+    counter_add(ctx.counters.unreachables_sent);
+    send_out(ctx, in_port, m);
+    return true;
+}
+
 }  // namespace
 
 void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
                    const PacketRoute* routes) {
     rte_mbuf* dropped[kBurst];
     uint16_t dropped_count = 0;
+    ForwardEntry way_out[kBurst];
+    DropReason route_verdict[kBurst];
+    route_burst(ctx, snapshot, pkts, count, routes, way_out, route_verdict);
     for (uint16_t i = 0; i < count; ++i) {
         rte_mbuf* m = pkts[i];
-        const ForwardEntry& entry = snapshot.forward_by_in_port[m->port];
+        const ForwardEntry& entry = way_out[i];
         DropReason verdict;
         const PacketMeta& meta = *packet_meta(m);
         const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
         const uint16_t in_port = m->port;
-        if (SLUICE_UNLIKELY(!entry.valid || entry.awaiting_neighbour)) {
-            verdict = entry.valid ? DropReason::neighbour_unresolved : DropReason::no_route;
+        if (SLUICE_UNLIKELY(route_verdict[i] != DropReason::none)) {
+            verdict = route_verdict[i];
+            if ((verdict == DropReason::no_route || verdict == DropReason::route_reject) &&
+                answer_unreachable(ctx, snapshot, m, verdict))
+                continue;
+        } else if (SLUICE_UNLIKELY(entry.awaiting_neighbour)) {
+            verdict = DropReason::neighbour_unresolved;
         } else if (SLUICE_UNLIKELY(ttl_expires(l3)) && routed_hop(snapshot, routes ? &routes[i] : nullptr)) {
             // Checked before any rewrite, so the error quotes the packet as it came. Sent, as a router sends it,
             // from the ingress port's own address: sluice has none on a port without `addresses`, and answering

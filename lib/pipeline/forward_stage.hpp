@@ -1,6 +1,7 @@
-// The worker's L2/L3 forwarding stage: TTL/hop-limit decrement with an RFC 1624 checksum update, MAC rewrite to
-// the ingress port's configured next hop (or a backend's MAC), VLAN tags stripped, the load balancer's rewrites,
-// and TX through the worker's own queue.
+// The worker's L2/L3 forwarding stage: the way out (the ingress port's forward entry, else the route table: rte_fib
+// bulk lookups, ECMP by the flow's hash, ICMP unreachable for no route), TTL/hop-limit decrement with an RFC 1624
+// checksum update, MAC rewrite to the next hop (or a backend's MAC), VLAN tags stripped, the load balancer's
+// rewrites, and TX through the worker's own queue.
 // Owning worker only; fast-path safe.
 #pragma once
 
@@ -15,7 +16,7 @@ namespace sluice {
 
 // Takes ownership of every mbuf: each is either buffered for TX or dropped and counted. routes (from
 // stateful_burst, may be null) mark packets of balanced connections: rewritten for their backend (nat, dsr,
-// tunnel) or back to their client (nat replies), then sent on the ingress port's forward entry.
+// tunnel) or back to their client (nat replies), then sent by the route to the address they leave for.
 void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, uint16_t count,
                    const PacketRoute* routes = nullptr);
 

@@ -120,7 +120,7 @@ struct alignas(kCacheLine) LcoreContext {
     uint16_t worker_count = 0;
     // RX: parse_burst fills each meta.flow_hash, because something reads it: the steering to one of several
     // workers, or the connection table. Plain forwarding with one worker skips it (a third of the parse's cost,
-    // docs/benchmarks.md). Both are fixed for the dataplane's life.
+    // docs/benchmarks.md). Both are fixed for the dataplane's life; a snapshot with ECMP routes turns hashing on.
     bool hash_flows = true;
     uint16_t tx_queue = 0;
     uint16_t rx_queue_count = 0;
@@ -154,7 +154,8 @@ struct alignas(kCacheLine) LcoreContext {
     alignas(kCacheLine) std::atomic<bool> rx_quiesced{false};
     uint64_t next_drain_tsc = 0;
     uint64_t drain_interval_tsc = 0;
-    uint64_t next_walk_tsc = 0;  // while packets flow, no walk slice before then
+    uint64_t next_walk_tsc = 0;   // while packets flow, no walk slice before then
+    uint64_t next_glean_tsc = 0;  // no request to resolve a connected host before then (forward_stage.cpp)
     uint32_t idle_streak = 0;
     double log_tokens = 0;  // decision-log token bucket (firewall.log_rate, burst of one second)
     uint64_t log_refill_tsc = 0;

@@ -187,7 +187,7 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
         counter_add(port.rx_packets, n);
         counter_add(port.rx_bytes, bytes);
 
-        parse_burst(pkts, n, verdicts, ctx.hash_flows, &snapshot.martians);
+        parse_burst(pkts, n, verdicts, ctx.hash_flows || snapshot.routes.ecmp, &snapshot.martians);
         rte_mbuf* dropped[kBurst];
         uint16_t dropped_count = 0, valid = 0;
         for (uint16_t i = 0; i < n; ++i) {

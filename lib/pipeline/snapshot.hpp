@@ -22,19 +22,11 @@
 #include "lb/lb_tables.hpp"
 #include "packet/martian.hpp"
 #include "packet/parse.hpp"
+#include "pipeline/route_table.hpp"
 #include "pipeline/source_limiter.hpp"
 #include "pipeline/token_bucket.hpp"
 
 namespace sluice {
-
-// Where a packet that came in on a port leaves, and with which MAC addresses.
-struct ForwardEntry {
-    rte_ether_addr dst_mac{};  // the next hop's
-    rte_ether_addr src_mac{};  // the egress port's own
-    uint16_t out_port = 0;
-    bool valid = false;
-    bool awaiting_neighbour = false;  // next_hop given by address and not resolved yet: neighbour_unresolved
-};
 
 // An address sluice answers ARP/ND for (and ICMP echo): its own on a port, or a VIP / NAT pool address (on every port).
 struct OwnedAddress {
@@ -147,7 +139,10 @@ struct FirewallTables {
 // The firewall and load-balancer tables are shared between snapshots: a health-check transition publishes a new
 // snapshot with new Maglev tables and the same rule set (no rte_acl rebuild). Both are never null.
 struct Snapshot {
+    // forward: a packet that came in on a port with a valid entry leaves by it, whatever its destination (an
+    // ingress policy route); packets of the other ports are looked up in routes.
     std::array<ForwardEntry, RTE_MAX_ETHPORTS> forward_by_in_port{};
+    RouteTables routes;
     std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
     std::array<uint16_t, RTE_MAX_ETHPORTS> port_mtu{};
     // sluice's own addresses, answered in ARP/ND and echo (scanned linearly): the ports' `addresses`, each on its

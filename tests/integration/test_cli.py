@@ -164,3 +164,23 @@ def test_sluicectl_prints_reload_errors_whole_with_the_file_first(tmp_path):
         assert reload_errors(sluice.telemetry.query("/sluice/config")) == expected
         assert sluice.telemetry.query("/sluice/config")["hash"] == before
         assert sluice.stop() == 0, sluice.log()
+
+
+def test_sluicectl_routes_lists_the_table(tmp_path):
+    """`sluicectl routes`: static, host and connected routes, each next hop with its MAC or "unresolved" (net_null
+    answers no ARP)."""
+    sluicectl = str(ROOT / "app/sluicectl/sluicectl")
+    config = null_config(routes=[{"prefix": "198.51.100.0/24", "next_hops": ["192.0.2.11", "192.0.2.12"]},
+                                 {"prefix": "100.64.0.0/10", "type": "reject"}])
+    config["ports"][1]["addresses"] = ["192.0.2.1/24"]
+    sluice = Sluice(tmp_path, config)
+    with sluice:
+        shown = subprocess.run([sluicectl, "--prefix", sluice.prefix, "routes"], capture_output=True, text=True,
+                               timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert "198.51.100.0/24 static via 192.0.2.11 on b (unresolved), 192.0.2.12 on b (unresolved)" in lines
+        assert "100.64.0.0/10 static reject" in lines
+        assert "192.0.2.11/32 host via 192.0.2.11 on b (unresolved)" in lines
+        assert "192.0.2.0/24 connected on b" in lines
+        assert sluice.stop() == 0, sluice.log()

@@ -11,7 +11,8 @@
 //     --only LIST          sections to run, comma-separated: parse,classify,established,new,lb,memory,reload,
 //                          scaling (default: all of these), walk (only when named: a worker's rate during walks of
 //                          its connection table, section_walk.cpp), blocklist (only when named: early-drop tables of
-//                          1M prefixes per family, section_blocklist.cpp)
+//                          1M prefixes per family, section_blocklist.cpp), routes (only when named: forward_burst by
+//                          the route table at 1k and 1M IPv4 routes, section_routes.cpp)
 //     --rules FILE         classify this ClassBench rule file instead of the generated 10 / 1k / 10k rule sets
 //     --trace FILE         ... over this trace (both formats are dpdk-test-acl's, see below); needs --rules
 //     --write-acl-files DIR  write the generated rule sets and their traces as DIR/rules-N.txt, DIR/trace-N.txt
@@ -190,6 +191,7 @@ int run(int argc, char** argv) {
     run_section(d, o, "scaling", [&] { section_scaling(d, o, table); });
     run_section(d, o, "walk", [&] { section_walk(d, o, table); });
     run_section(d, o, "blocklist", [&] { section_blocklist(d, o, table); });
+    run_section(d, o, "routes", [&] { section_routes(d, o, table); });
     finish(d, o, table, meta, start_time, load_start, others_share(cpu_start, cpu_sample()));
     stop_dpdk(d);
     return 0;

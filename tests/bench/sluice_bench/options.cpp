@@ -62,9 +62,9 @@ Options parse_options(int argc, char** argv) {
             o.sections.clear();
             for (const std::string& s : split(v, ',')) {
                 if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "lb" && s != "memory" &&
-                    s != "reload" && s != "scaling" && s != "walk" && s != "blocklist")
+                    s != "reload" && s != "scaling" && s != "walk" && s != "blocklist" && s != "routes")
                     fail("--only: unknown section '" + s +
-                         "' (parse, classify, established, new, lb, memory, reload, scaling, walk, blocklist)");
+                         "' (parse, classify, established, new, lb, memory, reload, scaling, walk, blocklist, routes)");
                 o.sections.insert(s);
             }
         } else if (a == "--rules") {

@@ -25,5 +25,6 @@ void section_reload(Dpdk& d, const Options& o, Table& table);
 void section_scaling(Dpdk& d, const Options& o, Table& table);
 void section_walk(Dpdk& d, const Options& o, Table& table);
 void section_blocklist(Dpdk& d, const Options& o, Table& table);
+void section_routes(Dpdk& d, const Options& o, Table& table);
 
 }  // namespace sluice::bench

@@ -413,3 +413,42 @@ services:
     REQUIRE(ok.config);
     CHECK(ok.config->firewall.rules[0].name == "allow web (v2) #1");
 }
+
+TEST_CASE("config: routes with next hops (port found by link, weights), blackhole and reject", "[config][routes]") {
+    const ConfigResult r = load_config_text(R"(ports:
+  - {name: lan, device: net_null0, addresses: 10.0.0.1/24}
+  - {name: wan, device: net_null1, addresses: ["192.0.2.1/24", "2001:db8:1::1/64"]}
+lcores:
+  - {id: 1, roles: [rx, worker]}
+routes:
+  - prefix: 0.0.0.0/0
+    next_hops: [192.0.2.11, {address: 192.0.2.12, weight: 3}, {address: 10.0.0.254, port: lan}]
+  - {prefix: "2001:db8:5::/48", next_hops: "2001:db8:1::11"}
+  - {prefix: 100.64.0.0/10, type: blackhole}
+  - {prefix: 100.65.0.0/16, type: reject}
+)",
+                                            "routes.yaml");
+    INFO(errors_of(r));
+    REQUIRE(r.config);
+    const std::vector<RouteConfig>& routes = r.config->routes;
+    REQUIRE(routes.size() == 4);
+    CHECK(routes[0].family == IpFamily::ipv4);
+    CHECK(routes[0].prefix.length == 0);
+    CHECK(routes[0].type == RouteType::via);
+    REQUIRE(routes[0].next_hops.size() == 3);
+    CHECK(routes[0].next_hops[0].port == "wan");
+    CHECK(routes[0].next_hops[0].weight == 1);
+    CHECK(routes[0].next_hops[1].weight == 3);
+    CHECK(routes[0].next_hops[2].port == "lan");
+    CHECK(routes[1].family == IpFamily::ipv6);
+    CHECK(routes[1].prefix.length == 48);
+    REQUIRE(routes[1].next_hops.size() == 1);
+    CHECK(routes[1].next_hops[0].port == "wan");
+    CHECK(routes[2].type == RouteType::blackhole);
+    CHECK(routes[2].next_hops.empty());
+    CHECK(routes[3].type == RouteType::reject);
+    // Reloadable: routes travel in the snapshot.
+    Config other = *r.config;
+    other.routes.pop_back();
+    CHECK(restart_required_changes(*r.config, other).empty());
+}

@@ -28,10 +28,7 @@ rte_ring* make_ring(const std::string& name) {
     return r;
 }
 
-}  // namespace
-
-namespace {
-
+// yaml loaded, or an exception with its errors.
 Config load_lab_config(const std::string& yaml) {
     ConfigResult loaded = load_config_text(yaml, "lab.yaml");
     if (!loaded.config) {
@@ -40,6 +37,12 @@ Config load_lab_config(const std::string& yaml) {
         throw std::runtime_error("the lab's config does not load:" + errors);
     }
     return std::move(*loaded.config);
+}
+
+std::size_t worker_count(const Config& config) {
+    std::size_t workers = 0;
+    for (const LcoreConfig& l : config.lcores) workers += l.worker ? 1 : 0;
+    return workers;
 }
 
 }  // namespace
@@ -53,8 +56,7 @@ PipelineLab::PipelineLab(const std::string& yaml) {
                                     static_cast<int>(rte_socket_id()));
     if (!pool_) throw std::runtime_error(std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno));
 
-    std::size_t workers = 0;
-    for (const LcoreConfig& l : config_.lcores) workers += l.worker ? 1 : 0;
+    const std::size_t workers = worker_count(config_);
     for (PortSpec& spec : config_.ports) {
         const std::string name = lab + "_" + spec.name;
         RingPort& ring = rings_[spec.name];
@@ -85,16 +87,15 @@ void PipelineLab::start(const std::string& yaml) {
 }
 
 std::unique_ptr<Snapshot> PipelineLab::build(const Config& config, const std::string& yaml) {
-    LiveState live{.rule_ids = &rule_ids_, .backends = &backends_};
+    LiveState live = live_state();
+    live.rule_ids = &rule_ids_, live.backends = &backends_;
     if (auto seen = acl_by_config_.find(yaml); seen != acl_by_config_.end()) {
         live.acl_v4 = seen->second.first, live.acl_v6 = seen->second.second;
     } else if (dataplane_) {
         live.acl_v4 = dataplane_->snapshot().firewall->acl_v4, live.acl_v6 = dataplane_->snapshot().firewall->acl_v6;
     }
-    std::size_t workers = 0;
-    for (const LcoreConfig& l : config.lcores) workers += l.worker ? 1 : 0;
-    auto snapshot =
-        build_snapshot(config, identities_, config.lcores.size(), static_cast<int>(rte_socket_id()), workers, live);
+    auto snapshot = build_snapshot(config, identities_, config.lcores.size(), static_cast<int>(rte_socket_id()),
+                                   worker_count(config), live);
     acl_by_config_[yaml] = {snapshot->firewall->acl_v4, snapshot->firewall->acl_v6};
     return snapshot;
 }
@@ -127,6 +128,8 @@ void PipelineLab::restart(const std::string& yaml) {
     dataplane_.reset();
     rule_ids_ = {};
     backends_ = {};
+    neighbours_.clear();
+    hosts_.clear();
     config_ = std::move(next);
     start(yaml);
 }
@@ -172,6 +175,37 @@ std::vector<Bytes> PipelineLab::take_sent(const std::string& port) {
         }
     }
     return out;
+}
+
+LiveState PipelineLab::live_state() {
+    LiveState live;
+    live.neighbours = [this](IpFamily family, const IpAddress& address) -> std::optional<rte_ether_addr> {
+        const std::string key(reinterpret_cast<const char*>(address.bytes), family == IpFamily::ipv4 ? 4 : 16);
+        const auto it = neighbours_.find(key);
+        return it == neighbours_.end() ? std::nullopt : std::optional(it->second);
+    };
+    live.hosts = [this] { return hosts_; };
+    return live;
+}
+
+void PipelineLab::set_neighbour(const std::string& address, std::optional<std::array<uint8_t, 6>> mac) {
+    const Bytes bytes = address_bytes(address);
+    const std::string key(bytes.begin(), bytes.end());
+    if (mac) std::memcpy(neighbours_[key].addr_bytes, mac->data(), 6);
+    else neighbours_.erase(key);
+    dataplane_->publish(
+        rebuild_live(snapshot(), config_, identities_, static_cast<int>(rte_socket_id()), live_state()));
+}
+
+void PipelineLab::add_connected_host(const std::string& address, const std::string& port,
+                                     const std::array<uint8_t, 6>& mac) {
+    ConnectedHost host{.family = is_v6(address) ? IpFamily::ipv6 : IpFamily::ipv4, .port = port_id(port)};
+    const Bytes bytes = address_bytes(address);
+    std::memcpy(host.address.bytes, bytes.data(), bytes.size());
+    std::memcpy(host.mac.addr_bytes, mac.data(), 6);
+    hosts_.push_back(host);
+    dataplane_->publish(
+        rebuild_live(snapshot(), config_, identities_, static_cast<int>(rte_socket_id()), live_state()));
 }
 
 std::vector<Bytes> PipelineLab::exchange(const std::string& in_port, const std::vector<Bytes>& frames,

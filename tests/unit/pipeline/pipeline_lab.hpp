@@ -4,9 +4,11 @@
 // test sets, and what sluice sent is read back from the ports' TX rings. Needs the EAL (dpdk_unit_tests).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +51,12 @@ public:
     std::vector<Bytes> exchange(const std::string& in_port, const std::vector<Bytes>& frames,
                                 const std::string& out_port);
 
+    // As ARP/ND answering (or a neighbour that stops answering: nullopt): the address's MAC, republished as the
+    // daemon republishes on a change of neighbours (rebuild_live).
+    void set_neighbour(const std::string& address, std::optional<std::array<uint8_t, 6>> mac);
+    // As the daemon's glean: a host on port's connected link resolved at mac, republished likewise.
+    void add_connected_host(const std::string& address, const std::string& port, const std::array<uint8_t, 6>& mac);
+
     void advance_seconds(double seconds) { now_tsc_ += static_cast<uint64_t>(seconds * static_cast<double>(tsc_hz_)); }
     uint64_t now_tsc() const { return now_tsc_; }
 
@@ -86,6 +94,9 @@ private:
     // rte_acl builds dominate a lab's start under the sanitizers: each config's contexts are kept for its next use.
     std::map<std::string, std::pair<std::shared_ptr<const AclClassifier>, std::shared_ptr<const AclClassifier>>>
         acl_by_config_;
+    std::map<std::string, rte_ether_addr> neighbours_;  // address bytes -> MAC
+    std::vector<ConnectedHost> hosts_;
+    LiveState live_state();
     uint64_t tsc_hz_ = 0;
     uint64_t now_tsc_ = 0;
 };

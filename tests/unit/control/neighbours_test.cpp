@@ -1,0 +1,58 @@
+// The ARP/ND resolver's table: hosts gleaned for connected routes are solicited, kept while they answer, and
+// forgotten when they stop; targets of the config are never forgotten, only unresolved.
+#include <catch2/catch.hpp>
+
+#include "control/neighbours.hpp"
+
+using namespace sluice;
+
+namespace {
+
+NeighbourTarget target(uint8_t last) {
+    NeighbourTarget t{.family = IpFamily::ipv4, .port_id = 1};
+    t.address = IpAddress::from_v4(rte_cpu_to_be_32(0xc0000200u | last));  // 192.0.2.last
+    t.sender = IpAddress::from_v4(rte_cpu_to_be_32(0xc0000201u));
+    return t;
+}
+
+constexpr rte_ether_addr kMac{{0x02, 0, 0, 0, 0, 0x63}};
+
+}  // namespace
+
+TEST_CASE("neighbours: a gleaned host is solicited, kept while it answers, forgotten when it stops", "[neighbours]") {
+    NeighbourTable table;
+    table.set_targets({target(11)});
+    auto now = NeighbourTable::Clock::now();
+    CHECK(table.want(target(99)));
+    CHECK_FALSE(table.want(target(99)));  // asked once
+    CHECK_FALSE(table.want(target(11)));  // a target already
+    CHECK(table.due(now).size() == 2);
+    CHECK(table.gleaned().empty());
+    CHECK(table.learn(IpFamily::ipv4, target(99).address, kMac, now));
+    REQUIRE(table.gleaned().size() == 1);
+    CHECK(table.gleaned()[0].first.address == target(99).address);
+    table.set_targets({target(11)});  // a reload keeps it
+    CHECK(table.gleaned().size() == 1);
+    // Silent from now on: probed after kReachable, forgotten after kProbes unanswered probes.
+    bool forgotten = false;
+    for (int second = 1; second < 60 && !forgotten; ++second) {
+        now += std::chrono::seconds(1);
+        table.due(now);
+        forgotten = table.expire(now) && table.gleaned().empty();
+    }
+    CHECK(forgotten);
+    CHECK(table.size() == 1);  // the target stays
+}
+
+TEST_CASE("neighbours: a gleaned host that never answers goes after a few solicitations", "[neighbours]") {
+    NeighbourTable table;
+    auto now = NeighbourTable::Clock::now();
+    REQUIRE(table.want(target(77)));
+    for (int second = 0; second < 10; ++second) {
+        now += std::chrono::seconds(1);
+        table.due(now);
+        table.expire(now);
+    }
+    CHECK(table.size() == 0);
+    CHECK(table.want(target(77)));  // asked for again: tried again
+}
