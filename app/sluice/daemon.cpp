@@ -136,13 +136,18 @@ private:
     // Staged start; each stage throws StartupError and stop() unwinds whatever was built.
     void start() {
         const Config& config = initial_config_;
-        eal_ = std::make_unique<EalGuard>(
-            build_eal_args(program_, config.eal, prepare_xdp_ports(config.ports), extra_eal_args_));
+        const std::vector<std::string> eal_args =
+            build_eal_args(program_, config.eal, prepare_xdp_ports(config.ports), extra_eal_args_);
+        eal_ = std::make_unique<EalGuard>(eal_args);
         check_lcores(config);
         if (!register_packet_meta()) throw StartupError("cannot register the packet metadata mbuf field");
         register_telemetry_commands();
-        // Lets dpdk-dumpcap / dpdk-pdump (secondary processes) capture on sluice's ports.
-        if (rte_pdump_init() != 0) spdlog::warn("packet capture (rte_pdump) unavailable: {}", rte_strerror(rte_errno));
+        // Lets dpdk-dumpcap / dpdk-pdump (secondary processes) capture on sluice's ports. rte_pdump_init succeeds
+        // even where no secondary can attach, so the operator hears it from the arguments.
+        if (const std::string blocker = secondary_process_blocker(eal_args); !blocker.empty())
+            spdlog::warn("packet capture: dpdk-dumpcap cannot attach ({})", blocker);
+        else if (rte_pdump_init() != 0)
+            spdlog::warn("packet capture (rte_pdump) unavailable: {}", rte_strerror(rte_errno));
         else pdump_ = true;
         for (const PortSpec& spec : config.ports) ports_.push_back(std::make_unique<Port>(spec));
         uint16_t workers = 0;

@@ -8,6 +8,8 @@
 #include <iterator>
 #include <memory>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <rte_common.h>
 #include <rte_errno.h>
@@ -115,6 +117,25 @@ rte_hash* create_family_table(const std::string& name, uint32_t entries, uint32_
     return rte_hash_create(&params);
 }
 
+// Where rte_hash's key store starts and how far apart its keys are: from the addresses of two keys added and
+// removed again (rte_hash_get_key_with_position points into the store). Throws if the store is not one array.
+template <typename Key>
+std::pair<const char*, std::size_t> locate_key_store(rte_hash* table, const Key& first, const Key& second) {
+    const int32_t a = rte_hash_add_key(table, &first);
+    const int32_t b = rte_hash_add_key(table, &second);
+    void* at_a = nullptr;
+    void* at_b = nullptr;
+    const bool found = a >= 0 && b >= 0 && a != b && rte_hash_get_key_with_position(table, a, &at_a) == 0 &&
+                       rte_hash_get_key_with_position(table, b, &at_b) == 0;
+    if (a >= 0) rte_hash_del_key(table, &first);
+    if (b >= 0) rte_hash_del_key(table, &second);
+    const std::ptrdiff_t apart = static_cast<const char*>(at_b) - static_cast<const char*>(at_a);
+    if (!found || apart % (b - a) != 0 || apart / (b - a) < static_cast<std::ptrdiff_t>(sizeof(Key)))
+        throw std::runtime_error("rte_hash's key store is not one array of keys");
+    const auto stride = static_cast<std::size_t>(apart / (b - a));
+    return {static_cast<const char*>(at_a) - static_cast<std::ptrdiff_t>(stride) * a, stride};
+}
+
 inline bool is_tcp_state(ConnState s) { return s <= ConnState::tcp_close; }
 
 uint32_t timeout_seconds(const ConnTimeouts& t, ConnState s) {
@@ -199,6 +220,18 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
     ipv6_ = create_family_table(name + "_v6", ipv6_capacity_, sizeof(FiveTuple), ipv6_key_hash, socket_id);
     if (ipv6_ == nullptr)
         fail("rte_hash_create(" + std::to_string(ipv6_capacity_) + " IPv6 entries) failed: " + rte_strerror(rte_errno));
+
+    try {
+        Ipv4Key ipv4_first{}, ipv4_second{};
+        ipv4_second.tail.low_port = 1;
+        std::tie(ipv4_keys_.base, ipv4_keys_.stride) = locate_key_store(ipv4_, ipv4_first, ipv4_second);
+        FiveTuple ipv6_first{}, ipv6_second{};
+        ipv6_first.family = ipv6_second.family = IpFamily::ipv6;
+        ipv6_second.src_port = 1;
+        std::tie(ipv6_keys_.base, ipv6_keys_.stride) = locate_key_store(ipv6_, ipv6_first, ipv6_second);
+    } catch (const std::exception& e) {
+        fail(e.what());
+    }
 
     // Positions are key slot - 1, below rte_hash_max_key_id() (= entries without multi-writer); one spare entry
     // per table because the documentation reads "max key ID that could possibly be returned" as inclusive.
@@ -371,6 +404,18 @@ bool ConnTable::key_at(int32_t index, FiveTuple& key) const {
         std::memcpy(&key, stored, sizeof key);
     }
     return true;
+}
+
+const void* ConnTable::key_address(int32_t index) const {
+    const auto i = static_cast<uint32_t>(index);
+    return i < ipv4_slots_ ? ipv4_keys_.base + ipv4_keys_.stride * i
+                           : ipv6_keys_.base + ipv6_keys_.stride * (i - ipv4_slots_);
+}
+
+void ConnTable::live_key(int32_t index, FiveTuple& key) const {
+    const void* stored = key_address(index);
+    if (static_cast<uint32_t>(index) < ipv4_slots_) key = tuple_of(*static_cast<const Ipv4Key*>(stored));
+    else std::memcpy(&key, stored, sizeof key);
 }
 
 TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint32_t bytes,

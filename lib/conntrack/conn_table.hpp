@@ -207,6 +207,11 @@ public:
 
     // The canonical key stored for an index (a lookup in rte_hash's key store; not for every packet).
     bool key_at(int32_t index, FiveTuple& key) const;
+    // The canonical key of a live entry (flag kConnFlagLive), read straight from rte_hash's key store: no verifying
+    // lookup, so a walk over every slot costs two sequential reads per slot, not a hash and a bucket read more.
+    void live_key(int32_t index, FiveTuple& key) const;
+    // Where live_key reads index's key: to prefetch it.
+    const void* key_address(int32_t index) const;
 
     ConnEntry& entry(int32_t index) { return entries_[index]; }
     const ConnEntry& entry(int32_t index) const { return entries_[index]; }
@@ -267,10 +272,17 @@ private:
     }
     void remove_key(int32_t index);
 
+    // rte_hash keeps its keys in one array: its start and stride, measured at construction (locate_key_store).
+    struct KeyStore {
+        const char* base = nullptr;
+        std::size_t stride = 0;
+    };
+
     rte_hash* ipv4_ = nullptr;  // 16-byte keys (Ipv4Key in the .cpp); positions 0 .. ipv4_slots_ - 1
     rte_hash* ipv6_ = nullptr;  // 40-byte keys (FiveTuple); positions ipv4_slots_ .. slots_ - 1
     ReleaseHook release_hook_ = nullptr;
     void* release_arg_ = nullptr;
+    KeyStore ipv4_keys_, ipv6_keys_;
     ConnEntry* entries_ = nullptr;
     TcpWindow* windows_ = nullptr;  // parallel to entries_
     uint32_t capacity_ = 0;

@@ -1,6 +1,8 @@
 #include "dpdk/eal.hpp"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -33,6 +35,24 @@ std::vector<std::string> build_eal_args(const std::string& program, const std::v
     if (!any_pci && !mentions("--no-pci") && !mentions("-a") && !mentions("--allow")) args.push_back("--no-pci");
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     return args;
+}
+
+std::string secondary_process_blocker(const std::vector<std::string>& eal_args) {
+    // A secondary finds the primary through its runtime files and maps the primary's hugepage files at the same
+    // addresses.
+    static constexpr std::pair<std::string_view, std::string_view> kBlockers[] = {
+        {"--in-memory", "no runtime files for a secondary process to find"},
+        {"--no-shconf", "no runtime files for a secondary process to find"},
+        {"--no-huge", "memory is not in hugepage files a secondary process could map"},
+        {"--huge-unlink", "hugepage files are removed, so a secondary process cannot map them"},
+    };
+    for (const std::string& arg : eal_args) {
+        if (arg == "--huge-unlink=never") continue;
+        for (const auto& [flag, reason] : kBlockers)
+            if (arg == flag || arg.starts_with(std::string(flag) + "="))
+                return std::string(flag) + ": " + std::string(reason);
+    }
+    return {};
 }
 
 EalGuard::EalGuard(const std::vector<std::string>& args) {

@@ -15,6 +15,10 @@ namespace sluice {
 std::vector<std::string> build_eal_args(const std::string& program, const std::vector<std::string>& config_args,
                                         const std::vector<PortSpec>& ports, const std::vector<std::string>& extra_args);
 
+// Why DPDK secondary processes (dpdk-dumpcap, dpdk-pdump, dpdk-proc-info) cannot attach with these EAL arguments:
+// the first argument that prevents it and its reason, or an empty string when they can.
+std::string secondary_process_blocker(const std::vector<std::string>& eal_args);
+
 // Initialises the EAL or throws StartupError; rte_eal_cleanup runs when the guard goes.
 class EalGuard {
 public:

@@ -311,6 +311,10 @@ TEST_CASE("ConnTable: IPv6 connections fill a share of their own; IPv4 ones the 
         canonical_key(mixed[i], expected, low);
         REQUIRE(table.key_at(found[i], stored));
         CHECK(stored == expected);
+        // The walk's unchecked read of the key store gives the same key.
+        FiveTuple read_directly;
+        table.live_key(found[i], read_directly);
+        CHECK(read_directly == expected);
     }
 
     // An IPv4 connection leaves: the IPv6 share is still full, an IPv4 one fits.

@@ -41,3 +41,13 @@ TEST_CASE("eal args: device names", "[eal]") {
     CHECK(device_name("net_af_xdp0,iface=veth0") == "net_af_xdp0");
     CHECK(device_name("net_null0") == "net_null0");
 }
+
+TEST_CASE("eal args: the options that keep dpdk-dumpcap from attaching are named", "[eal]") {
+    CHECK(secondary_process_blocker({"sluice", "--lcores=0@0,1@1", "--file-prefix=sluice"}).empty());
+    CHECK(secondary_process_blocker({"sluice", "--huge-unlink=never"}).empty());
+    CHECK(secondary_process_blocker({"sluice", "-l", "0", "--in-memory"}).starts_with("--in-memory: "));
+    CHECK(secondary_process_blocker({"sluice", "--no-shconf"}).starts_with("--no-shconf: "));
+    CHECK(secondary_process_blocker({"sluice", "--no-huge", "-m", "256"}).starts_with("--no-huge: "));
+    CHECK(secondary_process_blocker({"sluice", "--huge-unlink"}).starts_with("--huge-unlink: "));
+    CHECK(secondary_process_blocker({"sluice", "--huge-unlink=always"}).starts_with("--huge-unlink: "));
+}
