@@ -196,21 +196,28 @@ def test_large_download_survives_blind_rsts_and_data_at_both_ends(server_host, l
     assert "listening on" in capture.stderr.readline()
     before, client_before, recoveries_before = stats(), kernel_counters("sl-client", "snmp", "Tcp"), sack_recoveries()
     output = tmp_path / "download"
+
+    def client_side():  # curl's connection: other tests of the session may leave connections of their own
+        return {pair for pair in sockets("sl-client", 80, local=False) if pair[1] == f"{server}:80"}
+
+    def nat_side():  # the backend's side of a NAT connection: backend:80 <-> the pool address and the port sluice chose
+        return {pair for ns in SERVERS[1:] for pair in sockets(ns, 80) if pair[1].startswith(NAT_POOL)}
+
+    client_known, nat_known = client_side(), nat_side()
     started = time.monotonic()
     curl = subprocess.Popen(["ip", "netns", "exec", "sl-client", "curl", "--noproxy", "*", "-sS", "--max-time", "45",
                              "--limit-rate", LIMIT_RATE, "-o", str(output), f"http://{server}/bytes/{SIZE}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     aimed = False
     try:
-        local, _ = wait_until(lambda: sockets("sl-client", 80, local=False), timeout=5, what="curl's connection")[0]
+        (local, _), = wait_until(lambda: client_side() - client_known, timeout=5, what="curl's connection")
         client_port = local.rsplit(":", 1)[1]
         server_mac = SERVER_MAC
         if path == "forward":
             server_tuple = f"{SERVER}:80>{CLIENT}:{client_port}"
-        else:  # the backend's side of the NAT: backend:80 <-> the pool address and the port sluice chose
-            def nat_side():
-                return [pair for ns in SERVERS[1:] for pair in sockets(ns, 80) if pair[1].startswith(NAT_POOL)]
-            (backend, pool), = wait_until(nat_side, timeout=5, what="the backend's side of the connection")
+        else:
+            (backend, pool), = wait_until(lambda: nat_side() - nat_known, timeout=5,
+                                          what="the backend's side of the connection")
             server_tuple, server_mac = f"{backend}>{pool}", BACKEND_MACS[backend.split(":")[0]]
         flood.aim(f"{CLIENT}:{client_port}>{server}:80", server_tuple, server_mac)
         aimed = True
