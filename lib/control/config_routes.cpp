@@ -36,7 +36,7 @@ bool decode_next_hop(Decoder& d, const YAML::Node& node, const std::string& what
     const YAML::Node address = node.IsMap() ? node["address"] : node;  // not operator=: it writes into the node
     IpFamily family = IpFamily::none;
     if (!decode_host(d, address, what, hop.address, family)) return false;
-    const std::string text = address.Scalar();
+    const std::string& text = address.Scalar();
     if (family != route_family) {
         d.error(address, what + " " + text + " is not of the route's address family");
         return false;

@@ -144,19 +144,14 @@ bool make_neighbour_reply(rte_mbuf* m, const PacketMeta& meta, const NeighbourMe
         arp->arp_data.arp_sip = message.target.words[0];
         return true;
     }
-    // Ethernet + IPv6 + NA with a target link-layer address option; tags and the rest of the NS are dropped.
-    constexpr uint32_t kLength = sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) + kNdHeader + 8;
-    const uint16_t strip = static_cast<uint16_t>(meta.l3_offset - sizeof(rte_ether_hdr));
-    if (strip) {
-        std::memmove(frame + strip, frame, sizeof(rte_ether_hdr));
-        rte_pktmbuf_adj(m, strip);
-        frame = rte_pktmbuf_mtod(m, uint8_t*);
-    }
-    if (rte_pktmbuf_pkt_len(m) < kLength &&
-        !rte_pktmbuf_append(m, static_cast<uint16_t>(kLength - rte_pktmbuf_pkt_len(m))))
+    // The NS's Ethernet header and VLAN tags (kept, as the ARP reply keeps them: the answer stays on the asker's VLAN),
+    // then IPv6 + NA with a target link-layer address option; the rest of the NS is dropped.
+    const uint32_t length = meta.l3_offset + sizeof(rte_ipv6_hdr) + kNdHeader + 8;
+    if (rte_pktmbuf_pkt_len(m) < length &&
+        !rte_pktmbuf_append(m, static_cast<uint16_t>(length - rte_pktmbuf_pkt_len(m))))
         return false;
-    if (rte_pktmbuf_pkt_len(m) > kLength) rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - kLength));
-    auto* ip = reinterpret_cast<rte_ipv6_hdr*>(frame + sizeof(rte_ether_hdr));
+    if (rte_pktmbuf_pkt_len(m) > length) rte_pktmbuf_trim(m, static_cast<uint16_t>(rte_pktmbuf_pkt_len(m) - length));
+    auto* ip = reinterpret_cast<rte_ipv6_hdr*>(frame + meta.l3_offset);
     ip->vtc_flow = RTE_BE32(6u << 28);
     ip->payload_len = RTE_BE16(kNdHeader + 8);
     ip->proto = kIpProtoIcmpv6;
