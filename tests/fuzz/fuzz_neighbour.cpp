@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "fake_mbuf.hpp"
 #include "fuzz_common.hpp"
 #include "packet/neighbour.hpp"
 #include "packet/parse.hpp"
@@ -29,26 +30,6 @@ constexpr uint16_t kHeadroom = 128;
 constexpr uint16_t kTailroom = 128;  // an NA may be longer than the NS it answers
 const rte_ether_addr kOwnMac = {{0x02, 0x00, 0x00, 0x00, 0x00, 0x99}};
 
-// An mbuf around a copy of the frame, in a buffer only as large as the room given (ASan sees any access past it).
-struct FakeMbuf {
-    std::vector<uint8_t> buffer;
-    rte_mbuf m;
-    FakeMbuf(const uint8_t* f, uint32_t n) : buffer(kHeadroom + n + kTailroom) {
-        std::memset(&m, 0, sizeof m);
-        std::memcpy(buffer.data() + kHeadroom, f, n);
-        m.buf_addr = buffer.data();
-        m.buf_len = static_cast<uint16_t>(buffer.size());
-        m.data_off = kHeadroom;
-        m.data_len = static_cast<uint16_t>(n);
-        m.pkt_len = n;
-        m.nb_segs = 1;
-        m.refcnt = 1;
-    }
-    uint8_t* data() { return rte_pktmbuf_mtod(&m, uint8_t*); }
-};
-
-bool group_mac(const rte_ether_addr& mac) { return mac.addr_bytes[0] & 1; }
-
 bool flagged(const uint8_t* f, uint32_t n, PacketMeta& meta) {
     FiveTuple tuple;
     uint32_t datagram_end;
@@ -58,7 +39,7 @@ bool flagged(const uint8_t* f, uint32_t n, PacketMeta& meta) {
 }
 
 void check_message(const uint8_t* f, uint32_t n, const PacketMeta& meta, const NeighbourMessage& msg) {
-    FUZZ_CHECK(!(msg.has_sender_mac && group_mac(msg.sender_mac)), "a group MAC would be learned");
+    FUZZ_CHECK(!(msg.has_sender_mac && rte_is_multicast_ether_addr(&msg.sender_mac)), "a group MAC would be learned");
     if (meta.family == IpFamily::ipv4) {
         const uint8_t* arp = f + meta.l3_offset;
         FUZZ_CHECK(msg.family == IpFamily::ipv4 && msg.solicitation == (be16(arp + 6) == RTE_ARP_OP_REQUEST),
@@ -66,7 +47,7 @@ void check_message(const uint8_t* f, uint32_t n, const PacketMeta& meta, const N
         FUZZ_CHECK(std::memcmp(msg.sender.bytes, arp + 14, 4) == 0 && std::memcmp(msg.target.bytes, arp + 24, 4) == 0,
                    "ARP addresses misread");
         FUZZ_CHECK(std::memcmp(msg.sender_mac.addr_bytes, arp + 8, 6) == 0, "ARP sender MAC misread");
-        FUZZ_CHECK(msg.has_sender_mac == (msg.sender.words[0] != 0 && !group_mac(msg.sender_mac)),
+        FUZZ_CHECK(msg.has_sender_mac == (msg.sender.words[0] != 0 && !rte_is_multicast_ether_addr(&msg.sender_mac)),
                    "an ARP probe taught a MAC, or a sender none");
         return;
     }
@@ -80,14 +61,14 @@ void check_message(const uint8_t* f, uint32_t n, const PacketMeta& meta, const N
         const bool unspecified = msg.sender.quads[0] == 0 && msg.sender.quads[1] == 0;
         FUZZ_CHECK(!(unspecified && msg.has_sender_mac), "a DAD NS (source ::) taught a MAC");
     } else {
-        FUZZ_CHECK(msg.sender == msg.target && msg.has_sender_mac == !group_mac(msg.sender_mac),
+        FUZZ_CHECK(msg.sender == msg.target && msg.has_sender_mac == !rte_is_multicast_ether_addr(&msg.sender_mac),
                    "an NA does not speak for its target");
     }
     (void)n;
 }
 
 void check_reply(const NeighbourMessage& asked, const uint8_t* f, uint32_t n) {
-    FUZZ_CHECK(!group_mac(asked.sender_mac), "a reply to a group MAC");
+    FUZZ_CHECK(!rte_is_multicast_ether_addr(&asked.sender_mac), "a reply to a group MAC");
     const auto* eth = reinterpret_cast<const rte_ether_hdr*>(f);
     FUZZ_CHECK(rte_is_same_ether_addr(&eth->dst_addr, &asked.sender_mac) &&
                    rte_is_same_ether_addr(&eth->src_addr, &kOwnMac),
@@ -128,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     NeighbourMessage msg;
     if (!parse_neighbour(data, n, meta, msg)) return 0;
     check_message(data, n, meta, msg);
-    FakeMbuf m(data, n);
+    FakeMbuf m(data, n, kHeadroom, kTailroom);
     if (!make_neighbour_reply(&m.m, meta, msg, kOwnMac)) {
         FUZZ_CHECK(!msg.solicitation || !msg.has_sender_mac, "a solicitation with a sender MAC got no reply");
         return 0;

@@ -18,6 +18,7 @@
 
 #include <vector>
 
+#include "fake_mbuf.hpp"
 #include "fuzz_common.hpp"
 #include "packet/parse.hpp"
 #include "packet/reject.hpp"
@@ -162,24 +163,6 @@ void check_padding(const uint8_t* f, uint32_t n, const Parsed& p) {
     tuple_from_meta(g.data(), n, p.meta, rebuilt, flags);
     FUZZ_CHECK(rebuilt == p.tuple, "the padding changed tuple_from_meta: %s", str(rebuilt).c_str());
 }
-
-// An mbuf around a copy of the frame, in a buffer exactly headroom + frame long (ASan sees any access past it).
-struct FakeMbuf {
-    std::vector<uint8_t> buffer;
-    rte_mbuf m;
-    FakeMbuf(const uint8_t* f, uint32_t n, uint16_t headroom) : buffer(headroom + n) {
-        std::memset(&m, 0, sizeof m);
-        std::memcpy(buffer.data() + headroom, f, n);
-        m.buf_addr = buffer.data();
-        m.buf_len = static_cast<uint16_t>(buffer.size());
-        m.data_off = headroom;
-        m.data_len = static_cast<uint16_t>(n);
-        m.pkt_len = n;
-        m.nb_segs = 1;
-        m.refcnt = 1;
-    }
-    uint8_t* data() { return rte_pktmbuf_mtod(&m, uint8_t*); }
-};
 
 // The one's-complement sum of [from, from + len) plus a start value, folded: 0xffff when a checksum inside verifies.
 uint16_t ones_sum(const uint8_t* from, uint32_t len, uint32_t sum = 0) {
