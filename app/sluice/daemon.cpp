@@ -336,7 +336,9 @@ private:
             dataplane_->request_solicitation(request);  // full ring: asked again in a second
         }
         if (neighbours_.expire(now)) {
-            spdlog::warn("a neighbour stopped answering; its traffic waits for it (neighbour_unresolved)");
+            spdlog::warn(
+                "a neighbour stopped answering: it leaves its ECMP groups; traffic with no other next hop is dropped "
+                "(neighbour_unresolved) until it answers");
             changed = true;
         }
         if (changed) reloader_->republish_lb_tables("neighbours changed");

@@ -22,12 +22,6 @@ namespace {
 
 std::atomic<uint64_t> g_route_generation{0};  // rte_fib names its tables; every build gets fresh names
 
-uint16_t port_id(const std::vector<PortIdentity>& ports, const std::string& name) {
-    for (const PortIdentity& p : ports)
-        if (p.name == name) return p.id;
-    throw std::invalid_argument("no running port named '" + name + "'");
-}
-
 Prefix network_of(const IpAddress& address, uint8_t length) {
     Prefix p{address, length};
     for (unsigned bit = length; bit < 128; ++bit)
@@ -116,7 +110,7 @@ std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std:
                        : r.type == RouteType::reject  ? RouteAction::reject
                                                       : RouteAction::via;
         for (const RouteNextHop& hop : r.next_hops)
-            route.hops.push_back({hop.address, port_id(ports, hop.port), hop.weight});
+            route.hops.push_back({hop.address, port_named(ports, hop.port).id, hop.weight});
         add(std::move(route));
     }
     const auto host_route = [&](const std::string& port, IpFamily family, const IpAddress& address) {
@@ -124,7 +118,7 @@ std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std:
                             .prefix = Prefix{address, static_cast<uint8_t>(family == IpFamily::ipv4 ? 32 : 128)},
                             .action = RouteAction::via,
                             .source = RouteSource::neighbour};
-        route.hops.push_back({address, port_id(ports, port), 1});
+        route.hops.push_back({address, port_named(ports, port).id, 1});
         add(std::move(route));
     };
     for (const RouteNeighbour& n : route_neighbours(config)) host_route(n.port, n.family, n.address);
@@ -144,7 +138,7 @@ std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std:
                           .prefix = network_of(a.address, a.length),
                           .action = RouteAction::connected,
                           .source = RouteSource::connected,
-                          .port = port_id(ports, a.port)});
+                          .port = port_named(ports, a.port).id});
     if (fib->routes.empty()) return nullptr;
     const uint64_t generation = g_route_generation.fetch_add(1);
     fib->v4 = build_v4(fib->routes, socket, generation);

@@ -18,12 +18,6 @@ namespace {
 // rte_acl and rte_hash name their tables; every snapshot gets fresh names.
 std::atomic<uint64_t> g_generation{0};
 
-const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
-    for (const PortIdentity& p : ports)
-        if (p.name == name) return p;
-    throw std::invalid_argument("no running port named '" + name + "'");
-}
-
 // The rule as rte_acl sees it for one family: lists of that family's prefixes, port names resolved to ids.
 Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::vector<PortIdentity>& ports) {
     Rule rule;
@@ -355,6 +349,12 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     fw.hits->rule_count = fc.rules.size();
     fw.hits->hits.assign(lcore_count * (fc.rules.size() + 1), 0);
     return snapshot;
+}
+
+const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
+    for (const PortIdentity& p : ports)
+        if (p.name == name) return p;
+    throw std::invalid_argument("no running port named '" + name + "'");
 }
 
 }  // namespace sluice

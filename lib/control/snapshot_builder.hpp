@@ -23,7 +23,11 @@ struct PortIdentity {
     rte_ether_addr mac{};
 };
 
-// Builds the forwarding table, the firewall's rte_acl contexts and early-drop LPM tables (on socket), and room for
+// The running port of that name; throws std::invalid_argument when none (a config that names a port the daemon did
+// not start is refused before a snapshot is built).
+const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name);
+
+// Builds the forwarding table, the firewall's rte_acl contexts and early-drop tables (on socket), and room for
 // the per-lcore rule counters of lcore_count lcores. Needs the EAL when the firewall is on. Throws
 // std::invalid_argument when the config names a port that is not in ports, std::runtime_error when a table cannot
 // be built.
