@@ -14,8 +14,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include <rte_cycles.h>
+#include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_pdump.h>
@@ -85,8 +87,10 @@ std::map<int, rte_mempool*> create_pools(const Config& config, const std::vector
         d.lcores = static_cast<uint32_t>(config.lcores.size());
         d.workers = workers;
         const MempoolPlan plan = plan_mempool(d);
-        spdlog::info("mempool on socket {}: {} mbufs of {} bytes data room, cache {}, about {} MiB ({} hugepages)",
-                     socket, plan.mbufs, plan.data_room, plan.cache_size, plan.bytes >> 20, plan.hugepages_2m);
+        const std::string backing =
+            rte_eal_has_hugepages() ? fmt::format("{} hugepages", plan.hugepages_2m) : std::string("no hugepages");
+        spdlog::info("mempool on socket {}: {} mbufs of {} bytes data room, cache {}, about {} MiB ({})", socket,
+                     plan.mbufs, plan.data_room, plan.cache_size, plan.bytes >> 20, backing);
         try {
             pools[socket] = create_packet_pool("sluice_pool_s" + std::to_string(socket), plan, socket);
         } catch (...) {
