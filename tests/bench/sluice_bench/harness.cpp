@@ -202,6 +202,46 @@ Stat millions_per_second(const Dpdk& d, const Stat& cycles) {
     return Stat{hz / cycles.median / 1e6, hz / cycles.max / 1e6, hz / cycles.min / 1e6};
 }
 
+namespace {
+
+// The L4 header after an IP header at l4: TCP without options, or UDP over the rest of the frame.
+void write_l4(uint8_t* l4, const PacketSpec& p, uint16_t l4_length) {
+    const FiveTuple& t = p.tuple;
+    if (t.proto == IPPROTO_TCP) {
+        auto* th = reinterpret_cast<rte_tcp_hdr*>(l4);
+        th->src_port = t.src_port;
+        th->dst_port = t.dst_port;
+        th->sent_seq = RTE_BE32(1);
+        th->data_off = 0x50;
+        th->tcp_flags = p.tcp_flags;
+        th->rx_win = RTE_BE16(65535);
+    } else {
+        auto* uh = reinterpret_cast<rte_udp_hdr*>(l4);
+        uh->src_port = t.src_port;
+        uh->dst_port = t.dst_port;
+        uh->dgram_len = htons(l4_length);
+    }
+}
+
+// IPv6: the 40-byte header leaves no room in 60 bytes, so the frame is as long as its headers (74 B TCP, 62 B UDP).
+void write_frame_v6(rte_mbuf* m, const PacketSpec& p, rte_ether_hdr* eth) {
+    const FiveTuple& t = p.tuple;
+    const uint16_t l4_length = t.proto == IPPROTO_TCP ? sizeof(rte_tcp_hdr) : sizeof(rte_udp_hdr);
+    m->data_len = m->pkt_len = sizeof(rte_ether_hdr) + sizeof(rte_ipv6_hdr) + l4_length;
+    std::memset(eth + 1, 0, m->data_len - sizeof(rte_ether_hdr));
+    eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV6);
+    auto* ip = reinterpret_cast<rte_ipv6_hdr*>(eth + 1);
+    ip->vtc_flow = RTE_BE32(6u << 28);
+    ip->payload_len = htons(l4_length);
+    ip->proto = t.proto;
+    ip->hop_limits = 64;
+    std::memcpy(ip->src_addr, t.src.bytes, 16);
+    std::memcpy(ip->dst_addr, t.dst.bytes, 16);
+    write_l4(reinterpret_cast<uint8_t*>(ip + 1), p, l4_length);
+}
+
+}  // namespace
+
 void write_frame(rte_mbuf* m, const PacketSpec& p, uint16_t port, bool checksum_good) {
     auto* data = rte_pktmbuf_mtod(m, uint8_t*);
     std::memset(data, 0, kFrameLength);
@@ -211,9 +251,13 @@ void write_frame(rte_mbuf* m, const PacketSpec& p, uint16_t port, bool checksum_
     auto* eth = reinterpret_cast<rte_ether_hdr*>(data);
     eth->dst_addr = rte_ether_addr{{0x02, 0, 0, 0, 0, 0x01}};
     eth->src_addr = rte_ether_addr{{0x02, 0, 0, 0, 0, 0x02}};
+    const FiveTuple& t = p.tuple;
+    if (t.family == IpFamily::ipv6) {
+        write_frame_v6(m, p, eth);
+        return;
+    }
     eth->ether_type = RTE_BE16(RTE_ETHER_TYPE_IPV4);
     auto* ip = reinterpret_cast<rte_ipv4_hdr*>(eth + 1);
-    const FiveTuple& t = p.tuple;
     const bool tcp = t.proto == IPPROTO_TCP;
     const uint16_t l4_length = tcp ? sizeof(rte_tcp_hdr) : kFrameLength - sizeof(rte_ether_hdr) - sizeof(rte_ipv4_hdr);
     ip->version_ihl = 0x45;
@@ -224,20 +268,7 @@ void write_frame(rte_mbuf* m, const PacketSpec& p, uint16_t port, bool checksum_
     ip->src_addr = t.src.words[0];
     ip->dst_addr = t.dst.words[0];
     ip->hdr_checksum = rte_ipv4_cksum(ip);
-    if (tcp) {
-        auto* th = reinterpret_cast<rte_tcp_hdr*>(ip + 1);
-        th->src_port = t.src_port;
-        th->dst_port = t.dst_port;
-        th->sent_seq = RTE_BE32(1);
-        th->data_off = 0x50;
-        th->tcp_flags = p.tcp_flags;
-        th->rx_win = RTE_BE16(65535);
-    } else {
-        auto* uh = reinterpret_cast<rte_udp_hdr*>(ip + 1);
-        uh->src_port = t.src_port;
-        uh->dst_port = t.dst_port;
-        uh->dgram_len = htons(l4_length);
-    }
+    write_l4(reinterpret_cast<uint8_t*>(ip + 1), p, l4_length);
 }
 
 uint64_t timed_cycles(const Dpdk& d, uint64_t t0, uint64_t t1) {

@@ -59,7 +59,8 @@ struct PacketSpec {
     uint8_t tcp_flags = 0;
 };
 
-// A 60-byte Ethernet/IPv4 frame: TCP without options, or UDP with 18 bytes of payload; valid IPv4 checksum.
+// A 60-byte Ethernet/IPv4 frame: TCP without options, or UDP with 18 bytes of payload; valid IPv4 checksum. An
+// IPv6 tuple gives an Ethernet/IPv6 frame of its headers alone.
 void write_frame(rte_mbuf* m, const PacketSpec& p, uint16_t port, bool checksum_good);
 
 // The stage under test takes a burst and returns how many mbufs at the front of pkts it handed back (the harness
