@@ -607,7 +607,7 @@ private:
             dataplane_.reset();
         }
         std::map<int, uint32_t> kept_by_drivers;  // by socket: see Port::mbufs_kept_by_driver()
-        for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_kept_by_driver();
+        for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_held_by_driver();
         ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
         for (auto& [socket, pool] : pools_) {
             const uint32_t in_use = mbufs_in_use(pool);

@@ -1,0 +1,145 @@
+"""Jumbo frames end to end on live kernel sockets: a client and a server in namespaces of their own, sluice between
+them on veth pairs of MTU 9000, TCP transfers of a few MB through a plain route and through a nat VIP, carried in
+9000-byte IP packets both ways. DPDK 22.11's net_af_packet (largest frame 1518) and net_af_xdp (3560) cannot take MTU
+9000 (docs/operations.md, "MTU and jumbo frames"): net_pcap on the interfaces (libpcap) stands in for them."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from netns import Netns, run
+from sluice_harness import Sluice, wait_until
+
+MTU = 9000
+BYTES = 4 << 20
+
+# The server: for each connection, reads until the client shuts its side, then sends as many bytes back.
+SERVER = """
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 5001))
+s.listen()
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    got = 0
+    while True:
+        data = c.recv(1 << 20)
+        if not data:
+            break
+        got += len(data)
+    c.sendall(b"s" * got)
+    c.close()
+"""
+
+# The client: sends BYTES, shuts its side, reads the echo's length; prints the bytes back and its MSS.
+CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+mss = c.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+c.sendall(b"c" * int(sys.argv[3]))
+c.shutdown(socket.SHUT_WR)
+back = 0
+while True:
+    data = c.recv(1 << 20)
+    if not data:
+        break
+    back += len(data)
+print(back, mss)
+"""
+
+
+class Hosts:
+    """sluice's namespace (a Netns with lan0, wan0) and two more, the client's and the server's, each holding the
+    peer end of one pair, all at MTU 9000 with the offloads off (no GSO/GRO: every frame on the wire as sent)."""
+
+    def __init__(self, base):
+        self.gw = Netns(base, ["lan0", "wan0"])
+        self.client, self.server = base + "c", base + "s"
+        for name, peer, address, gateway in ((self.client, "lan0p", "10.88.1.2/24", "10.88.1.1"),
+                                              (self.server, "wan0p", "10.88.2.2/24", "10.88.2.1")):
+            run("ip", "netns", "del", name, check=False)
+            run("ip", "netns", "add", name)
+            self.gw.exec("ip", "link", "set", peer, "netns", name)
+            for command in (["ip", "link", "set", "lo", "up"], ["ip", "link", "set", peer, "mtu", str(MTU), "up"],
+                            ["ip", "addr", "add", address, "dev", peer],
+                            ["ip", "route", "add", "default", "via", gateway],
+                            ["ethtool", "-K", peer, "rx", "off", "tx", "off", "sg", "off", "tso", "off", "gso", "off",
+                             "gro", "off"]):
+                self.exec(name, *command)
+        for ifname in ("lan0", "wan0"):
+            self.gw.exec("ip", "link", "set", ifname, "mtu", str(MTU))
+            self.gw.exec("ethtool", "-K", ifname, "rx", "off", "tx", "off", "sg", "off", "tso", "off", "gso", "off",
+                         "gro", "off")
+
+    @staticmethod
+    def exec(name, *args, check=True):
+        return run("ip", "netns", "exec", name, *args, check=check)
+
+    def delete(self):
+        for name in (self.client, self.server):
+            run("ip", "netns", "del", name, check=False)
+        self.gw.delete()
+
+
+@pytest.fixture
+def hosts():
+    h = Hosts(f"pmtu{os.getpid()}")
+    yield h
+    h.delete()
+
+
+def config(tmp_path):
+    return {
+        "dataplane": {"idle_sleep_us": 20},
+        "ports": [
+            {"name": "lan", "device": "net_pcap0,iface=lan0", "mtu": MTU, "addresses": ["10.88.1.1/24"]},
+            {"name": "wan", "device": "net_pcap1,iface=wan0", "mtu": MTU, "addresses": ["10.88.2.1/24"]},
+        ],
+        "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
+        "load_balancer": {"nat_pool": ["10.88.2.100"]},
+        "services": [{"name": "jumbo", "vip": "10.88.1.80", "port": 80, "protocol": "tcp", "mode": "nat",
+                      "backends": [{"address": "10.88.2.2", "port": 5001}]}],
+    }
+
+
+def transfer(hosts, address, port):
+    """Runs the client against address:port; returns (bytes back, the client's MSS, server-side frames > 9000
+    bytes seen by a capture on the server's interface during the transfer)."""
+    capture = subprocess.Popen(["ip", "netns", "exec", hosts.server, "tcpdump", "-i", "wan0p", "-nn", "-l", "-q",
+                                "greater", str(MTU)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(1)  # tcpdump attached
+    try:
+        done = Hosts.exec(hosts.client, "/usr/bin/python3", "-c", CLIENT, address, str(port), str(BYTES))
+    finally:
+        time.sleep(0.5)
+        capture.terminate()
+        lines = capture.communicate(timeout=10)[0].splitlines()
+    back, mss = (int(x) for x in done.stdout.split())
+    return back, mss, lines
+
+
+def test_a_9000_byte_tcp_transfer_through_a_route_and_a_nat_vip(tmp_path, hosts):
+    server = subprocess.Popen(["ip", "netns", "exec", hosts.server, "/usr/bin/python3", "-u", "-c", SERVER],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sluice = Sluice(tmp_path, config(tmp_path), netns=hosts.gw)
+    try:
+        assert server.stdout.readline().strip() == "listening"
+        with sluice:
+            assert "mtu 9000" in sluice.log()
+            for address, port in (("10.88.2.2", 5001), ("10.88.1.80", 80)):
+                back, mss, big = transfer(hosts, address, port)
+                assert back == BYTES, (address, sluice.log())
+                assert mss >= MTU - 40 - 12, mss  # MTU less IP, TCP and timestamps: 9000-byte packets
+                # Both directions carried 9000-byte packets whole (frame 9014 > 9000) past sluice.
+                assert sum(" > 10.88.2.2." in l for l in big) > BYTES // MTU // 2, big[:5]
+                assert sum(" 10.88.2.2." in l.split(" > ")[0] for l in big) > BYTES // MTU // 2, big[:5]
+            stats = sluice.stats()
+            assert stats["drop/frame_too_big"] == 0 and stats["drop/frame_too_big_no_df"] == 0
+            assert sluice.stop() == 0, sluice.log()
+    finally:
+        server.kill()
+        server.wait()
