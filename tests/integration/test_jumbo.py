@@ -1,6 +1,7 @@
 """Jumbo frames end to end on live kernel sockets: a client and a server in namespaces of their own, sluice between
 them on veth pairs of MTU 9000, TCP transfers of a few MB through a plain route and through a nat VIP, carried in
-9000-byte IP packets both ways. DPDK 22.11's net_af_packet (largest frame 1518) and net_af_xdp (3560) cannot take MTU
+9000-byte IP packets both ways; and with sluice's egress port at 1500, path MTU discovery through its "fragmentation
+needed". DPDK 22.11's net_af_packet (largest frame 1518) and net_af_xdp (3560) cannot take MTU
 9000 (docs/operations.md, "MTU and jumbo frames"): net_pcap on the interfaces (libpcap) stands in for them."""
 
 import os
@@ -106,11 +107,12 @@ def config(tmp_path):
     }
 
 
-def transfer(hosts, address, port):
-    """Runs the client against address:port; returns (bytes back, the client's MSS, server-side frames > 9000
-    bytes seen by a capture on the server's interface during the transfer)."""
+def transfer(hosts, address, port, larger_than=MTU):
+    """Runs the client against address:port; returns (bytes back, the client's MSS, the frames longer than
+    larger_than bytes a capture on the server's interface saw during the transfer)."""
     capture = subprocess.Popen(["ip", "netns", "exec", hosts.server, "tcpdump", "-i", "wan0p", "-nn", "-l", "-q",
-                                "greater", str(MTU)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                "greater", str(larger_than + 1)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
     time.sleep(1)  # tcpdump attached
     try:
         done = Hosts.exec(hosts.client, "/usr/bin/python3", "-c", CLIENT, address, str(port), str(BYTES))
@@ -129,16 +131,42 @@ def test_a_9000_byte_tcp_transfer_through_a_route_and_a_nat_vip(tmp_path, hosts)
     try:
         assert server.stdout.readline().strip() == "listening"
         with sluice:
-            assert "mtu 9000" in sluice.log()
+            assert sluice.log().count("mtu 9000") == 2
             for address, port in (("10.88.2.2", 5001), ("10.88.1.80", 80)):
                 back, mss, big = transfer(hosts, address, port)
                 assert back == BYTES, (address, sluice.log())
                 assert mss >= MTU - 40 - 12, mss  # MTU less IP, TCP and timestamps: 9000-byte packets
-                # Both directions carried 9000-byte packets whole (frame 9014 > 9000) past sluice.
+                # Both directions carried 9000-byte packets whole (frames of 9014 bytes) past sluice.
                 assert sum(" > 10.88.2.2." in l for l in big) > BYTES // MTU // 2, big[:5]
                 assert sum(" 10.88.2.2." in l.split(" > ")[0] for l in big) > BYTES // MTU // 2, big[:5]
             stats = sluice.stats()
             assert stats["drop/frame_too_big"] == 0 and stats["drop/frame_too_big_no_df"] == 0
+            assert sluice.stop() == 0, sluice.log()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_smaller_mtu_on_the_egress_port_is_learnt_by_the_sender_from_sluices_frag_needed(tmp_path, hosts):
+    """Every link is at 9000 but sluice's wan port at 1500, as a path with a narrower hop: the client's 9000-byte
+    segments (DF, as Linux sends TCP) are dropped at sluice with ICMP "fragmentation needed" (next-hop MTU 1500) back,
+    the client's kernel lowers its path MTU to the server and resends, and the transfer completes in packets that
+    fit 1500 (path MTU discovery, RFC 1191, with a real stack)."""
+    cfg = config(tmp_path)
+    cfg["ports"][1]["mtu"] = 1500
+    server = subprocess.Popen(["ip", "netns", "exec", hosts.server, "/usr/bin/python3", "-u", "-c", SERVER],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sluice = Sluice(tmp_path, cfg, netns=hosts.gw)
+    try:
+        assert server.stdout.readline().strip() == "listening"
+        with sluice:
+            back, mss, big = transfer(hosts, "10.88.2.2", 5001, larger_than=1514)
+            assert back == BYTES, sluice.log()
+            assert not [l for l in big if " > 10.88.2.2." in l], big[:5]  # nothing over 1500 reached the server
+            learnt = Hosts.exec(hosts.client, "ip", "route", "get", "10.88.2.2").stdout
+            assert "mtu 1500" in learnt, learnt
+            stats = sluice.stats()
+            assert stats["drop/frame_too_big"] >= 1 and stats["too_big_sent"] == stats["drop/frame_too_big"]
             assert sluice.stop() == 0, sluice.log()
     finally:
         server.kill()
