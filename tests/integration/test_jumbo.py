@@ -5,6 +5,7 @@ needed". DPDK 22.11's net_af_packet (largest frame 1518) and net_af_xdp (3560) c
 9000 (docs/operations.md, "MTU and jumbo frames"): net_pcap on the interfaces (libpcap) stands in for them."""
 
 import os
+import re
 import subprocess
 import time
 
@@ -171,3 +172,19 @@ def test_a_smaller_mtu_on_the_egress_port_is_learnt_by_the_sender_from_sluices_f
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_device_that_cannot_take_the_mtu_stops_the_start_with_its_range(tmp_path, hosts):
+    """net_af_packet in DPDK 22.11 takes frames of 1518 bytes at most: an mtu of 9000 on it is refused at start with
+    the device's range, before any lcore runs, and every mbuf is back in the pool."""
+    cfg = config(tmp_path)
+    cfg["ports"][0]["device"] = "net_af_packet0,iface=lan0"
+    sluice = Sluice(tmp_path, cfg, netns=hosts.gw)
+    sluice.start(expect_ready=False)
+    try:
+        assert sluice.proc.wait(timeout=60) != 0
+    finally:
+        sluice.kill()
+    assert re.search(r"port 'lan': mtu 9000 is out of what device 'net_af_packet0,iface=lan0' \(driver net_af_packet\) "
+                     r"takes: \d+\.\.1500 \(largest frame 1518 bytes\)", sluice.log()), sluice.log()
+    assert re.search(r"all \d+ mbufs returned", sluice.log()), sluice.log()

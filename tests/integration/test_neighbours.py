@@ -197,15 +197,16 @@ def test_sluicectl_neighbours_shows_a_next_hop_unresolved_then_resolved_by_an_ar
 
     with sluice:
         server_mac = port_mac(sluice, "server")
-        wait_until(lambda: any(ARP in p and p[ARP].pdst == "10.1.0.254" for p in frames(tmp_path, "server")), timeout=10,
-                   what="an ARP request for the next hop")
+        wait_until(lambda: any(ARP in p and p[ARP].pdst == "10.1.0.254" for p in frames(tmp_path, "server")),
+                   timeout=10, what="an ARP request for the next hop")
         lines = neighbours()
         assert len(lines) == 1 and lines[0].startswith("10.1.0.254 on server unresolved"), lines
         assert lines[0].endswith("(next hop)"), lines
         wait_until(lambda: metric("sluice_next_hops_unresolved").get("sluice_next_hops_unresolved") == 1,
                    timeout=10, what="the unresolved gauge")
-        sluice.netns.inject("sv0", [Ether(src=ROUTER_MAC, dst=server_mac) /
-                                    ARP(op=2, hwsrc=ROUTER_MAC, psrc="10.1.0.254", hwdst=server_mac, pdst="10.1.0.1")], tmp_path)
+        reply = Ether(src=ROUTER_MAC, dst=server_mac) / ARP(op=2, hwsrc=ROUTER_MAC, psrc="10.1.0.254",
+                                                            hwdst=server_mac, pdst="10.1.0.1")
+        sluice.netns.inject("sv0", [reply], tmp_path)
         wait_until(lambda: "neighbour 10.1.0.254 is at" in sluice.log(), timeout=10, what="learning")
         lines = neighbours()
         assert len(lines) == 1, lines
