@@ -53,6 +53,7 @@ namespace sluice {
 namespace {
 
 constexpr auto kReloadDebounce = std::chrono::milliseconds(200);
+constexpr std::size_t kNeighbourLinesShown = 200;  // sluicectl neighbours: what fits a 16 KiB telemetry reply
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
@@ -222,6 +223,7 @@ private:
         view_.backends = &stats_->backends();
         view_.xdp = &xdp_stats_;
         view_.bgp = &bgp_stats_;
+        view_.neighbours = &neighbour_stats_;
         if (config().bgp.enabled) {
             // The first control-loop turn writes the include file (empty or not) and has BIRD read it, so VIPs a
             // crashed predecessor left in the file are withdrawn unless they are wanted again.
@@ -255,6 +257,14 @@ private:
                     [this](const std::string&) {
                         return on_control_thread(
                             [this] { return describe_routes(dataplane_->snapshot(), port_identities_); });
+                    },
+                .neighbours =
+                    [this](const std::string&) {
+                        return on_control_thread([this] {
+                            return describe_neighbours(
+                                neighbours_.listing(NeighbourTable::Clock::now()),
+                                [this](uint16_t id) { return port_name(id); }, kNeighbourLinesShown);
+                        });
                     },
             });
         const std::string& listen = config().metrics.listen;
@@ -325,7 +335,10 @@ private:
         const std::vector<NeighbourEvent> events = dataplane_->take_neighbour_events();
         for (const NeighbourEvent& e : events)
             if (rte_is_zero_ether_addr(&e.mac)) glean(e);
-        if (neighbours_.size() == 0) return;  // nothing to resolve
+        if (neighbours_.size() == 0) {  // nothing to resolve
+            publish_neighbour_stats();
+            return;
+        }
         for (const NeighbourEvent& e : events) {
             if (rte_is_zero_ether_addr(&e.mac)) continue;
             if (neighbours_.learn(e.family, e.address, e.mac, now)) {
@@ -346,6 +359,24 @@ private:
             changed = true;
         }
         if (changed) reloader_->republish_lb_tables("neighbours changed");
+        publish_neighbour_stats();
+    }
+
+    void publish_neighbour_stats() {
+        const std::size_t resolved = neighbours_.resolved();
+        const NeighboursRecord record{resolved, neighbours_.size() - resolved, neighbours_.unresolved_targets()};
+        if (record.resolved == published_neighbours_.resolved &&
+            record.unresolved == published_neighbours_.unresolved &&
+            record.next_hops_unresolved == published_neighbours_.next_hops_unresolved)
+            return;
+        published_neighbours_ = record;
+        neighbour_stats_.write(record);
+    }
+
+    std::string port_name(uint16_t id) const {
+        for (const PortIdentity& p : port_identities_)
+            if (p.id == id) return p.name;
+        return "port " + std::to_string(id);
     }
 
     // A worker routed packets to e.address, a host on the connected link of port e.port that sluice has not
@@ -611,7 +642,7 @@ private:
             dataplane_.reset();
         }
         std::map<int, uint32_t> kept_by_drivers;  // by socket: see Port::mbufs_kept_by_driver()
-        for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_kept_by_driver();
+        for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_held_by_driver();
         ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
         for (auto& [socket, pool] : pools_) {
             const uint32_t in_use = mbufs_in_use(pool);
@@ -654,7 +685,9 @@ private:
     XdpStats xdp_stats_;
     std::unique_ptr<BirdAnnouncer> bgp_;  // bgp section configured
     BgpStats bgp_stats_;
-    std::vector<int> link_up_;  // per port: -1 unknown, 0 down, 1 up (control loop)
+    NeighbourStats neighbour_stats_;
+    NeighboursRecord published_neighbours_;  // what neighbour_stats_ holds, kept to write it on a change only
+    std::vector<int> link_up_;               // per port: -1 unknown, 0 down, 1 up (control loop)
     std::optional<std::chrono::steady_clock::time_point> drain_ends_;
     double drain_ends_unix_ = 0;
     HealthTransitionQueue health_transitions_;  // from the checker's thread

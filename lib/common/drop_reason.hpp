@@ -85,7 +85,10 @@ namespace sluice {
     X(fragment_source_limit, "a fragmented datagram from a source (IPv4 address, IPv6 /64) with 64 pending already")   \
     X(fragment_table_full, "too many fragmented datagrams in flight on one RX lcore")                                  \
     X(ttl_expired, "IPv4 TTL or IPv6 hop limit would reach 0")                                                         \
-    X(frame_too_big, "IP packet larger than the egress port's MTU (sluice does not fragment)")                         \
+    X(frame_too_big, "IPv4 with DF or IPv6 packet larger than the egress port's MTU (an ICMP fragmentation needed "    \
+                     "or ICMPv6 packet too big is sent back within the error-reply budget)")                           \
+    X(frame_too_big_no_df, "IPv4 packet without DF larger than the egress port's MTU: sluice does not fragment and "   \
+                           "sends no error (RFC 1191 answers only DF packets)")                                        \
     X(no_route, "no route to the destination (and no forward entry for the ingress port)")                             \
     X(route_blackhole, "the destination's route is a blackhole")                                                       \
     X(route_reject, "the destination's route is a reject route (an ICMP/ICMPv6 unreachable is sent)")                  \

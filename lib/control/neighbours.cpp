@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <spdlog/fmt/fmt.h>
+
 namespace sluice {
 
 void NeighbourTable::set_targets(const std::vector<NeighbourTarget>& targets) {
@@ -90,6 +92,50 @@ std::size_t NeighbourTable::resolved() const {
     std::size_t n = 0;
     for (const auto& [k, e] : entries_) n += e.mac.has_value();
     return n;
+}
+
+std::size_t NeighbourTable::unresolved_targets() const {
+    std::size_t n = 0;
+    for (const auto& [k, e] : entries_) n += !e.gleaned && !e.mac;
+    return n;
+}
+
+std::vector<NeighbourTable::Listing> NeighbourTable::listing(Clock::time_point now) const {
+    std::vector<Listing> out;
+    out.reserve(entries_.size());
+    for (const auto& [k, e] : entries_) {
+        Listing l{e.target, e.mac, std::nullopt, e.unanswered, e.gleaned};
+        if (e.confirmed != Clock::time_point{}) l.age = now - e.confirmed;
+        out.push_back(l);
+    }
+    return out;
+}
+
+std::vector<std::string> describe_neighbours(const std::vector<NeighbourTable::Listing>& listing,
+                                             const std::function<std::string(uint16_t)>& port_name,
+                                             std::size_t max_lines) {
+    if (listing.empty()) return {"no neighbours"};
+    std::vector<std::string> lines;
+    for (const NeighbourTable::Listing& n : listing) {
+        if (lines.size() == max_lines) {
+            lines.push_back(std::to_string(listing.size() - max_lines) + " more not shown");
+            break;
+        }
+        std::string line = to_string(n.target.address, n.target.family) + " on " + port_name(n.target.port_id);
+        if (n.mac) {
+            const auto& m = n.mac->addr_bytes;
+            line += fmt::format(" at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+        }
+        const bool stale = !n.age || *n.age >= NeighbourTable::kReachable;
+        line += !n.mac ? " unresolved" : stale ? " resolved, probing" : " resolved, reachable";
+        if (n.age)
+            line += ", confirmed " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(*n.age).count()) +
+                    " s ago";
+        if (n.unanswered) line += ", " + std::to_string(n.unanswered) + " unanswered";
+        line += n.gleaned ? " (host)" : " (next hop)";
+        lines.push_back(std::move(line));
+    }
+    return lines;
 }
 
 }  // namespace sluice

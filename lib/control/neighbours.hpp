@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <rte_ether.h>
@@ -54,6 +56,18 @@ public:
     std::optional<rte_ether_addr> lookup(IpFamily family, const IpAddress& address) const;
     std::size_t resolved() const;
     std::size_t size() const { return entries_.size(); }
+    // Targets (next hops, backends on a link) with no MAC now: their traffic is dropped as neighbour_unresolved.
+    std::size_t unresolved_targets() const;
+
+    // One entry as sluicectl neighbours shows it, in address order.
+    struct Listing {
+        NeighbourTarget target;
+        std::optional<rte_ether_addr> mac;
+        std::optional<Clock::duration> age;  // since its MAC was last confirmed (none before the first answer)
+        int unanswered = 0;                  // solicitations or probes since the last answer
+        bool gleaned = false;                // a host on a connected link, not a next hop of the config
+    };
+    std::vector<Listing> listing(Clock::time_point now) const;
 
 private:
     struct Entry {
@@ -71,5 +85,11 @@ private:
     }
     std::map<Key, Entry> entries_;
 };
+
+// sluicectl neighbours: one line per entry, "ADDRESS on PORT [at MAC] STATE[, confirmed N s ago][, K unanswered]
+// (next hop|host)", at most max_lines of them and a line saying how many more (a telemetry reply holds 16 KiB).
+std::vector<std::string> describe_neighbours(const std::vector<NeighbourTable::Listing>& listing,
+                                             const std::function<std::string(uint16_t)>& port_name,
+                                             std::size_t max_lines);
 
 }  // namespace sluice

@@ -142,7 +142,15 @@ struct BgpRecord {
     std::vector<BgpVipRecord> vips;  // every VIP seen since start, sorted
 };
 
+// sluice's ARP/ND table (control/neighbours.hpp) in numbers.
+struct NeighboursRecord {
+    uint64_t resolved = 0;
+    uint64_t unresolved = 0;            // entries soliciting, next hops and gleaned hosts alike
+    uint64_t next_hops_unresolved = 0;  // next hops and backends of the config among them
+};
+
 using RuleStats = Published<RuleHitsRecord>;
+using NeighbourStats = Published<NeighboursRecord>;
 using BackendStats = Published<BackendsRecord>;
 using XdpStats = Published<XdpRecord>;
 using BgpStats = Published<BgpRecord>;
@@ -156,6 +164,7 @@ struct StatusView {
     const BackendStats* backends = nullptr;
     const XdpStats* xdp = nullptr;
     const BgpStats* bgp = nullptr;
+    const NeighbourStats* neighbours = nullptr;
 };
 
 // Each port's device counters (rte_eth_stats), declared once: /sluice/stats "port/NAME/hw_<name>", Prometheus

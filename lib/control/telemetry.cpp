@@ -196,17 +196,18 @@ void add_wrapped_line(rte_tel_data* d, const std::string& line) {
 }
 
 // /sluice/explain,PROTO SRC:PORT DST:PORT [PORT]: what the live tables would do with such a packet.
-// /sluice/explain, /sluice/flows, /sluice/dryrun, /sluice/routes: lines from the control thread.
+// /sluice/explain, /sluice/flows, /sluice/dryrun, /sluice/routes, /sluice/neighbours: lines from the control thread.
 int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
     LinesRequester requester;
     {
         std::lock_guard lock(g_mutex);
         const std::string name = cmd;
-        requester = name == "/sluice/explain"  ? g_lines.explain
-                    : name == "/sluice/flows"  ? g_lines.flows
-                    : name == "/sluice/drain"  ? g_lines.drain
-                    : name == "/sluice/routes" ? g_lines.routes
-                                               : g_lines.dry_run;
+        requester = name == "/sluice/explain"      ? g_lines.explain
+                    : name == "/sluice/flows"      ? g_lines.flows
+                    : name == "/sluice/drain"      ? g_lines.drain
+                    : name == "/sluice/routes"     ? g_lines.routes
+                    : name == "/sluice/neighbours" ? g_lines.neighbours
+                                                   : g_lines.dry_run;
     }
     if (!requester) return -1;
     const std::vector<std::string> lines = requester(params ? params : "");
@@ -320,6 +321,9 @@ void register_telemetry_commands() {
     rte_telemetry_register_cmd(
         "/sluice/routes", lines_command,
         "The route table: prefix, source, next hops and whether each is resolved. No parameters");
+    rte_telemetry_register_cmd(
+        "/sluice/neighbours", lines_command,
+        "sluice's ARP/ND table: address, port, MAC, state and age, next hop or host. No parameters");
     rte_telemetry_register_cmd("/sluice/reload", reload_command,
                                "Reload the config file now, as SIGHUP does; answers with the outcome. No parameters");
 }

@@ -18,11 +18,12 @@ using LinesRequester = std::function<std::vector<std::string>(const std::string&
 
 // The commands answered with lines: their requesters, by command.
 struct LineCommands {
-    LinesRequester explain;  // /sluice/explain: "PROTO SRC:PORT DST:PORT [PORT]"
-    LinesRequester flows;    // /sluice/flows: "[ADDRESS] [port N] [tcp|udp|...]"
-    LinesRequester dry_run;  // /sluice/dryrun: "[FILE]"
-    LinesRequester drain;    // /sluice/drain: no parameters
-    LinesRequester routes;   // /sluice/routes: no parameters
+    LinesRequester explain;     // /sluice/explain: "PROTO SRC:PORT DST:PORT [PORT]"
+    LinesRequester flows;       // /sluice/flows: "[ADDRESS] [port N] [tcp|udp|...]"
+    LinesRequester dry_run;     // /sluice/dryrun: "[FILE]"
+    LinesRequester drain;       // /sluice/drain: no parameters
+    LinesRequester routes;      // /sluice/routes: no parameters
+    LinesRequester neighbours;  // /sluice/neighbours: no parameters
 };
 
 // Reload errors as a telemetry reply can carry them. A telemetry string holds RTE_TEL_MAX_STRING_LEN - 1 bytes and
@@ -37,7 +38,8 @@ TelemetryTextPieces split_for_telemetry(const std::vector<std::string>& texts, s
                                         std::size_t max_pieces);
 
 // Registers /sluice/stats, /sluice/rules, /sluice/backends, /sluice/config, /sluice/reload, /sluice/explain,
-// /sluice/flows, /sluice/dryrun, /sluice/bgp and /sluice/drain. Control thread, once, after rte_eal_init.
+// /sluice/flows, /sluice/dryrun, /sluice/bgp, /sluice/drain, /sluice/routes and
+// /sluice/neighbours. Control thread, once, after rte_eal_init.
 void register_telemetry_commands();
 // Attaches what the commands read (the daemon does it once the data plane runs); nullptr detaches, and commands
 // then answer with an error.

@@ -5,6 +5,7 @@
 
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_mbuf.h>
 
 #include <spdlog/spdlog.h>
 
@@ -50,7 +51,31 @@ std::string format_mac(const rte_ether_addr& mac) {
     return buf;
 }
 
+// The largest MTU the device takes, as rte_ethdev reckons it: its max_mtu, and max_rx_pktlen less the L2 overhead
+// (the gap between the two when the driver states both, else an Ethernet header and CRC).
+uint32_t device_max_mtu(const rte_eth_dev_info& info) {
+    const uint32_t overhead = info.max_mtu != UINT16_MAX && info.max_rx_pktlen > info.max_mtu
+                                  ? info.max_rx_pktlen - info.max_mtu
+                                  : RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+    return std::min<uint32_t>(info.max_mtu, info.max_rx_pktlen > overhead ? info.max_rx_pktlen - overhead : 0);
+}
+
 }  // namespace
+
+void Port::check_mtu(const std::string& who, const rte_eth_dev_info& info, rte_mempool* pool) const {
+    const uint32_t largest = device_max_mtu(info);
+    if (spec_.mtu < info.min_mtu || spec_.mtu > largest)
+        throw StartupError(who + ": mtu " + std::to_string(spec_.mtu) + " is out of what device '" + spec_.device +
+                           "' (driver " + info.driver_name + ") takes: " + std::to_string(info.min_mtu) + ".." +
+                           std::to_string(largest) + " (largest frame " + std::to_string(info.max_rx_pktlen) +
+                           " bytes)");
+    // sluice reads every frame from one segment (no RX scatter): the mbufs must hold the port's largest frame.
+    const uint32_t room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
+    if (room < max_frame_size(spec_.mtu))
+        throw StartupError(who + ": mtu " + std::to_string(spec_.mtu) + " needs mbufs of " +
+                           std::to_string(max_frame_size(spec_.mtu)) + " bytes of data, pool '" + pool->name +
+                           "' has " + std::to_string(room));
+}
 
 Port::Port(const PortSpec& spec) : spec_(spec) {
     std::string name = device_name(spec.device);
@@ -94,6 +119,8 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
         throw StartupError(who + ": needs one TX queue per worker (" + std::to_string(tx_queues) +
                            "), the device has " + std::to_string(info.max_tx_queues));
 
+    check_mtu(who, info, pool);
+
     rte_eth_conf conf{};
     conf.rxmode.mtu = spec_.mtu;
     std::vector<uint8_t> rss_key;  // read by rte_eth_dev_configure
@@ -114,6 +141,11 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
 
     ret = rte_eth_dev_configure(port_id_, spec_.rx_queues, tx_queues, &conf);
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_configure: " + errstr(ret));
+    // Devices with an MTU of their own (a kernel interface under net_af_packet, a NIC's MAC) take it here; the
+    // others (net_ring, net_pcap) only filter by the configured MTU.
+    ret = rte_eth_dev_set_mtu(port_id_, spec_.mtu);
+    if (ret != 0 && ret != -ENOTSUP)
+        throw StartupError(who + ": setting mtu " + std::to_string(spec_.mtu) + ": " + errstr(ret));
     uint16_t rx_desc = spec_.rx_descriptors, tx_desc = spec_.tx_descriptors;
     ret = rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &rx_desc, &tx_desc);
     if (ret != 0) throw StartupError(who + ": descriptor counts: " + errstr(ret));
@@ -122,6 +154,7 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     for (uint16_t q = 0; q < spec_.rx_queues; ++q) {
         ret = rte_eth_rx_queue_setup(port_id_, q, rx_desc, socket_id, nullptr, pool);
         if (ret != 0) throw StartupError(who + ": RX queue " + std::to_string(q) + ": " + errstr(ret));
+        rx_queues_set_up_ = static_cast<uint16_t>(q + 1);
     }
     rte_eth_txconf txconf = info.default_txconf;
     txconf.offloads = conf.txmode.offloads;
@@ -166,6 +199,10 @@ bool is_af_xdp(const std::string& device) { return device.starts_with("net_af_xd
 
 uint32_t Port::mbufs_kept_by_driver() const {
     return is_af_xdp(spec_.device) ? uint32_t{spec_.rx_queues} * kAfXdpFillRingMbufs : 0;
+}
+
+uint32_t Port::mbufs_held_by_driver() const {
+    return is_af_xdp(spec_.device) ? uint32_t{rx_queues_set_up_} * kAfXdpFillRingMbufs : 0;
 }
 
 void Port::stop() {

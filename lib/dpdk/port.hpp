@@ -9,6 +9,8 @@
 #include <rte_ether.h>
 #include <rte_mempool.h>
 
+struct rte_eth_dev_info;
+
 namespace sluice {
 
 // What sluice's XDP program does on a net_af_xdp port (lib/xdp): everything but the kernel's own addresses to
@@ -75,13 +77,19 @@ public:
     // net_af_xdp stocks each queue's AF_XDP fill ring with 2048 mbufs (its zero-copy umem is the pool) and deletes
     // the umem over them. The pool is sized with them and the shutdown check counts them as accounted for.
     uint32_t mbufs_kept_by_driver() const;
+    // What the driver holds that way now: none for queues never set up (a start that failed before them).
+    uint32_t mbufs_held_by_driver() const;
     void log_link() const;
 
 private:
+    // Throws StartupError when the device cannot take spec_.mtu, or pool's mbufs cannot hold a frame of it whole.
+    void check_mtu(const std::string& who, const rte_eth_dev_info& info, rte_mempool* pool) const;
+
     PortSpec spec_;
     uint16_t port_id_ = 0;
     rte_ether_addr mac_{};
     bool started_ = false;
+    uint16_t rx_queues_set_up_ = 0;
     uint16_t tx_queues_ = 0;
 };
 

@@ -181,6 +181,23 @@ constexpr FamilyDecl kRxQueuePackets{
     "Packets each RX queue of a port with several received, as the device counts them"};
 constexpr FamilyDecl kLinkUp{"sluice_port_link_up", MetricType::Gauge, "1 when the port's link is up"};
 
+constexpr FamilyDecl kNeighbours{"sluice_neighbours", MetricType::Gauge,
+                                 "Entries of sluice's ARP/ND table, by state (resolved: a MAC is known)"};
+constexpr std::array<ItemFamily<NeighboursRecord>, 1> kNeighbourFamilies = {{
+    {{"sluice_next_hops_unresolved", MetricType::Gauge,
+      "Next hops and backends sluice must reach that have no MAC now (their traffic drops: neighbour_unresolved)"},
+     [](const NeighboursRecord& n) { return static_cast<double>(n.next_hops_unresolved); }},
+}};
+// The drop reasons of a route lookup that found no way out, under the names the route table gives them.
+constexpr FamilyDecl kRouteLookupFailures{"sluice_route_lookup_failures_total", MetricType::Counter,
+                                          "Packets whose route lookup found no way out: no route, a blackhole or a "
+                                          "reject route (also in sluice_drops_total)"};
+constexpr std::array<std::pair<std::string_view, DropReason>, 3> kRouteLookupFailureReasons = {{
+    {"no_route", DropReason::no_route},
+    {"blackhole", DropReason::route_blackhole},
+    {"reject", DropReason::route_reject},
+}};
+
 constexpr std::array<ItemFamily<ReloadRecord>, 2> kReloadFamilies = {{
     {{"sluice_config_last_reload_success", MetricType::Gauge, "1 when the last reload was applied"},
      [](const ReloadRecord& r) { return r.last_ok ? 1.0 : 0.0; }},
@@ -289,6 +306,17 @@ void add_bgp(Families& out, const BgpRecord& bgp) {
     out.add_per_item(kBgpFamilies, one(bgp), no_labels);
 }
 
+void add_routing(Families& out, const Scrape& scrape) {
+    MetricFamily& failures = out.add(kRouteLookupFailures);
+    for (const auto& [name, reason] : kRouteLookupFailureReasons)
+        Families::sample(failures, {{"reason", std::string(name)}},
+                         static_cast<double>(scrape.drops[static_cast<std::size_t>(reason)]));
+    MetricFamily& neighbours = out.add(kNeighbours);
+    Families::sample(neighbours, {{"state", "resolved"}}, static_cast<double>(scrape.neighbours.resolved));
+    Families::sample(neighbours, {{"state", "unresolved"}}, static_cast<double>(scrape.neighbours.unresolved));
+    out.add_per_item(kNeighbourFamilies, one(scrape.neighbours), no_labels);
+}
+
 void add_reload(Families& out, const ReloadRecord& reload) {
     MetricFamily& reloads = out.add(kReloads);
     Families::sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
@@ -312,6 +340,7 @@ Scrape read_scrape(const StatusView& view, const std::string& version) {
     if (view.backends) scrape.backends = view.backends->read();
     if (view.xdp) scrape.xdp = view.xdp->read();
     if (view.bgp) scrape.bgp = view.bgp->read();
+    if (view.neighbours) scrape.neighbours = view.neighbours->read();
     scrape.reload = view.reload->read();
     return scrape;
 }
@@ -325,6 +354,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
         Families::sample(drops, {{"reason", std::string(kDropReasonInfo[r].name)}},
                          static_cast<double>(scrape.drops[r]));
     add_lcores(out, scrape);
+    add_routing(out, scrape);
     out.add_per_item(kPoolFamilies, scrape.pools, [](const PoolReading& p) {
         return Labels{{"socket", std::to_string(p.socket)}};
     });

@@ -156,6 +156,12 @@ bool fits_mtu(const uint8_t* l3, uint16_t mtu) {
     return rte_be_to_cpu_16(length_be) + sizeof(rte_ipv6_hdr) <= mtu;
 }
 
+// Whether the IP packet at l3 is IPv4 without DF: its sender allowed routers to fragment it.
+bool fragmentable(const uint8_t* l3) {
+    return (l3[0] >> 4) == 4 &&
+           !(rte_be_to_cpu_16(reinterpret_cast<const rte_ipv4_hdr*>(l3)->fragment_offset) & RTE_IPV4_HDR_DF_FLAG);
+}
+
 // The largest IP packet that leaves whole by out_port: a tunnel backend's outer header takes its share (Katran
 // answers the same way).
 uint16_t packet_mtu(const Snapshot& snapshot, const PacketMeta& meta, const PacketRoute* route, uint16_t out_port) {
@@ -337,9 +343,12 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             }
         } else if (const uint16_t mtu = packet_mtu(snapshot, meta, routes ? &routes[i] : nullptr, entry.out_port);
                    SLUICE_UNLIKELY(!fits_mtu(l3, mtu))) {
-            // sluice does not fragment. The sender learns the path MTU, as from any router on the path (RFC 1191,
-            // RFC 8201), unless it allowed fragmentation (IPv4 without DF): that packet is only dropped.
-            verdict = mtu == snapshot.port_mtu[entry.out_port] ? DropReason::frame_too_big : DropReason::tunnel_too_big;
+            // sluice does not fragment (docs/operations.md, "MTU"). The sender learns the path MTU, as from any
+            // router on the path (RFC 1191, RFC 8201), unless it allowed fragmentation (IPv4 without DF): that
+            // packet is only dropped, under a reason of its own.
+            verdict = mtu != snapshot.port_mtu[entry.out_port] ? DropReason::tunnel_too_big
+                      : fragmentable(l3)                       ? DropReason::frame_too_big_no_df
+                                                               : DropReason::frame_too_big;
             if (write_error_reply(ctx, snapshot, rte_rdtsc(),
                                   [&] { return make_too_big(m, meta, mtu, snapshot.port_mac[in_port]); })) {
                 ctx.counters.drop(verdict);  // the packet is, its error goes back out of the port it came in on

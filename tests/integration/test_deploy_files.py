@@ -207,6 +207,8 @@ ALERT_SCENARIOS = {
                                         "0+50x80", "5m", {"instance": "gw", "reason": "ring_full"}),
     "SluiceRestarted": ('sluice_lcore_polls_total{job="sluice", instance="gw", lcore="1"}', "0+1000x20 0+1000x20",
                         "3m", {"instance": "gw"}),
+    "SluiceNextHopUnresolved": ('sluice_next_hops_unresolved{job="sluice", instance="gw"}', "1x40", "3m",
+                                {"job": "sluice", "instance": "gw"}),
 }
 
 

@@ -4,6 +4,7 @@ counted, and a solicitation goes out of the right port from sluice's own address
 
 import logging
 import os
+import re
 import time
 
 import pytest
@@ -168,3 +169,51 @@ def test_an_ipv6_backend_is_resolved_with_neighbour_solicitation(tmp_path, ns):
         assert sluice.stop() == 0, sluice.log()
     out = [p for p in frames(tmp_path, "server") if TCP in p]
     assert len(out) == 1 and out[0][Ether].dst == BACKEND6_MAC and out[0][IPv6].dst == VIP6  # dsr: MAC only
+
+
+def test_sluicectl_neighbours_shows_a_next_hop_unresolved_then_resolved_by_an_arp_exchange(tmp_path, ns):
+    """`sluicectl neighbours` lists sluice's ARP/ND table: the next hop unresolved while its ARP request goes
+    unanswered, then at its MAC once the reply came in, with its port and age; Prometheus counts it likewise."""
+    import subprocess
+    from sluice_harness import ROOT
+    cfg = config(tmp_path, {"next_hop": "10.1.0.254"})
+    cfg["services"] = []
+    cfg.pop("load_balancer")
+    cfg["metrics"] = {"listen": "127.0.0.1:9469"}  # in the test's namespace
+    ns.exec("ip", "link", "set", "lo", "up")
+    sluice = Sluice(tmp_path, cfg, netns=ns)
+
+    def neighbours():
+        shown = subprocess.run(["/usr/bin/python3", str(ROOT / "app/sluicectl/sluicectl"), "--prefix", sluice.prefix,
+                                "neighbours"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout.splitlines()
+
+    def metric(name):
+        url = f"http://{cfg['metrics']['listen']}/metrics"
+        text = sluice.netns.exec("curl", "-s", "-m", "5", url, check=False).stdout
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                if line.startswith(name)}
+
+    with sluice:
+        server_mac = port_mac(sluice, "server")
+        wait_until(lambda: any(ARP in p and p[ARP].pdst == "10.1.0.254" for p in frames(tmp_path, "server")),
+                   timeout=10, what="an ARP request for the next hop")
+        lines = neighbours()
+        assert len(lines) == 1 and lines[0].startswith("10.1.0.254 on server unresolved"), lines
+        assert lines[0].endswith("(next hop)"), lines
+        wait_until(lambda: metric("sluice_next_hops_unresolved").get("sluice_next_hops_unresolved") == 1,
+                   timeout=10, what="the unresolved gauge")
+        reply = Ether(src=ROUTER_MAC, dst=server_mac) / ARP(op=2, hwsrc=ROUTER_MAC, psrc="10.1.0.254",
+                                                            hwdst=server_mac, pdst="10.1.0.1")
+        sluice.netns.inject("sv0", [reply], tmp_path)
+        wait_until(lambda: "neighbour 10.1.0.254 is at" in sluice.log(), timeout=10, what="learning")
+        lines = neighbours()
+        assert len(lines) == 1, lines
+        assert re.fullmatch(r"10\.1\.0\.254 on server at 02:00:00:00:02:99 resolved, reachable, confirmed \d+ s ago "
+                            r"\(next hop\)", lines[0]), lines
+        wait_until(lambda: metric("sluice_neighbours") == {'sluice_neighbours{state="resolved"}': 1,
+                                                           'sluice_neighbours{state="unresolved"}': 0},
+                   timeout=10, what="the neighbours gauge")
+        assert metric("sluice_next_hops_unresolved") == {"sluice_next_hops_unresolved": 0}
+        assert sluice.stop() == 0, sluice.log()

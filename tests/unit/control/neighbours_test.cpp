@@ -56,3 +56,32 @@ TEST_CASE("neighbours: a gleaned host that never answers goes after a few solici
     CHECK(table.size() == 0);
     CHECK(table.want(target(77)));  // asked for again: tried again
 }
+
+TEST_CASE("neighbours: the listing shows each entry's port, MAC, state, age and kind", "[neighbours]") {
+    NeighbourTable table;
+    table.set_targets({target(11), target(12)});
+    auto now = NeighbourTable::Clock::now();
+    CHECK(table.want(target(99)));
+    table.due(now);  // solicits all three
+    table.learn(IpFamily::ipv4, target(11).address, kMac, now);
+    table.learn(IpFamily::ipv4, target(99).address, kMac, now);
+    CHECK(table.unresolved_targets() == 1);
+    now += std::chrono::seconds(5);
+    const auto port_name = [](uint16_t id) { return id == 1 ? std::string("wan") : std::string("?"); };
+    CHECK(describe_neighbours(table.listing(now), port_name, 10) ==
+          std::vector<std::string>{"192.0.2.11 on wan at 02:00:00:00:00:63 resolved, reachable, confirmed 5 s ago "
+                                   "(next hop)",
+                                   "192.0.2.12 on wan unresolved (next hop)",
+                                   "192.0.2.99 on wan at 02:00:00:00:00:63 resolved, reachable, confirmed 5 s ago "
+                                   "(host)"});
+    // Past kReachable and probed without an answer: still used, but probing.
+    now += NeighbourTable::kReachable;
+    table.due(now);
+    const auto lines = describe_neighbours(table.listing(now), port_name, 2);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[0] == "192.0.2.11 on wan at 02:00:00:00:00:63 resolved, probing, confirmed 35 s ago, 1 unanswered "
+                      "(next hop)");
+    CHECK(lines[1].starts_with("192.0.2.12 on wan unresolved"));
+    CHECK(lines[2] == "1 more not shown");
+    CHECK(describe_neighbours({}, port_name, 10) == std::vector<std::string>{"no neighbours"});
+}

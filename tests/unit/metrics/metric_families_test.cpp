@@ -56,6 +56,7 @@ Scrape full_scrape() {
     bgp.enabled = true;
     bgp.vips = {BgpVipRecord{"192.0.2.100", true, true, 1, 0}};
     s.bgp = bgp;
+    s.neighbours = NeighboursRecord{3, 2, 1};
     s.reload.running_hash = "0123456789abcdef";
     return s;
 }
@@ -266,4 +267,20 @@ TEST_CASE("prometheus: a nat backend's ports in use and capacity, one sample per
         CHECK(value(in_use.metric[a], MetricType::Gauge) == (a ? 64000 : 97));
         CHECK(value(capacity.metric[a], MetricType::Gauge) == 64512);
     }
+}
+
+TEST_CASE("prometheus: route lookup failures by reason are the route drops; neighbours by state", "[metrics]") {
+    Scrape scrape = full_scrape();
+    scrape.drops[static_cast<std::size_t>(DropReason::no_route)] = 7;
+    scrape.drops[static_cast<std::size_t>(DropReason::route_blackhole)] = 5;
+    scrape.drops[static_cast<std::size_t>(DropReason::route_reject)] = 3;
+    scrape.drops[static_cast<std::size_t>(DropReason::neighbour_unresolved)] = 11;  // a lookup that found a route
+    const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
+    std::map<std::string, double> failures, neighbours;
+    for (const auto& m : families.at("sluice_route_lookup_failures_total").metric)
+        failures[m.label.at(0).value] = m.counter.value;
+    CHECK(failures == std::map<std::string, double>{{"blackhole", 5}, {"no_route", 7}, {"reject", 3}});
+    for (const auto& m : families.at("sluice_neighbours").metric) neighbours[m.label.at(0).value] = m.gauge.value;
+    CHECK(neighbours == std::map<std::string, double>{{"resolved", 3}, {"unresolved", 2}});
+    CHECK(families.at("sluice_next_hops_unresolved").metric.at(0).gauge.value == 1);
 }

@@ -1,5 +1,6 @@
 #include "pipeline/pipeline_lab.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <rte_cycles.h>
@@ -11,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/dataplane_plan.hpp"
+#include "dpdk/mempool.hpp"
 #include "packet/packet_meta.hpp"
 
 namespace sluice::test {
@@ -52,7 +54,9 @@ PipelineLab::PipelineLab(const std::string& yaml) {
     spdlog::set_level(spdlog::level::warn);  // the daemon's start-up lines, once per lab, say nothing a test reads
     if (!register_packet_meta()) throw std::runtime_error("cannot register the PacketMeta dynfield");
     const std::string lab = "lab" + std::to_string(++g_labs);
-    pool_ = rte_pktmbuf_pool_create((lab + "_pool").c_str(), kPoolSize, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+    MempoolDemand demand;  // only the data room is taken: the daemon's, for the largest MTU
+    for (const PortSpec& spec : config_.ports) demand.max_frame = std::max(demand.max_frame, max_frame_size(spec.mtu));
+    pool_ = rte_pktmbuf_pool_create((lab + "_pool").c_str(), kPoolSize, 0, 0, plan_mempool(demand).data_room,
                                     static_cast<int>(rte_socket_id()));
     if (!pool_) throw std::runtime_error(std::string("rte_pktmbuf_pool_create: ") + rte_strerror(rte_errno));
 
