@@ -5,6 +5,7 @@
 #include <rte_tcp.h>
 
 #include "common/ip_proto.hpp"
+#include "lb/lb_decision.hpp"
 #include "packet/syn_proxy.hpp"
 #include "pipeline/stateful_burst.hpp"
 
@@ -51,7 +52,10 @@ bool synchronized(ConnState state) {
 }
 
 // Answers packet i (a RST or SYN of connection conn, from the responder when reply) with a challenge ACK from its
-// receiver, within the error-reply budget; the packet itself is counted under `why` either way.
+// receiver, within the error-reply budget; the packet itself is counted under `why` either way. The ACK goes to the
+// end the packet claims to come from, the way the connection's packets to that end go (the forward stage), never
+// back to the frame's sender: a host beside that end, sending in its name, would read the numbers an exact RST
+// needs from it.
 void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, DropReason why) {
     const ChallengeAck challenge = tcp_challenge_ack(b.table.window(conn), reply);
     TcpSegment ack;
@@ -66,7 +70,10 @@ void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, 
     if (write_error_reply(b.ctx, b.snapshot, b.now_tsc, [&] { return write_answer_segment(b, i, ack); })) {
         b.ctx.counters.drop(why);
         counter_add(b.ctx.counters.challenge_acks_sent);
-        b.fate[i] = Fate::answer;
+        b.fate[i] = Fate::pass;
+        const bool nat_backend = reply && entry.nat_port != 0 && entry.backend != 0;
+        b.route[i] = PacketRoute{conn, nat_backend ? entry.backend - 1 : kNoBackend,
+                                 reply ? RouteKind::answer_to_responder : RouteKind::answer_to_initiator};
         return;
     }
     b.drop(i, why);

@@ -335,3 +335,91 @@ services:
     CHECK(lab.totals().lb_adoptions == 1);
     CHECK(lab.mbufs_out() == 0);
 }
+
+TEST_CASE("tcp window: a challenge ACK goes to the end the segment claims to come from, not to the frame's sender",
+          "[pipeline][tcp_window]") {
+    // A host beside the server (its own MAC, 02:00:00:00:00:66) sends a SYN and an in-window RST in the server's
+    // name: answered to it, the challenge ACK would give it the exact sequence of a RST that closes the connection.
+    PipelineLab lab(kForwardConfig);
+    const char *client = "10.0.0.2", *server = "203.0.113.9";
+    const auto send_as = [&](const std::string& port, uint8_t src_mac, const char* src, uint16_t sport, const char* dst,
+                             uint16_t dport, uint8_t flags, uint32_t seq, uint32_t ack) {
+        FrameSpec f = segment(src, sport, dst, dport, flags, seq, ack);
+        f.src_mac_last = src_mac;
+        return send_one(lab, port, f);
+    };
+    REQUIRE(send_as("lan", 0x0a, client, 40000, server, 443, kSyn, 1000, 0).size() == 1);
+    REQUIRE(send_as("wan", 0x0b, server, 443, client, 40000, kSyn | kAck, 5000, 1001).size() == 1);
+    REQUIRE(send_as("lan", 0x0a, client, 40000, server, 443, kAck, 1001, 5001).size() == 1);
+
+    for (const uint8_t flags : {kSyn, kRst}) {
+        INFO("flags " << int(flags));
+        // From the server's LAN: to the server's next hop (0b), as the client's packets to it go.
+        std::vector<Out> out = send_as("wan", 0x66, server, 443, client, 40000, flags, 5001 + 7, 0);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == "wan");
+        CHECK(out[0].frame.dst_mac_last == 0x0b);
+        CHECK(out[0].frame.dst == server);
+        CHECK(out[0].frame.tcp_flags == kAck);
+        CHECK(out[0].frame.ttl == 64);  // sluice's own segment: no hop counted
+        // From the client's side in the server's name: still to the server.
+        out = send_as("lan", 0x66, server, 443, client, 40000, flags, 5001 + 7, 0);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == "wan");
+        CHECK(out[0].frame.dst_mac_last == 0x0b);
+        // In the client's name from the server's side: to the client.
+        out = send_as("wan", 0x66, client, 40000, server, 443, flags, 1001 + 7, 0);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == "lan");
+        CHECK(out[0].frame.dst_mac_last == 0x0a);
+        CHECK(out[0].frame.dst == client);
+    }
+    CHECK(lab.totals().challenge_acks_sent == 6);
+    // The connection lives on.
+    lab.advance_seconds(11);
+    CHECK(send_as("lan", 0x0a, client, 40000, server, 443, kAck, 1001, 5001).size() == 1);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("tcp window: routed, a challenge ACK goes by the route to its destination, to the host's own MAC",
+          "[pipeline][tcp_window][routes]") {
+    PipelineLab lab(R"(
+ports:
+  - {name: lan, device: ring_lan, addresses: [10.0.0.1/24]}
+  - {name: wan, device: ring_wan, addresses: [192.0.2.1/24]}
+lcores: [{id: 1, roles: [rx, worker]}]
+routes:
+  - {prefix: 198.51.100.0/24, next_hops: [192.0.2.11]}
+firewall:
+  default: deny
+  rules:
+    - {name: inside-out, in_ports: [lan], action: allow}
+)");
+    lab.set_neighbour("192.0.2.11", std::array<uint8_t, 6>{0x02, 0, 0, 0, 0, 0x11});
+    lab.add_connected_host("10.0.0.2", "lan", {0x02, 0, 0, 0, 0, 0x02});
+    const char *client = "10.0.0.2", *server = "198.51.100.9";
+    const auto send_as = [&](const std::string& port, uint8_t src_mac, const char* src, uint16_t sport, const char* dst,
+                             uint16_t dport, uint8_t flags, uint32_t seq, uint32_t ack) {
+        FrameSpec f = segment(src, sport, dst, dport, flags, seq, ack);
+        f.src_mac_last = src_mac;
+        return send_one(lab, port, f);
+    };
+    REQUIRE(send_as("lan", 0x02, client, 40000, server, 443, kSyn, 1000, 0).size() == 1);
+    REQUIRE(send_as("wan", 0x11, server, 443, client, 40000, kSyn | kAck, 5000, 1001).size() == 1);
+    REQUIRE(send_as("lan", 0x02, client, 40000, server, 443, kAck, 1001, 5001).size() == 1);
+    // A host on the client's LAN, in the client's name: the ACK goes to the client's MAC.
+    std::vector<Out> out = send_as("lan", 0x66, client, 40000, server, 443, kSyn, 77777, 0);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "lan");
+    CHECK(out[0].frame.dst_mac_last == 0x02);
+    CHECK(out[0].frame.seq == 5001);
+    // In the server's name: by the route to the server, its next hop.
+    out = send_as("lan", 0x66, server, 443, client, 40000, kRst, 5001 + 3, 0);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "wan");
+    CHECK(out[0].frame.dst_mac_last == 0x11);
+    CHECK(out[0].frame.ttl == 64);
+    CHECK(out[0].frame.checksums_ok);
+    CHECK(lab.totals().challenge_acks_sent == 2);
+    CHECK(lab.mbufs_out() == 0);
+}
