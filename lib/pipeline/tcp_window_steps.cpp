@@ -70,6 +70,7 @@ void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, 
     if (write_error_reply(b.ctx, b.snapshot, b.now_tsc, [&] { return write_answer_segment(b, i, ack); })) {
         b.ctx.counters.drop(why);
         counter_add(b.ctx.counters.challenge_acks_sent);
+        b.table.window(conn).challenged_tsc[reply ? 1 : 0] = b.now_tsc;
         b.fate[i] = Fate::pass;
         const bool nat_backend = reply && entry.nat_port != 0 && entry.backend != 0;
         b.route[i] = PacketRoute{conn, nat_backend ? entry.backend - 1 : kNoBackend,
