@@ -94,6 +94,10 @@ struct TcpSegment;
 // no room (cannot happen with sluice's pools).
 bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment);
 
+// The fields of packet i's TCP header the window check reads; its payload length from the IP header (parsing
+// checked the lengths).
+TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i);
+
 // TCP sequence and window tracking (tcp_window_steps.cpp). The tcp_window_check of a new connection: its rule's
 // (rule: the config id, or kDefaultRule), else its service's, else the firewall's default.
 TcpWindowCheck window_check_for(const StatefulBurst& b, uint32_t rule, const LbService* service);

@@ -33,6 +33,7 @@ std::vector<Out> send_one(PipelineLab& lab, const std::string& in, const FrameSp
 }
 
 constexpr uint32_t kFar = 0x40000000;  // a quarter of the sequence space away: outside any window
+constexpr uint8_t kPush = 0x08;
 
 const char* kForwardConfig = R"(
 ports:
@@ -421,5 +422,45 @@ firewall:
     CHECK(out[0].frame.ttl == 64);
     CHECK(out[0].frame.checksums_ok);
     CHECK(lab.totals().challenge_acks_sent == 2);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("syn proxy: while the backend has not answered, only a pure ACK resends the SYN; data and FIN wait",
+          "[pipeline][tcp_window][syn_proxy]") {
+    PipelineLab lab(kNatConfig);
+    const char *client = "203.0.113.9", *vip = "192.0.2.101", *backend = "10.1.0.12", *pool = "10.1.0.100";
+    const auto from_client = [&](uint8_t flags, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+        return send_one(lab, "client", segment(client, 42001, vip, 80, flags, seq, ack, payload));
+    };
+    std::vector<Out> out = from_client(kSyn, 1000, 0);
+    REQUIRE(out.size() == 1);
+    const uint32_t cookie = out[0].frame.seq;
+    out = from_client(kAck, 1001, cookie + 1);
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].frame.tcp_flags == kSyn);
+    const uint16_t port = out[0].frame.src_port;
+    const uint64_t pending = lab.drops(DropReason::syn_proxy_pending);
+
+    // The client's request right after its ACK, in a later burst: the cookie ACK's numbers, but data. Not a SYN.
+    CHECK(from_client(kAck | kPush, 1001, cookie + 1, 100).empty());
+    CHECK(from_client(kFin | kAck, 1001, cookie + 1).empty());
+    CHECK(lab.drops(DropReason::syn_proxy_pending) == pending + 2);
+    // A retransmitted cookie ACK still resends the SYN (the first may have been lost).
+    out = from_client(kAck, 1001, cookie + 1);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "server");
+    CHECK(out[0].frame.tcp_flags == kSyn);
+    CHECK(out[0].frame.seq == 1000);
+    CHECK(out[0].frame.src_port == port);
+
+    // The backend answers; the client's request, sent again, reaches it in the backend's sequence space.
+    out = send_one(lab, "server", segment(backend, 8080, pool, port, kSyn | kAck, 9000, 1001));
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].frame.tcp_flags == kAck);
+    out = from_client(kAck | kPush, 1001, cookie + 1, 100);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "server");
+    CHECK(out[0].frame.tcp_flags == (kAck | kPush));
+    CHECK(out[0].frame.ack == 9001);
     CHECK(lab.mbufs_out() == 0);
 }
