@@ -8,6 +8,7 @@
 #include "lb/lb_decision.hpp"
 #include "packet/syn_proxy.hpp"
 #include "pipeline/stateful_burst.hpp"
+#include "pipeline/stateful_stage.hpp"
 
 namespace sluice {
 namespace {
@@ -87,10 +88,10 @@ bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segmen
     return write_tcp_segment(m, *packet_meta(m), segment, to, b.snapshot.port_mac[m->port]);
 }
 
-TcpWindowCheck window_check_for(const StatefulBurst& b, uint32_t rule, const LbService* service) {
-    if (rule != kDefaultRule && b.fw.window_checks[rule]) return *b.fw.window_checks[rule];
+TcpWindowCheck tcp_window_check_for(const FirewallTables& fw, uint32_t rule, const LbService* service) {
+    if (rule != kDefaultRule && fw.window_checks[rule]) return *fw.window_checks[rule];
     if (service && service->tcp_window_check) return *service->tcp_window_check;
-    return b.fw.tcp_window_check;
+    return fw.tcp_window_check;
 }
 
 void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck check) {

@@ -3,6 +3,13 @@
 // exact one closes), window scaling, and a SYN on an established connection.
 #include <catch2/catch.hpp>
 
+#include <rte_cycles.h>
+#include <spdlog/fmt/fmt.h>
+
+#include "control/explain.hpp"
+#include "control/flow_listing.hpp"
+#include "pipeline/flow_walk.hpp"
+#include "pipeline/lcore_context.hpp"
 #include "pipeline/pipeline_lab.hpp"
 
 using namespace sluice;
@@ -462,5 +469,70 @@ TEST_CASE("syn proxy: while the backend has not answered, only a pure ACK resend
     CHECK(out[0].port == "server");
     CHECK(out[0].frame.tcp_flags == (kAck | kPush));
     CHECK(out[0].frame.ack == 9001);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("tcp window: flows list each side's window, explain names the check a connection gets",
+          "[pipeline][tcp_window][flows][explain]") {
+    PipelineLab lab(R"(
+ports:
+  - {name: lan, device: ring_lan}
+  - {name: wan, device: ring_wan}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: wan, to: lan, next_hop_mac: "02:00:00:00:00:0a"}
+firewall:
+  default: deny
+  rules:
+    - {name: legacy, in_ports: [lan], protocol: tcp, destination_ports: 23, action: allow, tcp_window_check: off}
+    - {name: inside-out, in_ports: [lan], action: allow}
+)");
+    const char *client = "10.0.0.2", *server = "203.0.113.9";
+    REQUIRE(send_one(lab, "lan", segment(client, 40000, server, 443, kSyn, 1000, 0, 0, 64240, 7)).size() == 1);
+    REQUIRE(send_one(lab, "wan", segment(server, 443, client, 40000, kSyn | kAck, 5000, 1001, 0, 65160, 7)).size() ==
+            1);
+    REQUIRE(send_one(lab, "lan", segment(client, 40000, server, 443, kAck, 1001, 5001, 0, 502)).size() == 1);
+    REQUIRE(send_one(lab, "wan", segment(server, 443, client, 40000, kAck, 5001, 1001, 100, 509)).size() == 1);
+    REQUIRE(send_one(lab, "wan", segment(server, 443, client, 40000, kRst, 5001 + 50, 0)).size() == 1);  // challenged
+
+    // The worker's table, walked as `sluicectl flows` walks it.
+    LcoreContext worker;
+    lab.dataplane().for_each_lcore([&](const LcoreContext& ctx) {
+        if (ctx.worker) worker.conn_table = ctx.conn_table;
+    });
+    REQUIRE(worker.conn_table);
+    std::vector<std::unique_ptr<FlowWalk>> walks;
+    walks.push_back(std::make_unique<FlowWalk>());
+    walks[0]->max_records = 8;
+    walks[0]->records.reserve(8);
+    advance_flow_walk(worker, *walks[0], UINT64_MAX);
+    REQUIRE(walks[0]->records.size() == 1);
+    const TcpWindow& w = walks[0]->records[0].window;
+    CHECK(w.check == TcpWindowCheck::strict);
+    CHECK(w.side[0].end == 1001);
+    CHECK(w.side[0].maxack == 5001);  // the client has not acknowledged the server's 100 bytes
+    CHECK(w.side[1].end == 5101);
+    CHECK(w.side[1].maxack == 1001);
+    CHECK(w.challenged_tsc[1] == lab.now_tsc());
+    CHECK(w.challenged_tsc[0] == 0);
+    const auto lines = flow_lines(walks, 8, lab.now_tsc(), rte_get_tsc_hz(), [](uint32_t) { return std::string(); });
+    REQUIRE(lines.size() == 2);
+    INFO(lines[1]);
+    CHECK(lines[1].find("window strict; initiator end 1001 maxend ") != std::string::npos);
+    CHECK(lines[1].find(" maxack 5001 scale 7; responder end 5101 ") != std::string::npos);
+    CHECK(lines[1].ends_with(" maxack 1001 scale 7 challenged 0s ago"));
+
+    // explain: the check a new connection would get, from its rule or the firewall's default.
+    const auto explained = [&](uint16_t port) {
+        ExplainQuery query;
+        std::string error;
+        REQUIRE(parse_explain_query(fmt::format("tcp {}:40001 {}:{} lan", client, server, port), query, error));
+        std::string text;
+        for (const std::string& line : explain(lab.snapshot(), lab.ports(), 1, query)) text += line + "\n";
+        return text;
+    };
+    CHECK(explained(443).find("tcp window: the connection's sequence numbers are checked strict") != std::string::npos);
+    CHECK(explained(23).find("tcp window: the connection's sequence numbers are checked off") != std::string::npos);
     CHECK(lab.mbufs_out() == 0);
 }
