@@ -16,20 +16,23 @@ const char* tcp_window_check_name(TcpWindowCheck check) {
 void tcp_window_open_proxied(TcpWindow& w, uint32_t client_next, uint16_t client_window, uint32_t cookie_next,
                              uint16_t proxy_window) {
     const uint32_t client_win = std::max<uint32_t>(client_window, 1), proxy_win = std::max<uint32_t>(proxy_window, 1);
-    w.side[0] = TcpWindowSide{client_next, client_next + proxy_win, client_win};
-    w.side[1] = TcpWindowSide{cookie_next, cookie_next + client_win, proxy_win};
+    // The client's ACK acknowledged the cookie's SYN; the backend's side, sluice's SYN+ACK, the client's SYN.
+    w.side[0] = TcpWindowSide{client_next, client_next + proxy_win, client_win, cookie_next};
+    w.side[1] = TcpWindowSide{cookie_next, cookie_next + client_win, proxy_win, client_next};
     w.scale[0] = w.scale[1] = 0;
-    w.flags[0] = w.flags[1] = kWindowSideSeen | kWindowSideSyn | kWindowSideBounded;
+    w.flags[0] = w.flags[1] = kWindowSideSeen | kWindowSideSyn | kWindowSideBounded | kWindowSideAcked;
 }
 
 ChallengeAck tcp_challenge_ack(const TcpWindow& w, bool sender_is_responder) {
     const int s = sender_is_responder ? 1 : 0, r = 1 - s;
     const uint8_t scale = (w.flags[0] & w.flags[1] & kWindowSideSyn) ? tcp_window_detail::window_scale(w, r) : 0;
     const uint32_t window = std::min<uint32_t>(w.side[r].maxwin >> scale, UINT16_MAX);
-    // The sender's maxend is the receiver's highest acknowledgment plus a window of at most the receiver's maxwin:
-    // less that window, it is never past what the receiver acknowledged, and at most a window behind it.
+    // A receiver that never acknowledged (the backend of a one-way connection): the sender's maxend, the receiver's
+    // acknowledgment plus a window of at most its maxwin, less that window is never past what it acknowledged.
     const uint32_t acknowledged = w.side[s].maxend - w.side[r].maxwin;
-    const uint32_t ack = tcp_window_detail::before(acknowledged, w.side[s].end) ? acknowledged : w.side[s].end;
+    const uint32_t ack = (w.flags[r] & kWindowSideAcked)                          ? w.side[r].maxack
+                         : tcp_window_detail::before(acknowledged, w.side[s].end) ? acknowledged
+                                                                                  : w.side[s].end;
     return {w.side[r].end, ack, static_cast<uint16_t>(std::max<uint32_t>(window, 1))};
 }
 

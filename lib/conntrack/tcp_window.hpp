@@ -1,7 +1,7 @@
 // TCP sequence and window tracking for one connection, in the spirit of Linux nf_conntrack's tcp_in_window (per
 // direction: the highest sequence sent, the highest the peer's window allows, the largest window advertised) and of
-// RFC 5961's defences against blind in-window attacks (a RST must hit the exact next sequence; one merely in the
-// window, or a SYN on a synchronized connection, gets a challenge ACK). Pure and allocation-free: any thread,
+// RFC 5961's defences against blind in-window attacks (a RST must hit the receiver's RCV.NXT exactly; one merely in
+// the window, or a SYN on a synchronized connection, gets a challenge ACK). Pure and allocation-free: any thread,
 // fast-path safe. The state lives in ConnTable's per-slot window array, touched only by TCP packets.
 #pragma once
 
@@ -21,6 +21,7 @@ struct TcpWindowSide {
     uint32_t end;     // the highest sequence sent, plus one (seq + payload + SYN + FIN)
     uint32_t maxend;  // the highest sequence the peer's acknowledgment and window let this side send
     uint32_t maxwin;  // the largest window this side advertised, scaled
+    uint32_t maxack;  // the highest acknowledgment this side sent (kWindowSideAcked): its RCV.NXT, as far as seen
 };
 
 // A side's flags (TcpWindow::flags).
@@ -28,16 +29,18 @@ inline constexpr uint8_t kWindowSideSeen = 0x01;     // a packet of this side wa
 inline constexpr uint8_t kWindowSideSyn = 0x02;      // its SYN was seen: its window scale is known
 inline constexpr uint8_t kWindowSideScale = 0x04;    // its SYN carried a window scale option
 inline constexpr uint8_t kWindowSideBounded = 0x08;  // maxend was set by the peer's acknowledgment
+inline constexpr uint8_t kWindowSideAcked = 0x10;    // it sent an acknowledgment: maxack holds the highest
 
-// Both directions: [0] the initiator's, [1] the responder's (ConnEntry::packets' order). 32 bytes, aligned, so one
-// connection's window never straddles two cache lines.
-struct alignas(32) TcpWindow {
+// Both directions: [0] the initiator's, [1] the responder's (ConnEntry::packets' order). One cache line, aligned:
+// the lookup's prefetch brings it whole.
+struct alignas(64) TcpWindow {
     TcpWindowSide side[2];
-    uint8_t scale[2];  // the window scale each side announced (RFC 7323 2.2), used once both SYNs carried one
+    uint64_t challenged_tsc[2];  // when sluice last sent a challenge ACK to this side (0: never), for flow listings
+    uint8_t scale[2];            // the window scale each side announced (RFC 7323 2.2), used once both SYNs carried one
     uint8_t flags[2];
     TcpWindowCheck check;
 };
-static_assert(sizeof(TcpWindow) == 32);
+static_assert(sizeof(TcpWindow) == 64);
 
 // The fields of one TCP segment the check reads, in host order.
 struct TcpSegmentFields {
@@ -52,7 +55,7 @@ struct TcpSegmentFields {
 enum class WindowVerdict : uint8_t {
     pass,               // in the window (or not judged): goes on to the state machine
     out_of_window,      // data or ACK outside the window (strict): dropped, the state unchanged
-    rst_exact,          // a RST at the next sequence: goes on and closes the connection
+    rst_exact,          // a RST at the receiver's RCV.NXT: goes on and closes the connection
     rst_challenge,      // a RST in the window but not exact (or unjudgeable, liberal): answered with a challenge ACK
     rst_out_of_window,  // a RST outside the window: dropped, the connection kept
     syn_challenge,      // a SYN on a synchronized connection: answered with a challenge ACK, the connection kept
@@ -85,6 +88,15 @@ inline bool acks_syn(uint32_t ack, const TcpWindowSide& syn_sender) {
 
 }  // namespace tcp_window_detail
 
+// The RCV.NXT of side `receiver` for a RST from its peer (RFC 5961 3.2): the highest acknowledgment it sent. A RST
+// at the sender's own next sequence would also close on data the receiver never got (lost, or still in flight):
+// that one is challenged, and a sender that really reset answers the challenge at RCV.NXT. Without an
+// acknowledgment from the receiver (a picked-up or one-way connection), the sender's next sequence stands in.
+inline bool rst_hits_rcv_nxt(const TcpWindow& w, int receiver, uint32_t seq) {
+    if (w.flags[receiver] & kWindowSideAcked) return seq == w.side[receiver].maxack;
+    return seq == w.side[1 - receiver].end;
+}
+
 // Judges one segment of a connection from the initiator (reply false) or the responder, and learns from it when it
 // passes (rst_exact and pass). synchronized: the connection is past its handshake (established to last_ack: RFC
 // 5961 4's synchronized states, without time_wait, where a new SYN may reuse the ports). A side not seen yet is
@@ -105,8 +117,9 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
         if (kind == tcp::Kind::synack && (w.flags[r] & kWindowSideSeen) &&
             !tcp_window_detail::acks_syn(seg.ack, receiver) && w.check == TcpWindowCheck::strict)
             return WindowVerdict::out_of_window;
-        w.side[s] = TcpWindowSide{end, end, std::max<uint32_t>(seg.window, 1)};
-        w.flags[s] = kWindowSideSeen | kWindowSideSyn | (seg.scale >= 0 ? kWindowSideScale : 0);
+        w.side[s] = TcpWindowSide{end, end, std::max<uint32_t>(seg.window, 1), seg.ack};
+        w.flags[s] =
+            kWindowSideSeen | kWindowSideSyn | (seg.scale >= 0 ? kWindowSideScale : 0) | (ack ? kWindowSideAcked : 0);
         w.scale[s] =
             seg.scale >= 0 ? std::min<uint8_t>(static_cast<uint8_t>(seg.scale), tcp_window_detail::kMaxScale) : 0;
         if (ack) {
@@ -133,11 +146,12 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
                                !tcp_window_detail::before(end, sender.end - receiver.maxwin);
 
     if (kind == tcp::Kind::rst) {
-        // RFC 5961 3.2 at the sender's next sequence. A sender never seen before (the responder's RST to a SYN) has
-        // no sequence to match: its RST must acknowledge the receiver's SYN instead (RFC 9293 3.10.7.3).
+        // RFC 5961 3.2 at the receiver's RCV.NXT. A sender never seen before (the responder's RST to a SYN) has no
+        // sequence to match: its RST must acknowledge the receiver's SYN instead (RFC 9293 3.10.7.3).
         const bool exact =
-            sender_known ? seg.seq == sender.end
-                         : ack && (w.flags[r] & kWindowSideSeen) && tcp_window_detail::acks_syn(seg.ack, receiver);
+            (sender_known || (w.flags[r] & kWindowSideAcked))
+                ? rst_hits_rcv_nxt(w, r, seg.seq)
+                : ack && (w.flags[r] & kWindowSideSeen) && tcp_window_detail::acks_syn(seg.ack, receiver);
         if (!exact) {
             if (!judged || w.check != TcpWindowCheck::strict || (sender_known && seq_in_window))
                 return WindowVerdict::rst_challenge;
@@ -157,6 +171,9 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
         sender.maxend = sender.end;  // past the window (liberal, or a probe)
     sender.maxwin = std::max(sender.maxwin, window);
     if (ack) {
+        if (!(sender_flags & kWindowSideAcked) || tcp_window_detail::after(seg.ack, sender.maxack))
+            sender.maxack = seg.ack;
+        sender_flags |= kWindowSideAcked;
         if (!(w.flags[r] & kWindowSideSeen)) receiver.end = seg.ack;  // until it is seen, the best guess
         const uint32_t reach = seg.ack + std::max<uint32_t>(window, 1);
         if (!(w.flags[r] & kWindowSideBounded) || tcp_window_detail::after(reach, receiver.maxend))
@@ -174,11 +191,10 @@ void tcp_window_open_proxied(TcpWindow& window, uint32_t client_next, uint16_t c
                              uint16_t proxy_window);
 
 // What a challenge ACK from the receiver of a segment sent by the initiator (or the responder) carries (RFC 5961
-// 3.2: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>), in the tracked sequence spaces. RCV.NXT is taken as what the receiver
-// is known to have acknowledged, never more: an ACK in its name for data still in flight would make the sender drop
-// that data from its retransmission queue, and one segment of it lost on the way would stall the connection for
-// good. Once the receiver has acknowledged everything with its largest window (an idle connection, as a rule), that
-// is the sender's own next sequence: a peer that really lost the connection answers with a RST there, then exact.
+// 3.2: <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>), in the tracked sequence spaces. RCV.NXT is the highest acknowledgment
+// the receiver sent, never more: an ACK in its name for data still in flight would make the sender drop that data
+// from its retransmission queue, and one segment of it lost on the way would stall the connection for good. A peer
+// that really lost the connection answers with a RST there, which is then exact.
 struct ChallengeAck {
     uint32_t seq;
     uint32_t ack;

@@ -11,6 +11,7 @@
 
 #include "classify/l4_match.hpp"
 #include "common/ip_proto.hpp"
+#include "conntrack/tcp_window.hpp"
 #include "pipeline/early_drop.hpp"
 
 namespace sluice {
@@ -317,6 +318,18 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
         explain_rules(fw, t, d, lines);
     }
     if (d.destination.target == NewPacketTarget::service) explain_service(lb, t, d, lines);
+    const bool tracked = fw.enabled || d.destination.target == NewPacketTarget::service;
+    if (t.proto == kIpProtoTcp && tracked &&
+        (d.fate == NewPacketFate::forwarded || d.fate == NewPacketFate::answered_with_cookie)) {
+        const LbService* service = d.destination.target == NewPacketTarget::service
+                                       ? &lb.services[static_cast<std::size_t>(d.destination.service)]
+                                       : nullptr;
+        const TcpWindowCheck check = tcp_window_check_for(fw, d.ruled ? d.verdict.rule : kDefaultRule, service);
+        lines.push_back(fmt::format("tcp window: the connection's sequence numbers are checked {} (the rule's "
+                                    "tcp_window_check, else the service's, else the firewall's); `sluicectl flows` "
+                                    "shows each side's window",
+                                    tcp_window_check_name(check)));
+    }
 
     if (in) lines.push_back(forward_line(snapshot, ports, *in, t, hash));
     else

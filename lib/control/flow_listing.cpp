@@ -30,7 +30,32 @@ const char* protocol_name(uint8_t proto) {
     }
 }
 
+void append_side(std::string& text, const TcpWindow& w, int side, uint64_t now_tsc, uint64_t tsc_hz) {
+    text += side == 0 ? "; initiator" : "; responder";
+    if (!(w.flags[side] & kWindowSideSeen)) {
+        text += " unseen";
+        return;
+    }
+    const TcpWindowSide& s = w.side[side];
+    text += fmt::format(" end {} maxend {} maxwin {}", s.end, s.maxend, s.maxwin);
+    if (w.flags[side] & kWindowSideAcked) text += fmt::format(" maxack {}", s.maxack);
+    if (w.flags[0] & w.flags[1] & kWindowSideSyn)
+        text += fmt::format(" scale {}", tcp_window_detail::window_scale(w, side));
+    else text += " scale ?";
+    if (w.challenged_tsc[side] != 0)
+        text += fmt::format(" challenged {}s ago",
+                            now_tsc > w.challenged_tsc[side] ? (now_tsc - w.challenged_tsc[side]) / tsc_hz : 0);
+}
+
 }  // namespace
+
+std::string tcp_window_text(const TcpWindow& window, uint64_t now_tsc, uint64_t tsc_hz) {
+    std::string text = std::string("window ") + tcp_window_check_name(window.check);
+    if (window.check == TcpWindowCheck::off) return text;
+    append_side(text, window, 0, now_tsc, tsc_hz);
+    append_side(text, window, 1, now_tsc, tsc_hz);
+    return text;
+}
 
 bool parse_flow_filter(const std::string& text, FlowFilter& filter, std::string& error) {
     static const std::map<std::string, uint8_t> kProtocols = {
@@ -79,6 +104,7 @@ std::vector<std::string> flow_lines(const std::vector<std::unique_ptr<FlowWalk>>
                 line += " -> " + backend_name(r.backend - 1);
                 if (r.nat_port) line += fmt::format(" nat:{}", r.nat_port);
             }
+            if (r.tuple.proto == kIpProtoTcp) line += " " + tcp_window_text(r.window, now_tsc, tsc_hz);
             lines.push_back(std::move(line));
         }
     }

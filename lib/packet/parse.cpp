@@ -37,6 +37,34 @@ bool is_icmp_echo(uint8_t proto, uint8_t type) {
     return proto == kIpProtoIcmpv6 && (type == kIcmp6EchoRequest || type == kIcmp6EchoReply);
 }
 
+// The query a reply type answers (ICMP timestamp, information, address mask; ICMPv6 node information), or 0.
+uint8_t icmp_query_answered(uint8_t proto, uint8_t type) {
+    if (proto == kIpProtoIcmp) return (type == 14 || type == 16 || type == 18) ? static_cast<uint8_t>(type - 1) : 0;
+    return type == 140 ? 139 : 0;
+}
+
+// The flow "ports" of an ICMP/ICMPv6 message that is not an error (the header at icmp, 8 bytes), so that only a
+// message and its answer share a connection, as Linux conntrack tracks them by type and identifier: an echo's
+// identifier in both; a query's type as its destination port, and its reply's as its source port (the reply is
+// the query's reverse); any other type its own type, from port 0. One allowed type then lets no other follow it.
+// Never an echo's ports: those are equal, these are 0 and a type other than 0 (ICMPv6 type 0 is unassigned).
+void icmp_flow_ports(uint8_t proto, const uint8_t* icmp, uint16_t& src_port, uint16_t& dst_port) {
+    if (is_icmp_echo(proto, icmp[0])) {
+        src_port = dst_port = load_raw16(icmp + 4);
+        return;
+    }
+    const uint8_t answered = icmp_query_answered(proto, icmp[0]);
+    const uint8_t type_be[2] = {0, answered ? answered : icmp[0]};
+    src_port = answered ? load_raw16(type_be) : 0;
+    dst_port = answered ? 0 : load_raw16(type_be);
+}
+
+void set_icmp_ports(FiveTuple& tuple, uint8_t proto, const uint8_t* icmp) {
+    uint16_t src_port, dst_port;
+    icmp_flow_ports(proto, icmp, src_port, dst_port);
+    set_ports(tuple, src_port, dst_port);
+}
+
 // The flow an ICMP error quotes: the IP header and at least 8 bytes of L4 header (RFC 792, RFC 4443) that the
 // endpoint of a tracked connection sent. The quote is often cut short, so only those 8 bytes are read.
 bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTuple& tuple) {
@@ -65,7 +93,7 @@ bool read_quoted_tuple(const uint8_t* q, uint32_t avail, IpFamily family, FiveTu
         set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2));
     } else if (tuple.proto == kIpProtoIcmp || tuple.proto == kIpProtoIcmpv6) {
         if (l4_avail < 8) return false;
-        if (is_icmp_echo(tuple.proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
+        if (!is_icmp_error(tuple.proto, l4[0])) set_icmp_ports(tuple, tuple.proto, l4);
     }
     return true;
 }
@@ -140,11 +168,11 @@ DropReason parse_l4(const uint8_t* frame, uint32_t l4, uint32_t end, uint8_t pro
     case kIpProtoIcmpv6: {
         if (avail < sizeof(rte_icmp_hdr)) return DropReason::l4_truncated;
         const uint8_t type = h[0];
-        if (is_icmp_echo(proto, type)) {  // the identifier in both slots keeps request and reply on one flow
-            set_ports(tuple, load_raw16(h + 4), load_raw16(h + 4));
-        } else if (is_icmp_error(proto, type)) {
+        if (is_icmp_error(proto, type)) {
             if (!read_quoted_tuple(h + 8, avail - 8, tuple.family, tuple)) return DropReason::icmp_bad_quote;
             meta.flags |= kMetaIcmpError;
+        } else {
+            set_icmp_ports(tuple, proto, h);
         }
         return DropReason::none;
     }
@@ -300,7 +328,7 @@ void tuple_from_meta(const uint8_t* frame, uint32_t length, const PacketMeta& me
     case kIpProtoSctp: set_ports(tuple, load_raw16(l4), load_raw16(l4 + 2)); break;
     case kIpProtoIcmp:
     case kIpProtoIcmpv6:
-        if (is_icmp_echo(meta.l4_proto, l4[0])) set_ports(tuple, load_raw16(l4 + 4), load_raw16(l4 + 4));
+        set_icmp_ports(tuple, meta.l4_proto, l4);  // errors returned above
         break;
     default: break;
     }
@@ -326,7 +354,7 @@ void first_fragment_ports(const uint8_t* frame, const PacketMeta& meta, uint16_t
         break;
     case kIpProtoIcmp:
     case kIpProtoIcmpv6:
-        if (is_icmp_echo(meta.l4_proto, l4[0])) src_port = dst_port = load_raw16(l4 + 4);  // as parse_frame does
+        if (!is_icmp_error(meta.l4_proto, l4[0])) icmp_flow_ports(meta.l4_proto, l4, src_port, dst_port);
         break;
     default: break;
     }

@@ -4,6 +4,7 @@
 #include <rte_prefetch.h>
 
 #include "common/compiler.hpp"
+#include "common/ip_proto.hpp"
 #include "lb/lb_decision.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
@@ -79,13 +80,15 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
         if (!matches(walk.filter, tuple)) continue;
         ++walk.matched;
         if (walk.records.size() < walk.max_records)  // reserved: never reallocates
-            walk.records.push_back({tuple,
-                                    e.state,
-                                    e.backend,
-                                    e.nat_port,
-                                    {e.packets[0], e.packets[1]},
-                                    {e.bytes[0], e.bytes[1]},
-                                    e.expires_tsc});
+            walk.records.push_back(
+                {tuple,
+                 e.state,
+                 e.backend,
+                 e.nat_port,
+                 {e.packets[0], e.packets[1]},
+                 {e.bytes[0], e.bytes[1]},
+                 e.expires_tsc,
+                 tuple.proto == kIpProtoTcp ? table.window(static_cast<int32_t>(walk.cursor)) : TcpWindow{}});
     }
     walk.done.store(true, std::memory_order_release);
 }

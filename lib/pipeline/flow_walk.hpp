@@ -25,6 +25,7 @@ struct FlowRecord {
     uint64_t packets[2];
     uint64_t bytes[2];
     uint64_t expires_tsc;
+    TcpWindow window;  // TCP: the sequence and window tracking's state; zero for other protocols
 };
 
 struct FlowFilter {

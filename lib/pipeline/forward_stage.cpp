@@ -177,12 +177,33 @@ bool routed_hop(const Snapshot& snapshot, const PacketRoute* route) {
     return !route || route->kind != RouteKind::to_backend || snapshot.lb->backends[route->backend].mode == LbMode::nat;
 }
 
+bool is_answer(const PacketRoute& route) {
+    return route.kind == RouteKind::answer_to_initiator || route.kind == RouteKind::answer_to_responder;
+}
+
+// The backend an answer goes to (a nat connection's responder), or null.
+const LbBackend* answered_backend(const Snapshot& snapshot, const PacketRoute& route) {
+    if (route.kind != RouteKind::answer_to_responder || route.backend >= snapshot.lb->backends.size()) return nullptr;
+    return &snapshot.lb->backends[route.backend];
+}
+
+// An answer's way out on forward ports: the entry the connection's packets to the answered end take (the
+// initiator's came in on its in_port; the responder's came in where the initiator's leave). Null when those ports
+// have no forward entry: the route table decides, by the answer's destination.
+const ForwardEntry* forward_entry_of_answer(LcoreContext& ctx, const Snapshot& snapshot, const PacketRoute& route) {
+    const ForwardEntry& to_responder = snapshot.forward_by_in_port[ctx.conn_table->entry(route.conn).in_port];
+    if (!to_responder.valid) return nullptr;
+    if (route.kind == RouteKind::answer_to_responder) return &to_responder;
+    const ForwardEntry& to_initiator = snapshot.forward_by_in_port[to_responder.out_port];
+    return to_initiator.valid ? &to_initiator : nullptr;
+}
+
 // The address packet i leaves for, as the route table sees it: a balanced connection's packet once rewritten (to
 // its backend, or back to its client), else the packet's own destination.
 IpAddress routed_destination(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf* m, const PacketMeta& meta,
                              const PacketRoute* route) {
     IpAddress destination{};
-    if (route && route->kind != RouteKind::plain) {
+    if (route && route->kind != RouteKind::plain && !is_answer(*route)) {
         if (route->kind == RouteKind::to_backend || route->kind == RouteKind::nat_icmp_to_backend)
             return snapshot.lb->backends[route->backend].address;
         uint16_t client_port, vip_port;
@@ -210,9 +231,11 @@ void route_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, u
     for (uint16_t i = 0; i < count; ++i) {
         rte_mbuf* m = pkts[i];
         reason[i] = DropReason::none;
-        const ForwardEntry& forward = snapshot.forward_by_in_port[m->port];
-        if (forward.valid) {
-            out[i] = forward;
+        const bool answer = routes && is_answer(routes[i]);
+        const ForwardEntry* forward =
+            answer ? forward_entry_of_answer(ctx, snapshot, routes[i]) : &snapshot.forward_by_in_port[m->port];
+        if (forward && forward->valid) {
+            out[i] = *forward;
             continue;
         }
         const PacketMeta& meta = *packet_meta(m);
@@ -267,8 +290,11 @@ void route_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, u
             // On the link: the destination's own MAC. Backends and next hops have host routes (via); a backend
             // configured with its mac is reached here.
             const PacketRoute* route = routes ? &routes[i] : nullptr;
-            if (route && route->kind == RouteKind::to_backend && snapshot.lb->backends[route->backend].has_mac) {
-                out[i] = ForwardEntry{.dst_mac = snapshot.lb->backends[route->backend].mac,
+            const LbBackend* backend = !route                                 ? nullptr
+                                       : route->kind == RouteKind::to_backend ? &snapshot.lb->backends[route->backend]
+                                                                              : answered_backend(snapshot, *route);
+            if (backend && backend->has_mac) {
+                out[i] = ForwardEntry{.dst_mac = backend->mac,
                                       .src_mac = snapshot.port_mac[entry.port],
                                       .out_port = entry.port,
                                       .valid = true};
@@ -286,6 +312,18 @@ void route_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, u
         settle(v4_index[k], v4_found[k], IpFamily::ipv4, reinterpret_cast<const uint8_t*>(&address_be));
     }
     for (uint16_t k = 0; k < v6_count; ++k) settle(v6_index[k], v6_found[k], IpFamily::ipv6, v6_addresses[k]);
+}
+
+// sluice's own segment (written with a hop limit of its own: no hop counted) to the MACs of its way out, or of the
+// nat backend it is for, as that backend's packets are sent.
+DropReason send_answer(const Snapshot& snapshot, rte_mbuf* m, const PacketRoute& route, const ForwardEntry& entry) {
+    rte_ether_addr dst_mac = entry.dst_mac;
+    if (const LbBackend* backend = answered_backend(snapshot, route)) {
+        if (SLUICE_UNLIKELY(backend->awaiting_neighbour)) return DropReason::neighbour_unresolved;
+        if (backend->has_mac) dst_mac = backend->mac;
+    }
+    rewrite_l2(m, *packet_meta(m), dst_mac, entry.src_mac);
+    return DropReason::none;
 }
 
 // A packet with no route or a reject route: answered with ICMP unreachable (rate-limited) from the ingress port's
@@ -320,13 +358,16 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
         const PacketMeta& meta = *packet_meta(m);
         const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
         const uint16_t in_port = m->port;
+        const bool answer = routes && SLUICE_UNLIKELY(is_answer(routes[i]));
         if (SLUICE_UNLIKELY(route_verdict[i] != DropReason::none)) {
             verdict = route_verdict[i];
-            if ((verdict == DropReason::no_route || verdict == DropReason::route_reject) &&
+            if ((verdict == DropReason::no_route || verdict == DropReason::route_reject) && !answer &&
                 answer_unreachable(ctx, snapshot, m, verdict))
                 continue;
         } else if (SLUICE_UNLIKELY(entry.awaiting_neighbour)) {
             verdict = DropReason::neighbour_unresolved;
+        } else if (answer) {
+            verdict = send_answer(snapshot, m, routes[i], entry);
         } else if (SLUICE_UNLIKELY(ttl_expires(l3)) && routed_hop(snapshot, routes ? &routes[i] : nullptr)) {
             // Checked before any rewrite, so the error quotes the packet as it came. Sent, as a router sends it,
             // from the ingress port's own address: sluice has none on a port without `addresses`, and answering

@@ -77,13 +77,23 @@ static_assert(sizeof(DecisionLogRecord) == 48);
 // How a packet that passed the stateful stage leaves: routed by its ingress port, or rewritten for a backend.
 // nat_icmp_to_client / nat_icmp_to_backend: an ICMP error about a packet of a nat connection, translated as that
 // packet was (from the backends' side, by the alias; from the clients' side, about a reply to the client).
-enum class RouteKind : uint8_t { plain, to_backend, nat_reply, nat_icmp_to_client, nat_icmp_to_backend };
+// answer_to_initiator / answer_to_responder: sluice's own segment to one end of a connection (a challenge ACK),
+// written whole: it leaves the way that end's packets of the connection leave, never back to the frame's sender.
+enum class RouteKind : uint8_t {
+    plain,
+    to_backend,
+    nat_reply,
+    nat_icmp_to_client,
+    nat_icmp_to_backend,
+    answer_to_initiator,
+    answer_to_responder,
+};
 inline constexpr uint32_t kNoService = UINT32_MAX;
 
 struct PacketRoute {
-    int32_t conn = -1;     // the connection's entry (to_backend, nat_icmp_to_backend; -1 for a dsr/tunnel FIN or
-                           // RST sent on without one), or its alias entry (nat_reply, nat_icmp_to_client)
-    uint32_t backend = 0;  // stable backend id (to_backend, nat_reply)
+    int32_t conn = -1;     // the connection's entry (to_backend, nat_icmp_to_backend, answer_*; -1 for a dsr/tunnel
+                           // FIN or RST sent on without one), or its alias entry (nat_reply, nat_icmp_to_client)
+    uint32_t backend = 0;  // stable backend id (to_backend, nat_reply; answer_to_responder: kNoBackend or a nat one)
     RouteKind kind = RouteKind::plain;
 };
 

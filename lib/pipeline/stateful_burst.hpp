@@ -94,9 +94,11 @@ struct TcpSegment;
 // no room (cannot happen with sluice's pools).
 bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment);
 
-// TCP sequence and window tracking (tcp_window_steps.cpp). The tcp_window_check of a new connection: its rule's
-// (rule: the config id, or kDefaultRule), else its service's, else the firewall's default.
-TcpWindowCheck window_check_for(const StatefulBurst& b, uint32_t rule, const LbService* service);
+// The fields of packet i's TCP header the window check reads; its payload length from the IP header (parsing
+// checked the lengths).
+TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i);
+
+// TCP sequence and window tracking (tcp_window_steps.cpp).
 // The window of TCP connection conn, which packet i opened (for a syn_proxy connection: after its SYN to the backend
 // was written over the packet).
 void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck check);

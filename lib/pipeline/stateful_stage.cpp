@@ -425,7 +425,8 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t rule, uint32_t stabl
             entry.flags |= kConnFlagOneWay;  // the backend answers the client directly
             counter_add(b.ctx.backend_traffic[backend].new_connections);
         }
-        if (b.tuples[i].proto == kIpProtoTcp) open_tcp_window(b, i, position, window_check_for(b, rule, service));
+        if (b.tuples[i].proto == kIpProtoTcp)
+            open_tcp_window(b, i, position, tcp_window_check_for(b.fw, rule, service));
     }
     b.table.track(position, b.tuples[i], b.tcp_flags[i], b.length(i), b.now_tsc);
     const ConnEntry& entry = b.table.entry(position);

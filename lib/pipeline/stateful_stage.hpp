@@ -36,6 +36,10 @@ struct NewPacketDestination {
     int32_t service;  // index in lb.services when target is service
 };
 
+// The tcp_window_check of a new TCP connection: its rule's (rule: the config id, or kDefaultRule), else its
+// service's, else the firewall's default.
+TcpWindowCheck tcp_window_check_for(const FirewallTables& fw, uint32_t rule, const LbService* service);
+
 // echo: the packet is an echo request to one of sluice's addresses (answered once the rules allow it).
 NewPacketDestination new_packet_destination(const Snapshot& snapshot, const FiveTuple& tuple, bool echo);
 

@@ -51,12 +51,15 @@ bool write_backend_syn(StatefulBurst& b, uint16_t i, uint32_t client_isn, uint8_
 }
 
 // A client packet while the backend has not answered: a retransmission of the cookie ACK resends the SYN to the
-// backend (it may have been lost, and nothing else resends it); a RST gives the connection up.
+// backend (it may have been lost, and nothing else resends it); a RST gives the connection up. Anything else waits
+// (dropped: the client sends it again once the backend answered), whatever its numbers: the client's first data
+// and FIN carry the cookie ACK's seq and ack too, and written over as a SYN their data would be lost for good.
 void settle_pending_client(StatefulBurst& b, uint16_t i, int32_t conn, tcp::Kind kind) {
     if (kind == tcp::Kind::rst) {
         b.forget(conn);  // the client gave up: so does sluice (its NAT port is free again)
         return;
     }
+    if (kind != tcp::Kind::ack || segment_fields(b, i).payload != 0) return;
     // The cookie covers the client's ISN, so it tells a retransmission from the start (seq = ISN + 1) apart.
     const rte_tcp_hdr& tcp = tcp_header(b, i);
     const ConnEntry& entry = b.table.entry(conn);

@@ -5,8 +5,10 @@
 #include <rte_tcp.h>
 
 #include "common/ip_proto.hpp"
+#include "lb/lb_decision.hpp"
 #include "packet/syn_proxy.hpp"
 #include "pipeline/stateful_burst.hpp"
+#include "pipeline/stateful_stage.hpp"
 
 namespace sluice {
 namespace {
@@ -15,7 +17,43 @@ const rte_tcp_hdr& tcp_header(const StatefulBurst& b, uint16_t i) {
     return *rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_tcp_hdr*, b.meta(i).l4_offset);
 }
 
-// The segment's fields; its payload length from the IP header (parsing checked the lengths).
+// RFC 5961's synchronized states, less time_wait (where the initiator's new SYN may reuse the ports).
+bool synchronized(ConnState state) {
+    return state == ConnState::tcp_established || state == ConnState::tcp_fin_wait ||
+           state == ConnState::tcp_close_wait || state == ConnState::tcp_last_ack;
+}
+
+// Answers packet i (a RST or SYN of connection conn, from the responder when reply) with a challenge ACK from its
+// receiver, within the error-reply budget; the packet itself is counted under `why` either way. The ACK goes to the
+// end the packet claims to come from, the way the connection's packets to that end go (the forward stage), never
+// back to the frame's sender: a host beside that end, sending in its name, would read the numbers an exact RST
+// needs from it.
+void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, DropReason why) {
+    const ChallengeAck challenge = tcp_challenge_ack(b.table.window(conn), reply);
+    TcpSegment ack;
+    ack.set_endpoints(b.tuples[i], true);
+    ack.seq = challenge.seq;
+    ack.ack = challenge.ack;
+    ack.flags = RTE_TCP_ACK_FLAG;
+    ack.window = challenge.window;
+    const ConnEntry& entry = b.table.entry(conn);
+    if (SLUICE_UNLIKELY(entry.flags & kConnFlagSynProxy) && reply)
+        ack.ack += b.table.seq_shift(static_cast<int32_t>(entry.peer));  // to the backend: in its own space
+    if (write_error_reply(b.ctx, b.snapshot, b.now_tsc, [&] { return write_answer_segment(b, i, ack); })) {
+        b.ctx.counters.drop(why);
+        counter_add(b.ctx.counters.challenge_acks_sent);
+        b.table.window(conn).challenged_tsc[reply ? 1 : 0] = b.now_tsc;
+        b.fate[i] = Fate::pass;
+        const bool nat_backend = reply && entry.nat_port != 0 && entry.backend != 0;
+        b.route[i] = PacketRoute{conn, nat_backend ? entry.backend - 1 : kNoBackend,
+                                 reply ? RouteKind::answer_to_responder : RouteKind::answer_to_initiator};
+        return;
+    }
+    b.drop(i, why);
+}
+
+}  // namespace
+
 TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) {
     const PacketMeta& meta = b.meta(i);
     const rte_tcp_hdr& tcp = tcp_header(b, i);
@@ -44,46 +82,16 @@ TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) {
     return fields;
 }
 
-// RFC 5961's synchronized states, less time_wait (where the initiator's new SYN may reuse the ports).
-bool synchronized(ConnState state) {
-    return state == ConnState::tcp_established || state == ConnState::tcp_fin_wait ||
-           state == ConnState::tcp_close_wait || state == ConnState::tcp_last_ack;
-}
-
-// Answers packet i (a RST or SYN of connection conn, from the responder when reply) with a challenge ACK from its
-// receiver, within the error-reply budget; the packet itself is counted under `why` either way.
-void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, DropReason why) {
-    const ChallengeAck challenge = tcp_challenge_ack(b.table.window(conn), reply);
-    TcpSegment ack;
-    ack.set_endpoints(b.tuples[i], true);
-    ack.seq = challenge.seq;
-    ack.ack = challenge.ack;
-    ack.flags = RTE_TCP_ACK_FLAG;
-    ack.window = challenge.window;
-    const ConnEntry& entry = b.table.entry(conn);
-    if (SLUICE_UNLIKELY(entry.flags & kConnFlagSynProxy) && reply)
-        ack.ack += b.table.seq_shift(static_cast<int32_t>(entry.peer));  // to the backend: in its own space
-    if (write_error_reply(b.ctx, b.snapshot, b.now_tsc, [&] { return write_answer_segment(b, i, ack); })) {
-        b.ctx.counters.drop(why);
-        counter_add(b.ctx.counters.challenge_acks_sent);
-        b.fate[i] = Fate::answer;
-        return;
-    }
-    b.drop(i, why);
-}
-
-}  // namespace
-
 bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment) {
     rte_mbuf* m = b.mbuf(i);
     const rte_ether_addr to = rte_pktmbuf_mtod(m, const rte_ether_hdr*)->src_addr;
     return write_tcp_segment(m, *packet_meta(m), segment, to, b.snapshot.port_mac[m->port]);
 }
 
-TcpWindowCheck window_check_for(const StatefulBurst& b, uint32_t rule, const LbService* service) {
-    if (rule != kDefaultRule && b.fw.window_checks[rule]) return *b.fw.window_checks[rule];
+TcpWindowCheck tcp_window_check_for(const FirewallTables& fw, uint32_t rule, const LbService* service) {
+    if (rule != kDefaultRule && fw.window_checks[rule]) return *fw.window_checks[rule];
     if (service && service->tcp_window_check) return *service->tcp_window_check;
-    return b.fw.tcp_window_check;
+    return fw.tcp_window_check;
 }
 
 void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck check) {

@@ -354,8 +354,6 @@ def test_challenge_acks_for_in_window_rsts_leave_a_lossy_download_intact(lab_env
     assert delta(after, before, "tcp_challenge_acks_sent") > 100
 
 
-@pytest.mark.xfail(strict=True, reason="challenge ACKs go to the L2 source of the segment they answer "
-                   "(write_answer_segment), not to the next hop toward the address it claims")
 def test_a_syn_from_a_host_beside_the_server_does_not_give_the_sequence_away(lab_env, server_host, tmp_path):
     """A SYN on an established connection is answered with a challenge ACK to its claimed sender (RFC 5961 4.2). A
     host on the server LAN with a MAC of its own sends one in the server's name: the answer must reach the server,

@@ -72,7 +72,7 @@ TEST_CASE("tcp window: data and ACKs outside the window are refused (strict)", "
     CHECK(w.side[0].end == 2402);
 }
 
-TEST_CASE("tcp window: a RST closes only at the exact sequence (RFC 5961 3.2)", "[conntrack][tcp_window]") {
+TEST_CASE("tcp window: a RST closes only at the receiver's RCV.NXT (RFC 5961 3.2)", "[conntrack][tcp_window]") {
     for (TcpWindowCheck check : {TcpWindowCheck::strict, TcpWindowCheck::liberal}) {
         INFO(tcp_window_check_name(check));
         TcpWindow w = handshake(check, -1, -1, 65535);
@@ -89,9 +89,40 @@ TEST_CASE("tcp window: a RST closes only at the exact sequence (RFC 5961 3.2)", 
         const ChallengeAck challenge = tcp_challenge_ack(w, kClient);
         CHECK(challenge.seq == 5001);
         CHECK(challenge.ack == 1001);
-        // Exact: at the sender's next sequence.
+        // The client's next sequence is not enough: the server acknowledged 1001, not the 100 bytes after it.
+        CHECK(tcp_window_check(w, kClient, seg(RST | ACK, 1101, 5001), true) == WindowVerdict::rst_challenge);
+        // Exact: at what the receiver acknowledged.
         CHECK(tcp_window_check(w, kServer, seg(RST, 5001, 0), true) == WindowVerdict::rst_exact);
+        CHECK(tcp_window_check(w, kClient, seg(RST | ACK, 1001, 5001), true) == WindowVerdict::rst_exact);
     }
+}
+
+TEST_CASE("tcp window: a RST after data lost in flight is challenged, then exact at RCV.NXT",
+          "[conntrack][tcp_window]") {
+    TcpWindow w = handshake(TcpWindowCheck::strict, 7, 7, 502);
+    REQUIRE(tcp_window_check(w, kServer, seg(ACK, 5001, 1001, 1000), true) == WindowVerdict::pass);
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 6001), true) == WindowVerdict::pass);
+    // 1000 bytes the client never acknowledged (lost on the way, or still in flight), then a RST at the server's
+    // next sequence: the client would not take it (not its RCV.NXT), so neither does sluice.
+    REQUIRE(tcp_window_check(w, kServer, seg(ACK, 6001, 1001, 1000), true) == WindowVerdict::pass);
+    CHECK(tcp_window_check(w, kServer, seg(RST, 7001, 0), true) == WindowVerdict::rst_challenge);
+    CHECK(w.side[1].end == 7001);
+    // The challenge carries the client's RCV.NXT; a server that really reset answers there, which is exact.
+    const ChallengeAck challenge = tcp_challenge_ack(w, kServer);
+    CHECK(challenge.seq == 1001);
+    CHECK(challenge.ack == 6001);
+    CHECK(tcp_window_check(w, kServer, seg(RST, challenge.ack, 0), true) == WindowVerdict::rst_exact);
+}
+
+TEST_CASE("tcp window: RCV.NXT is the highest acknowledgment, never moved back by a late one",
+          "[conntrack][tcp_window]") {
+    TcpWindow w = handshake(TcpWindowCheck::strict, -1, -1, 65535);
+    REQUIRE(tcp_window_check(w, kServer, seg(ACK, 5001, 1001, 3000), true) == WindowVerdict::pass);
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 8001), true) == WindowVerdict::pass);
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 6001), true) == WindowVerdict::pass);  // reordered
+    CHECK(w.side[0].maxack == 8001);
+    CHECK(tcp_window_check(w, kServer, seg(RST, 6001, 0), true) == WindowVerdict::rst_challenge);
+    CHECK(tcp_window_check(w, kServer, seg(RST, 8001, 0), true) == WindowVerdict::rst_exact);
 }
 
 TEST_CASE("tcp window: a challenge ACK acknowledges no more than its receiver did", "[conntrack][tcp_window]") {
@@ -107,11 +138,11 @@ TEST_CASE("tcp window: a challenge ACK acknowledges no more than its receiver di
     CHECK(challenge.seq == 1001);
     CHECK(challenge.ack == 9001);
     CHECK(challenge.window == 502);
-    // A smaller window later (the client's buffer fills): still never past the client's acknowledgment.
+    // A smaller window later (the client's buffer fills): exactly the client's acknowledgment.
     REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 12001, 0, 10), true) == WindowVerdict::pass);
-    CHECK(tcp_challenge_ack(w, kServer).ack == 9001);
-    // All acknowledged with the full window (the connection idles): the server's next sequence, where the RST that a
-    // server which lost the connection would answer with is exact.
+    CHECK(tcp_challenge_ack(w, kServer).ack == 12001);
+    // All acknowledged (the connection idles): the server's next sequence, where the RST that a server which lost
+    // the connection would answer with is exact.
     REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 15001, 0, 502), true) == WindowVerdict::pass);
     challenge = tcp_challenge_ack(w, kServer);
     CHECK(challenge.ack == 15001);
@@ -163,5 +194,9 @@ TEST_CASE("tcp window: a syn_proxy connection opens with both sides known", "[co
     CHECK(tcp_window_check(w, kServer, seg(ACK | PSH, 0xdead0001u, 1001, 1000), true) == WindowVerdict::pass);
     CHECK(tcp_window_check(w, kClient, seg(RST, 1001 + 5, 0), true) == WindowVerdict::rst_challenge);
     CHECK(tcp_window_check(w, kClient, seg(RST, 1001 + 0x40000000u, 0), true) == WindowVerdict::rst_out_of_window);
+    // The client acknowledged the cookie's SYN, not the backend's 1000 bytes yet: that is its RCV.NXT.
+    CHECK(tcp_window_check(w, kServer, seg(RST, 0xdead0001u + 1000, 0), true) == WindowVerdict::rst_challenge);
+    CHECK(tcp_challenge_ack(w, kServer).ack == 0xdead0001u);
+    REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 0xdead0001u + 1000), true) == WindowVerdict::pass);
     CHECK(tcp_window_check(w, kServer, seg(RST, 0xdead0001u + 1000, 0), true) == WindowVerdict::rst_exact);
 }

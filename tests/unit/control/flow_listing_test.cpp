@@ -103,11 +103,59 @@ TEST_CASE("flow listing: a header with the counts, then a line per record up to 
     CHECK(lines[0] == "6 connection(s) match, 4 listed");
     CHECK(lines[1].starts_with("tcp proto 6 203.0.113.1:40000 -> 192.0.2.10:80 "));
     CHECK(lines[1].find(" tcp_established pkts 3/2 ttl 59s -> web/backend-7 nat:20001") != std::string::npos);
-    CHECK(lines[2].ends_with("ttl 59s -> web/backend-7"));
-    CHECK(lines[4].ends_with("ttl 59s"));  // not balanced: no backend
+    CHECK(lines[2].find("ttl 59s -> web/backend-7 window strict;") != std::string::npos);
+    CHECK(lines[4].find("ttl 59s window strict;") != std::string::npos);  // not balanced: no backend
 
     walks[0]->records[0].expires_tsc = 10;  // expired: 0 s, never a wrapped count
     lines = flow_lines(walks, 100, 1000, 100, name);
     CHECK(lines[0] == "6 connection(s) match, 6 listed");
     CHECK(lines[1].find(" ttl 0s ") != std::string::npos);
+}
+
+TEST_CASE("flow listing: a TCP connection's window tracking, side by side", "[flows][tcp_window]") {
+    TcpWindow w{};
+    w.check = TcpWindowCheck::strict;
+    w.side[0] = TcpWindowSide{1001, 66536, 64256, 5001};
+    w.side[1] = TcpWindowSide{5101, 65281, 65280, 1001};
+    w.flags[0] = kWindowSideSeen | kWindowSideSyn | kWindowSideScale | kWindowSideAcked;
+    w.flags[1] = kWindowSideSeen | kWindowSideSyn | kWindowSideScale | kWindowSideAcked;
+    w.scale[0] = 7;
+    w.scale[1] = 9;
+    w.challenged_tsc[1] = 700;  // 3 s before now at 100 Hz
+    CHECK(tcp_window_text(w, 1000, 100) ==
+          "window strict; initiator end 1001 maxend 66536 maxwin 64256 maxack 5001 scale 7; "
+          "responder end 5101 maxend 65281 maxwin 65280 maxack 1001 scale 9 challenged 3s ago");
+
+    // Picked up mid-stream: the responder not seen yet, the initiator's scale unknown (the largest is assumed).
+    TcpWindow picked{};
+    picked.check = TcpWindowCheck::liberal;
+    picked.side[0] = TcpWindowSide{70500, 70500, 4096, 0};
+    picked.flags[0] = kWindowSideSeen;
+    CHECK(tcp_window_text(picked, 1000, 100) ==
+          "window liberal; initiator end 70500 maxend 70500 maxwin 4096 scale ?; responder unseen");
+
+    TcpWindow off{};
+    off.check = TcpWindowCheck::off;
+    CHECK(tcp_window_text(off, 1000, 100) == "window off");
+
+    // In the listing: after the backend, on TCP lines only.
+    std::vector<std::unique_ptr<FlowWalk>> walks;
+    walks.push_back(std::make_unique<FlowWalk>());
+    walks[0]->matched = 2;
+    for (uint8_t proto : {6, 17}) {
+        FlowRecord r{};
+        r.tuple.family = IpFamily::ipv4;
+        r.tuple.proto = proto;
+        r.tuple.src = v4("203.0.113.1");
+        r.tuple.dst = v4("192.0.2.10");
+        r.tuple.src_port = htons(40000);
+        r.tuple.dst_port = htons(80);
+        r.expires_tsc = 1000;
+        r.window = w;
+        walks[0]->records.push_back(r);
+    }
+    const auto lines = flow_lines(walks, 10, 1000, 100, [](uint32_t) { return std::string("b"); });
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[1].ends_with(" ttl 0s " + tcp_window_text(w, 1000, 100)));
+    CHECK(lines[2].ends_with(" ttl 0s"));
 }

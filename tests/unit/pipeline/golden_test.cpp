@@ -246,3 +246,44 @@ TEST_CASE("golden: the load balancer's NAT and DSR on real frames", "[golden][pi
     });
     // clang-format on
 }
+
+TEST_CASE("golden: an ICMP message allowed between two hosts lets only its answer follow, no other type",
+          "[golden][pipeline]") {
+    PipelineLab lab(R"(
+ports:
+  - {name: lan, device: ring_lan}
+  - {name: wan, device: ring_wan}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: wan, to: lan, next_hop_mac: "02:00:00:00:00:0a"}
+firewall:
+  default: deny
+  rules:
+    - {name: clock, in_ports: [lan], protocol: icmp, icmp_type: timestamp-request, action: allow}
+    - {name: node-info, in_ports: [lan], protocol: icmpv6, icmp_type: 139, action: allow}
+)");
+    // clang-format off
+    run_table(lab, {
+        {"a timestamp request from the inside is allowed", "lan", icmp_spec("10.0.0.2", "203.0.113.9", 13, 5), false,
+         Expected{"wan", "10.0.0.2", "203.0.113.9", 0, 0, 0, 63}},
+        {"its reply passes back with the connection it opened", "wan", icmp_spec("203.0.113.9", "10.0.0.2", 14, 5),
+         false, Expected{"lan", "203.0.113.9", "10.0.0.2", 0, 0, 0, 63}},
+        {"a router advertisement back is no answer to it: denied", "wan", icmp_spec("203.0.113.9", "10.0.0.2", 9),
+         false, std::nullopt, DropReason::rule_deny},
+        {"an address mask request back: denied", "wan", icmp_spec("203.0.113.9", "10.0.0.2", 17), false,
+         std::nullopt, DropReason::rule_deny},
+        {"an address mask request out, which no rule allows: denied", "lan", icmp_spec("10.0.0.2", "203.0.113.9", 17),
+         false, std::nullopt, DropReason::rule_deny},
+        {"an echo reply out whose identifier is the timestamp's type: no connection of it", "lan",
+         icmp_spec("10.0.0.2", "203.0.113.9", 0, 13), false, std::nullopt, DropReason::rule_deny},
+        {"an ICMPv6 node information query out is allowed", "lan", icmp_spec("2001:db8::2", "2001:db8:ff::1", 139),
+         false, Expected{"wan", "2001:db8::2", "2001:db8:ff::1", 0, 0, 0, 63}},
+        {"its reply passes back", "wan", icmp_spec("2001:db8:ff::1", "2001:db8::2", 140), false,
+         Expected{"lan", "2001:db8:ff::1", "2001:db8::2", 0, 0, 0, 63}},
+        {"an MLD query back is not its answer: denied", "wan", icmp_spec("2001:db8:ff::1", "2001:db8::2", 130),
+         false, std::nullopt, DropReason::rule_deny},
+    });
+    // clang-format on
+    CHECK(lab.mbufs_out() == 0);
+}

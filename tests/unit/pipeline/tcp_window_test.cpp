@@ -3,6 +3,13 @@
 // exact one closes), window scaling, and a SYN on an established connection.
 #include <catch2/catch.hpp>
 
+#include <rte_cycles.h>
+#include <spdlog/fmt/fmt.h>
+
+#include "control/explain.hpp"
+#include "control/flow_listing.hpp"
+#include "pipeline/flow_walk.hpp"
+#include "pipeline/lcore_context.hpp"
 #include "pipeline/pipeline_lab.hpp"
 
 using namespace sluice;
@@ -33,6 +40,7 @@ std::vector<Out> send_one(PipelineLab& lab, const std::string& in, const FrameSp
 }
 
 constexpr uint32_t kFar = 0x40000000;  // a quarter of the sequence space away: outside any window
+constexpr uint8_t kPush = 0x08;
 
 const char* kForwardConfig = R"(
 ports:
@@ -333,5 +341,198 @@ services:
     lab.advance_seconds(11);
     REQUIRE(from_client(kAck, 1101, 5001).size() == 1);
     CHECK(lab.totals().lb_adoptions == 1);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("tcp window: a challenge ACK goes to the end the segment claims to come from, not to the frame's sender",
+          "[pipeline][tcp_window]") {
+    // A host beside the server (its own MAC, 02:00:00:00:00:66) sends a SYN and an in-window RST in the server's
+    // name: answered to it, the challenge ACK would give it the exact sequence of a RST that closes the connection.
+    PipelineLab lab(kForwardConfig);
+    const char *client = "10.0.0.2", *server = "203.0.113.9";
+    const auto send_as = [&](const std::string& port, uint8_t src_mac, const char* src, uint16_t sport, const char* dst,
+                             uint16_t dport, uint8_t flags, uint32_t seq, uint32_t ack) {
+        FrameSpec f = segment(src, sport, dst, dport, flags, seq, ack);
+        f.src_mac_last = src_mac;
+        return send_one(lab, port, f);
+    };
+    REQUIRE(send_as("lan", 0x0a, client, 40000, server, 443, kSyn, 1000, 0).size() == 1);
+    REQUIRE(send_as("wan", 0x0b, server, 443, client, 40000, kSyn | kAck, 5000, 1001).size() == 1);
+    REQUIRE(send_as("lan", 0x0a, client, 40000, server, 443, kAck, 1001, 5001).size() == 1);
+
+    for (const uint8_t flags : {kSyn, kRst}) {
+        INFO("flags " << int(flags));
+        // From the server's LAN: to the server's next hop (0b), as the client's packets to it go.
+        std::vector<Out> out = send_as("wan", 0x66, server, 443, client, 40000, flags, 5001 + 7, 0);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == "wan");
+        CHECK(out[0].frame.dst_mac_last == 0x0b);
+        CHECK(out[0].frame.dst == server);
+        CHECK(out[0].frame.tcp_flags == kAck);
+        CHECK(out[0].frame.ttl == 64);  // sluice's own segment: no hop counted
+        // From the client's side in the server's name: still to the server.
+        out = send_as("lan", 0x66, server, 443, client, 40000, flags, 5001 + 7, 0);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == "wan");
+        CHECK(out[0].frame.dst_mac_last == 0x0b);
+        // In the client's name from the server's side: to the client.
+        out = send_as("wan", 0x66, client, 40000, server, 443, flags, 1001 + 7, 0);
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].port == "lan");
+        CHECK(out[0].frame.dst_mac_last == 0x0a);
+        CHECK(out[0].frame.dst == client);
+    }
+    CHECK(lab.totals().challenge_acks_sent == 6);
+    // The connection lives on.
+    lab.advance_seconds(11);
+    CHECK(send_as("lan", 0x0a, client, 40000, server, 443, kAck, 1001, 5001).size() == 1);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("tcp window: routed, a challenge ACK goes by the route to its destination, to the host's own MAC",
+          "[pipeline][tcp_window][routes]") {
+    PipelineLab lab(R"(
+ports:
+  - {name: lan, device: ring_lan, addresses: [10.0.0.1/24]}
+  - {name: wan, device: ring_wan, addresses: [192.0.2.1/24]}
+lcores: [{id: 1, roles: [rx, worker]}]
+routes:
+  - {prefix: 198.51.100.0/24, next_hops: [192.0.2.11]}
+firewall:
+  default: deny
+  rules:
+    - {name: inside-out, in_ports: [lan], action: allow}
+)");
+    lab.set_neighbour("192.0.2.11", std::array<uint8_t, 6>{0x02, 0, 0, 0, 0, 0x11});
+    lab.add_connected_host("10.0.0.2", "lan", {0x02, 0, 0, 0, 0, 0x02});
+    const char *client = "10.0.0.2", *server = "198.51.100.9";
+    const auto send_as = [&](const std::string& port, uint8_t src_mac, const char* src, uint16_t sport, const char* dst,
+                             uint16_t dport, uint8_t flags, uint32_t seq, uint32_t ack) {
+        FrameSpec f = segment(src, sport, dst, dport, flags, seq, ack);
+        f.src_mac_last = src_mac;
+        return send_one(lab, port, f);
+    };
+    REQUIRE(send_as("lan", 0x02, client, 40000, server, 443, kSyn, 1000, 0).size() == 1);
+    REQUIRE(send_as("wan", 0x11, server, 443, client, 40000, kSyn | kAck, 5000, 1001).size() == 1);
+    REQUIRE(send_as("lan", 0x02, client, 40000, server, 443, kAck, 1001, 5001).size() == 1);
+    // A host on the client's LAN, in the client's name: the ACK goes to the client's MAC.
+    std::vector<Out> out = send_as("lan", 0x66, client, 40000, server, 443, kSyn, 77777, 0);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "lan");
+    CHECK(out[0].frame.dst_mac_last == 0x02);
+    CHECK(out[0].frame.seq == 5001);
+    // In the server's name: by the route to the server, its next hop.
+    out = send_as("lan", 0x66, server, 443, client, 40000, kRst, 5001 + 3, 0);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "wan");
+    CHECK(out[0].frame.dst_mac_last == 0x11);
+    CHECK(out[0].frame.ttl == 64);
+    CHECK(out[0].frame.checksums_ok);
+    CHECK(lab.totals().challenge_acks_sent == 2);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("syn proxy: while the backend has not answered, only a pure ACK resends the SYN; data and FIN wait",
+          "[pipeline][tcp_window][syn_proxy]") {
+    PipelineLab lab(kNatConfig);
+    const char *client = "203.0.113.9", *vip = "192.0.2.101", *backend = "10.1.0.12", *pool = "10.1.0.100";
+    const auto from_client = [&](uint8_t flags, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+        return send_one(lab, "client", segment(client, 42001, vip, 80, flags, seq, ack, payload));
+    };
+    std::vector<Out> out = from_client(kSyn, 1000, 0);
+    REQUIRE(out.size() == 1);
+    const uint32_t cookie = out[0].frame.seq;
+    out = from_client(kAck, 1001, cookie + 1);
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].frame.tcp_flags == kSyn);
+    const uint16_t port = out[0].frame.src_port;
+    const uint64_t pending = lab.drops(DropReason::syn_proxy_pending);
+
+    // The client's request right after its ACK, in a later burst: the cookie ACK's numbers, but data. Not a SYN.
+    CHECK(from_client(kAck | kPush, 1001, cookie + 1, 100).empty());
+    CHECK(from_client(kFin | kAck, 1001, cookie + 1).empty());
+    CHECK(lab.drops(DropReason::syn_proxy_pending) == pending + 2);
+    // A retransmitted cookie ACK still resends the SYN (the first may have been lost).
+    out = from_client(kAck, 1001, cookie + 1);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "server");
+    CHECK(out[0].frame.tcp_flags == kSyn);
+    CHECK(out[0].frame.seq == 1000);
+    CHECK(out[0].frame.src_port == port);
+
+    // The backend answers; the client's request, sent again, reaches it in the backend's sequence space.
+    out = send_one(lab, "server", segment(backend, 8080, pool, port, kSyn | kAck, 9000, 1001));
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].frame.tcp_flags == kAck);
+    out = from_client(kAck | kPush, 1001, cookie + 1, 100);
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].port == "server");
+    CHECK(out[0].frame.tcp_flags == (kAck | kPush));
+    CHECK(out[0].frame.ack == 9001);
+    CHECK(lab.mbufs_out() == 0);
+}
+
+TEST_CASE("tcp window: flows list each side's window, explain names the check a connection gets",
+          "[pipeline][tcp_window][flows][explain]") {
+    PipelineLab lab(R"(
+ports:
+  - {name: lan, device: ring_lan}
+  - {name: wan, device: ring_wan}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: lan, to: wan, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: wan, to: lan, next_hop_mac: "02:00:00:00:00:0a"}
+firewall:
+  default: deny
+  rules:
+    - {name: legacy, in_ports: [lan], protocol: tcp, destination_ports: 23, action: allow, tcp_window_check: off}
+    - {name: inside-out, in_ports: [lan], action: allow}
+)");
+    const char *client = "10.0.0.2", *server = "203.0.113.9";
+    REQUIRE(send_one(lab, "lan", segment(client, 40000, server, 443, kSyn, 1000, 0, 0, 64240, 7)).size() == 1);
+    REQUIRE(send_one(lab, "wan", segment(server, 443, client, 40000, kSyn | kAck, 5000, 1001, 0, 65160, 7)).size() ==
+            1);
+    REQUIRE(send_one(lab, "lan", segment(client, 40000, server, 443, kAck, 1001, 5001, 0, 502)).size() == 1);
+    REQUIRE(send_one(lab, "wan", segment(server, 443, client, 40000, kAck, 5001, 1001, 100, 509)).size() == 1);
+    REQUIRE(send_one(lab, "wan", segment(server, 443, client, 40000, kRst, 5001 + 50, 0)).size() == 1);  // challenged
+
+    // The worker's table, walked as `sluicectl flows` walks it.
+    LcoreContext worker;
+    lab.dataplane().for_each_lcore([&](const LcoreContext& ctx) {
+        if (ctx.worker) worker.conn_table = ctx.conn_table;
+    });
+    REQUIRE(worker.conn_table);
+    std::vector<std::unique_ptr<FlowWalk>> walks;
+    walks.push_back(std::make_unique<FlowWalk>());
+    walks[0]->max_records = 8;
+    walks[0]->records.reserve(8);
+    advance_flow_walk(worker, *walks[0], UINT64_MAX);
+    REQUIRE(walks[0]->records.size() == 1);
+    const TcpWindow& w = walks[0]->records[0].window;
+    CHECK(w.check == TcpWindowCheck::strict);
+    CHECK(w.side[0].end == 1001);
+    CHECK(w.side[0].maxack == 5001);  // the client has not acknowledged the server's 100 bytes
+    CHECK(w.side[1].end == 5101);
+    CHECK(w.side[1].maxack == 1001);
+    CHECK(w.challenged_tsc[1] == lab.now_tsc());
+    CHECK(w.challenged_tsc[0] == 0);
+    const auto lines = flow_lines(walks, 8, lab.now_tsc(), rte_get_tsc_hz(), [](uint32_t) { return std::string(); });
+    REQUIRE(lines.size() == 2);
+    INFO(lines[1]);
+    CHECK(lines[1].find("window strict; initiator end 1001 maxend ") != std::string::npos);
+    CHECK(lines[1].find(" maxack 5001 scale 7; responder end 5101 ") != std::string::npos);
+    CHECK(lines[1].ends_with(" maxack 1001 scale 7 challenged 0s ago"));
+
+    // explain: the check a new connection would get, from its rule or the firewall's default.
+    const auto explained = [&](uint16_t port) {
+        ExplainQuery query;
+        std::string error;
+        REQUIRE(parse_explain_query(fmt::format("tcp {}:40001 {}:{} lan", client, server, port), query, error));
+        std::string text;
+        for (const std::string& line : explain(lab.snapshot(), lab.ports(), 1, query)) text += line + "\n";
+        return text;
+    };
+    CHECK(explained(443).find("tcp window: the connection's sequence numbers are checked strict") != std::string::npos);
+    CHECK(explained(23).find("tcp window: the connection's sequence numbers are checked off") != std::string::npos);
     CHECK(lab.mbufs_out() == 0);
 }
