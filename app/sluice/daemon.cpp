@@ -606,6 +606,8 @@ private:
             log_totals(dataplane_->totals(), ports_);
             dataplane_.reset();
         }
+        stats_.reset();
+        reloader_.reset();  // its route table writer holds rte_fib copies: freed before the EAL goes
         std::map<int, uint32_t> kept_by_drivers;  // by socket: see Port::mbufs_kept_by_driver()
         for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_kept_by_driver();
         ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
