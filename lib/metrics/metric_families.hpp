@@ -24,6 +24,7 @@ struct Scrape {
     std::optional<BackendsRecord> backends;
     std::optional<XdpRecord> xdp;
     std::optional<BgpRecord> bgp;
+    std::optional<RoutesRecord> routes;
     ReloadRecord reload;
 };
 
