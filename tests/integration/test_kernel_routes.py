@@ -1,11 +1,14 @@
 """routing.kernel_table: sluice mirrors a kernel routing table of the namespace it runs in. Routes added with
 `ip route ... table N` (as BIRD or FRR install them) appear in its route table within a second and go when deleted:
 a table read at start, multipath routes as ECMP next hops with weights, blackhole and prohibit kinds, IPv6, a route
-whose next hop is on no link of sluice's left out; and packets follow a route that changes under traffic, none lost."""
+whose next hop is on no link of sluice's left out; packets follow a route that changes under traffic, none lost;
+and routes a router announces over BGP to the gateway's BIRD come and go in sluice as they do in BIRD."""
 
 import logging
 import os
 import re
+import shutil
+import subprocess
 import threading
 import time
 
@@ -144,3 +147,74 @@ def test_packets_follow_a_kernel_route_that_changes_under_traffic(tmp_path, ns):
     assert 0 < switched < count, "the route changed before or after the traffic"
     assert set(hops[:switched]) == {HOP_MACS["192.0.2.11"]} and set(hops[switched:]) == {HOP_MACS["192.0.2.12"]}
     assert [p[UDP].sport for p in sent] == sorted(p[UDP].sport for p in sent)
+
+
+ROUTER_BIRD = """router id 192.0.2.11;
+protocol device {{ scan time 1; }}
+protocol static announced {{
+    ipv4;
+{routes}
+}}
+protocol bgp to_gateway {{
+    local 192.0.2.11 as 65010;
+    neighbor 192.0.2.254 as 65000;
+    hold time 3; keepalive time 1; connect delay time 1; connect retry time 1; error wait time 1, 2;
+    ipv4 {{ import none; export all; next hop self; }};
+}}
+"""
+
+GATEWAY_BIRD = f"""router id 192.0.2.254;
+protocol device {{ scan time 1; }}
+protocol kernel {{
+    kernel table {TABLE};
+    ipv4 {{ import none; export all; }};
+}}
+protocol bgp router1 {{
+    local 192.0.2.254 as 65000;
+    neighbor 192.0.2.11 as 65010;
+    hold time 3; keepalive time 1; connect delay time 1; connect retry time 1; error wait time 1, 2;
+    ipv4 {{ import all; export none; }};
+}}
+"""
+
+
+@pytest.mark.skipif(shutil.which("bird") is None, reason="bird2 not installed (deploy/install-deps.sh)")
+def test_routes_a_router_announces_over_bgp_reach_sluice_through_the_gateways_bird(tmp_path, ns):
+    """A router (its own namespace, BIRD) announces prefixes over BGP to the gateway's BIRD, which exports them into
+    kernel table 100 of sluice's namespace: they appear in sluice, and go when the router withdraws them."""
+    router = Netns(f"slkrr{os.getpid()}", [])
+    birds = []
+    try:
+        ns.exec("ip", "link", "add", "rt0", "type", "veth", "peer", "name", "rt0p", "netns", router.name)
+        router.exec("ip", "addr", "add", "192.0.2.11/24", "dev", "rt0p")
+        router.exec("ip", "link", "set", "rt0p", "up")
+        # The gateway's kernel leg towards the router is rt0 (gw0 of the fixture holds 192.0.2.254 already).
+        ns.exec("ip", "addr", "del", "192.0.2.254/24", "dev", "gw0")
+        ns.exec("ip", "addr", "add", "192.0.2.254/24", "dev", "rt0")
+        ns.exec("ip", "link", "set", "rt0", "up")
+        router_conf = tmp_path / "router.conf"
+
+        def announce(prefixes):
+            router_conf.write_text(ROUTER_BIRD.format(routes="\n".join(f"    route {p} blackhole;" for p in prefixes)))
+
+        announce(["198.51.100.0/24", "100.70.0.0/16"])
+        (tmp_path / "gateway.conf").write_text(GATEWAY_BIRD)
+        for where, name in ((router, "router"), (ns, "gateway")):
+            birds.append(subprocess.Popen(where.prefix() + ["bird", "-f", "-c", str(tmp_path / f"{name}.conf"), "-s",
+                                                            str(tmp_path / f"{name}.ctl")],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        sluice = Sluice(tmp_path, config(tmp_path), netns=ns)
+        with sluice:
+            appears(sluice, "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)", within=30)
+            appears(sluice, "100.70.0.0/16 kernel via 192.0.2.11 on server (unresolved)", within=5)
+            announce(["198.51.100.0/24"])
+            subprocess.run(["birdc", "-s", str(tmp_path / "router.ctl"), "configure"], check=True,
+                           capture_output=True, timeout=10)
+            appears(sluice, "100.70.0.0/16 kernel via 192.0.2.11 on server (unresolved)", present=False, within=10)
+            assert "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)" in routes(sluice)
+            assert sluice.stop() == 0, sluice.log()
+    finally:
+        for bird in birds:
+            bird.terminate()
+            bird.wait(timeout=10)
+        router.delete()
