@@ -204,8 +204,12 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
                 spdlog::warn("routing: kernel route notifications lost (socket buffer full); reading table {} again",
                              table_);
                 resync_ = true;
-                dumped_.clear();
-                if (!dump_family_) request_dump(AF_INET);
+                if (dump_family_) {
+                    redump_ = true;  // the dump running may have lost messages too: another follows it
+                } else {
+                    dumped_.clear();
+                    request_dump(AF_INET);
+                }
                 continue;
             }
             break;  // EAGAIN: all read
@@ -219,6 +223,12 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
                         request_dump(AF_INET6);
                     } else {
                         dump_family_ = 0;
+                        if (redump_) {
+                            redump_ = false;
+                            dumped_.clear();
+                            request_dump(AF_INET);
+                            continue;
+                        }
                         if (resync_) {
                             resync_ = false;
                             std::map<Key, ByMetric> before = std::move(routes_);

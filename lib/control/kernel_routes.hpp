@@ -82,7 +82,8 @@ private:
     int dump_family_ = 0;             // AF_INET or AF_INET6 while a dump runs
     std::map<Key, ByMetric> routes_;  // the mirrored table
     std::map<Key, ByMetric> dumped_;  // a resync's dump, which replaces routes_ when both families are in
-    bool resync_ = false;
+    bool resync_ = false;             // the next dump replaces routes_ (notifications were lost)
+    bool redump_ = false;             // notifications were lost during a dump: dump again once it ends
     std::map<Key, bool> left_out_keys_;
     std::size_t left_out_ = 0;
 };
