@@ -32,6 +32,7 @@
 #include "control/flow_listing.hpp"
 #include "control/health_checker.hpp"
 #include "control/health_transitions.hpp"
+#include "control/kernel_routes.hpp"
 #include "control/live_dataplane.hpp"
 #include "control/neighbours.hpp"
 #include "control/reloader.hpp"
@@ -54,6 +55,9 @@ namespace {
 
 constexpr auto kReloadDebounce = std::chrono::milliseconds(200);
 constexpr std::size_t kNeighbourLinesShown = 200;  // sluicectl neighbours: what fits a 16 KiB telemetry reply
+// Kernel route changes gathered this long become one snapshot: a BGP burst of thousands of routes is one swap.
+constexpr auto kRouteBatch = std::chrono::milliseconds(50);
+constexpr auto kFirstDumpWait = std::chrono::seconds(10);
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
@@ -196,6 +200,16 @@ private:
                                                                       .neighbours = neighbour_lookup(),
                                                                       .hosts = connected_hosts(),
                                                                       .applied = [this] { follow_config(); }});
+        if (const uint32_t table = initial_config_.routing.kernel_table) {
+            reloader_->routes().keep_spare_ready();
+            try {
+                kernel_routes_ = std::make_unique<KernelRouteMirror>(table);
+            } catch (const std::exception& e) {
+                throw StartupError(std::string("routing: ") + e.what());
+            }
+            read_first_kernel_dump();
+            apply_neighbour_targets(initial_config_);
+        }
         std::unique_ptr<Snapshot> first;
         try {
             first = reloader_->build_first(workers);
@@ -213,6 +227,39 @@ private:
         stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_);
     }
 
+    // Start: the kernel table as it is, in the first snapshot (its routes wait in the writer for build_first).
+    void read_first_kernel_dump() {
+        const auto deadline = std::chrono::steady_clock::now() + kFirstDumpWait;
+        while (kernel_routes_->dumping() && std::chrono::steady_clock::now() < deadline) {
+            pollfd fd{kernel_routes_->fd(), POLLIN, 0};
+            poll(&fd, 1, 100);
+            kernel_routes_->read(reloader_->routes(), initial_config_, port_identities_);
+        }
+        if (kernel_routes_->dumping())
+            spdlog::warn("routing: kernel table {} not read whole in {} s; its routes follow as they come",
+                         initial_config_.routing.kernel_table, kFirstDumpWait.count());
+    }
+
+    // Control thread: kernel route changes into the route table, published kRouteBatch after the first of a batch.
+    void run_kernel_routes(bool readable) {
+        if (!kernel_routes_) return;
+        if (readable && kernel_routes_->read(reloader_->routes(), config(), port_identities_) && !routes_pending_since_)
+            routes_pending_since_ = std::chrono::steady_clock::now();
+        if (!routes_pending_since_ || std::chrono::steady_clock::now() - *routes_pending_since_ < kRouteBatch) return;
+        routes_pending_since_.reset();
+        reloader_->republish_routes();
+        apply_neighbour_targets(config());  // kernel next hops come and go
+    }
+
+    void publish_route_stats() {
+        RoutesRecord record;
+        const auto& counts = reloader_->routes().counts();
+        for (std::size_t s = 0; s < counts.size(); ++s) record.by_source[s] = counts[s];
+        record.kernel_mirrored = kernel_routes_ != nullptr;
+        record.kernel_left_out = kernel_routes_ ? kernel_routes_->left_out() : 0;
+        route_stats_.write(record);
+    }
+
     // Telemetry, BGP and metrics: what reads the running data plane from other threads.
     void attach_readers() {
         view_.dataplane = dataplane_.get();
@@ -224,6 +271,8 @@ private:
         view_.xdp = &xdp_stats_;
         view_.bgp = &bgp_stats_;
         view_.neighbours = &neighbour_stats_;
+        view_.routes = &route_stats_;
+        publish_route_stats();
         if (config().bgp.enabled) {
             // The first control-loop turn writes the include file (empty or not) and has BIRD read it, so VIPs a
             // crashed predecessor left in the file are withdrawn unless they are wanted again.
@@ -256,7 +305,7 @@ private:
                 .routes =
                     [this](const std::string&) {
                         return on_control_thread(
-                            [this] { return describe_routes(dataplane_->snapshot(), port_identities_); });
+                            [this] { return describe_routes(dataplane_->snapshot(), port_identities_, 100); });
                     },
                 .neighbours =
                     [this](const std::string&) {
@@ -296,6 +345,10 @@ private:
 
     // After a reload applied a new config: what else follows it.
     void follow_config() {
+        if (kernel_routes_) {  // the ports' addresses decide the kernel next hops' ports
+            kernel_routes_->rewrite(reloader_->routes(), config(), port_identities_);
+            reloader_->republish_routes();
+        }
         apply_neighbour_targets(config());
         publish_steering();
         if (bgp_) bgp_->set_config(config().bgp);  // where BIRD is cannot change without a restart
@@ -320,6 +373,8 @@ private:
         for (const ForwardConfig& f : config.forward)
             if (f.resolve_next_hop) add(f.to, f.next_hop_family, f.next_hop);
         for (const RouteNeighbour& n : route_neighbours(config)) add(n.port, n.family, n.address);
+        if (kernel_routes_)
+            for (const auto& [port, family, address] : kernel_routes_->next_hops(config)) add(port, family, address);
         for (const ServiceConfig& service : config.services)
             for (const BackendConfig& b : service.backends)
                 if (!b.has_mac)
@@ -480,6 +535,7 @@ private:
             }
         }
         stats_->refresh();
+        publish_route_stats();
         publish_steering();
         run_neighbours();
         update_announcements();
@@ -514,15 +570,18 @@ private:
             pollfd fds[] = {{signal_fd.get(), POLLIN, 0},
                             {inotify.get(), POLLIN, 0},
                             {mailbox_.fd(), POLLIN, 0},
-                            {health_transitions_.fd(), POLLIN, 0}};
+                            {health_transitions_.fd(), POLLIN, 0},
+                            {kernel_routes_ ? kernel_routes_->fd() : -1, POLLIN, 0}};
             int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
+            if (routes_pending_since_) timeout_ms = std::min<int>(timeout_ms, kRouteBatch.count());
             if (drain_ends_) {
                 const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                     *drain_ends_ - std::chrono::steady_clock::now());
                 timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, timeout_ms));
             }
-            poll(fds, 4, timeout_ms);
+            poll(fds, 5, timeout_ms);
             if (fds[3].revents & POLLIN) reloader_->apply_health_transitions();
+            run_kernel_routes(fds[4].revents & POLLIN);
 
             signalfd_siginfo info;
             while (read(signal_fd.get(), &info, sizeof info) == sizeof info) {
@@ -641,6 +700,8 @@ private:
             log_totals(dataplane_->totals(), ports_);
             dataplane_.reset();
         }
+        stats_.reset();
+        reloader_.reset();  // its route table writer holds rte_fib copies: freed before the EAL goes
         std::map<int, uint32_t> kept_by_drivers;  // by socket: see Port::mbufs_kept_by_driver()
         for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_held_by_driver();
         ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
@@ -688,6 +749,10 @@ private:
     NeighbourStats neighbour_stats_;
     NeighboursRecord published_neighbours_;  // what neighbour_stats_ holds, kept to write it on a change only
     std::vector<int> link_up_;               // per port: -1 unknown, 0 down, 1 up (control loop)
+    RouteStats route_stats_;
+    std::unique_ptr<KernelRouteMirror> kernel_routes_;                           // routing.kernel_table configured
+    std::optional<std::chrono::steady_clock::time_point> routes_pending_since_;  // kernel changes not published
+    std::vector<int> link_up_;  // per port: -1 unknown, 0 down, 1 up (control loop)
     std::optional<std::chrono::steady_clock::time_point> drain_ends_;
     double drain_ends_unix_ = 0;
     HealthTransitionQueue health_transitions_;  // from the checker's thread

@@ -304,7 +304,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.errors().push_back({name, 0, 0, "the file is empty"});
     } else if (d.map(root, "the top level",
                      {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall", "load_balancer",
-                      "services", "bgp", "routes"})) {
+                      "services", "bgp", "routes", "routing"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -390,6 +390,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         decode_port_addresses(d, root["ports"], config);
         decode_forward_next_hops(d, root["forward"], config);
         d.field(root, "routes", "the config", false, [&](const YAML::Node& v) { decode_routes(d, v, config); });
+        d.field(root, "routing", "the config", false, [&](const YAML::Node& v) { decode_routing(d, v, config); });
         check_dsr_backends(d, root["services"], config);
     }
     result.errors = std::move(d.errors());
@@ -455,6 +456,7 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
         changes.push_back("ports changed: " + names);
     }
     if (running.lcores != candidate.lcores) changes.push_back("lcores changed");
+    if (running.routing != candidate.routing) changes.push_back("routing kernel_table changed");
     // Connection tables and NAT port pools are sized and timed per worker at start.
     if (running.tracks_connections() != candidate.tracks_connections())
         changes.push_back("connection tracking turned on or off (a firewall section or services added or removed)");

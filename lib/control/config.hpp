@@ -224,6 +224,12 @@ struct BgpConfig {
     friend bool operator==(const BgpConfig&, const BgpConfig&) = default;
 };
 
+// routing: what sluice takes from the host's routing engine (docs/config.md, "routing").
+struct RoutingConfig {
+    uint32_t kernel_table = 0;  // a kernel routing table mirrored over netlink (routes BIRD or FRR install); 0: none
+    friend bool operator==(const RoutingConfig&, const RoutingConfig&) = default;
+};
+
 // Largest prefix-set file accepted (bytes): a config author cannot make sluice read an unbounded file.
 inline constexpr std::size_t kMaxPrefixFileBytes = 64u << 20;
 
@@ -243,6 +249,7 @@ struct Config {
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
     std::vector<RouteConfig> routes;
+    RoutingConfig routing;
 
     const PortSpec* find_port(const std::string& name) const;
     // Workers track connections: the firewall is on or a service exists.

@@ -213,5 +213,6 @@ void decode_bgp(Decoder& d, const YAML::Node& node, Config& config);
 
 // routes: after the ports' addresses (a next hop must be on one of their links).
 void decode_routes(Decoder& d, const YAML::Node& node, Config& config);
+void decode_routing(Decoder& d, const YAML::Node& node, Config& config);
 
 }  // namespace sluice::config_detail

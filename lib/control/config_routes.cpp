@@ -1,4 +1,4 @@
-// routes: static routes (docs/config.md, "routes").
+// routes: static routes; routing: a kernel table mirrored (docs/config.md, "routes" and "routing").
 #include <algorithm>
 #include <set>
 
@@ -119,6 +119,14 @@ void decode_routes(Decoder& d, const YAML::Node& node, Config& config) {
         }))
         d.warning(node, "routes are used by no port: every port has a forward entry (remove a port's forward "
                         "entry to route its packets by destination)");
+}
+
+void decode_routing(Decoder& d, const YAML::Node& node, Config& config) {
+    if (!d.map(node, "routing", {"kernel_table"})) return;
+    // 0 is RT_TABLE_UNSPEC. 254 (main) works too: routes whose next hops are on no link of sluice's are left out.
+    d.field(node, "kernel_table", "routing", false, [&](const YAML::Node& v) {
+        d.integer(v, "routing kernel_table", config.routing.kernel_table, 1, 0xffffffffLL);
+    });
 }
 
 }  // namespace sluice::config_detail

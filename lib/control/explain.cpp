@@ -246,14 +246,14 @@ std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentit
     const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
     if (e.valid) return "forward: from " + from.name + " " + hop_text(e);
     const RouteTables& routes = snapshot.routes;
-    const long index = routes.find(t.family, t.dst);
-    if (index < 0)
+    Prefix matched;
+    const RouteEntry* found = routes.find(t.family, t.dst, &matched);
+    if (!found)
         return "route: from " + from.name + ": no route to " + to_string(t.dst, t.family) +
                ": dropped (no_route), ICMP unreachable sent";
-    const CompiledRoute& route = routes.fib->routes[static_cast<std::size_t>(index)];
-    const RouteEntry& entry = routes.entries[static_cast<std::size_t>(index)];
-    const std::string head = "route: from " + from.name + " by " + to_string(route.prefix.address, t.family) + "/" +
-                             std::to_string(route.prefix.length) + ": ";
+    const RouteEntry& entry = *found;
+    const std::string head = "route: from " + from.name + " by " + to_string(matched.address, t.family) + "/" +
+                             std::to_string(matched.length) + ": ";
     switch (entry.action) {
     case RouteAction::blackhole: return head + "blackhole: dropped (route_blackhole)";
     case RouteAction::reject: return head + "reject: dropped (route_reject), ICMP unreachable sent";

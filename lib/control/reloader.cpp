@@ -85,7 +85,8 @@ std::vector<HealthTarget> health_targets(const Config& config, const BackendRegi
     return targets;
 }
 
-Reloader::Reloader(Config running, ReloaderSetup setup) : config_(std::move(running)), setup_(std::move(setup)) {
+Reloader::Reloader(Config running, ReloaderSetup setup)
+    : config_(std::move(running)), setup_(std::move(setup)), routes_(setup_.socket) {
     status_.update([&](ReloadRecord& r) {
         r.running_hash = config_.hash;
         r.running_path = config_.path;
@@ -110,16 +111,18 @@ LiveState Reloader::live_state(StableRuleIds* ids, BackendRegistry* backends) co
 }
 
 std::unique_ptr<Snapshot> Reloader::build_first(std::size_t workers) {
-    return build_snapshot(config_, setup_.ports, setup_.lcore_count, setup_.socket, workers,
-                          live_state(&rule_ids_, &backends_));
+    LiveState live = live_state(&rule_ids_, &backends_);
+    live.routes = &routes_;
+    return build_snapshot(config_, setup_.ports, setup_.lcore_count, setup_.socket, workers, live);
 }
 
 void Reloader::attach(LiveDataplane& dataplane) { dataplane_ = &dataplane; }
 
 // The running snapshot lets the candidate keep its early-drop tables and rte_acl contexts (or their methods).
 std::unique_ptr<Snapshot> Reloader::build_candidate(const Config& candidate, StableRuleIds& ids,
-                                                    BackendRegistry& backends) const {
+                                                    BackendRegistry& backends, RouteTableWriter* routes) {
     LiveState live = live_state(&ids, &backends);
+    live.routes = routes;
     const FirewallTables& running = *dataplane_->snapshot().firewall;
     live.blocklist = running.blocklist;
     live.acl_v4 = running.acl_v4;
@@ -169,13 +172,15 @@ bool Reloader::apply(const char* trigger) {
         log_transitions();  // the build reads the health they reported
         try {
             const auto started = std::chrono::steady_clock::now();
-            snapshot = build_candidate(*candidate.config, ids, backends);
+            snapshot = build_candidate(*candidate.config, ids, backends, &routes_);
             if (ids.size() > kMaxCountedRules)
                 spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
                              kMaxCountedRules);
             spdlog::info("reload: tables built in {} ms", ms_since(started));
             log_tables(*snapshot);
             log_kept_tables(*snapshot, dataplane_->snapshot());
+            if (snapshot->routes.fib && snapshot->routes.fib == dataplane_->snapshot().routes.fib)
+                spdlog::info("reload: the routes are the same: the route table is kept, not built again");
         } catch (const std::exception& e) {
             errors.push_back(config_.path + ": " + e.what());
         }
@@ -255,6 +260,24 @@ void Reloader::republish_lb_tables(const char* why) {
     }
 }
 
+void Reloader::republish_routes() {
+    if (routes_.pending() == 0) return;
+    try {
+        auto fib = routes_.commit();
+        const RouteCommitReport& report = routes_.last_commit();
+        if (report.changes == 0) return;
+        const auto started = std::chrono::steady_clock::now();
+        auto next = with_routes(dataplane_->snapshot(), std::move(fib), config_, setup_.ports, setup_.socket,
+                                live_state(nullptr, nullptr));
+        dataplane_->publish(std::move(next));
+        spdlog::debug("routes: {} change(s) published ({} table writes{}, {:.1f} ms; next hops resolved in {} ms)",
+                      report.changes, report.fib_ops, report.rebuilt ? ", table built whole" : "", report.milliseconds,
+                      ms_since(started));
+    } catch (const std::exception& e) {
+        spdlog::error("routes not published: {}", e.what());
+    }
+}
+
 std::vector<std::string> Reloader::dry_run(const std::string& path) {
     ConfigResult candidate = load_config_file(path.empty() ? config_.path : path);
     std::vector<std::string> lines;
@@ -267,7 +290,7 @@ std::vector<std::string> Reloader::dry_run(const std::string& path) {
     try {
         StableRuleIds ids = rule_ids_;
         BackendRegistry backends = backends_;
-        next = build_candidate(*candidate.config, ids, backends);
+        next = build_candidate(*candidate.config, ids, backends, nullptr);
     } catch (const std::exception& e) {
         lines.push_back(std::string("error: ") + e.what());
         return lines;

@@ -15,6 +15,7 @@
 #include "control/health_checker.hpp"
 #include "control/health_transitions.hpp"
 #include "control/live_dataplane.hpp"
+#include "control/route_table_writer.hpp"
 #include "control/rule_hits.hpp"
 #include "control/snapshot_builder.hpp"
 #include "control/status.hpp"
@@ -73,10 +74,17 @@ public:
     // shared, not rebuilt.
     void republish_lb_tables(const char* why);
 
+    // The route table across reloads: a reload whose routes are the same keeps it; the daemon adds a mirrored
+    // kernel table's routes to it.
+    RouteTableWriter& routes() { return routes_; }
+    // Publishes the route table's pending changes (a batch of kernel routes), if any; everything else is shared.
+    void republish_routes();
+
 private:
     LiveState live_state(StableRuleIds* ids, BackendRegistry* backends) const;
-    std::unique_ptr<Snapshot> build_candidate(const Config& candidate, StableRuleIds& ids,
-                                              BackendRegistry& backends) const;
+    // routes: the writer of the table to publish; null (a dry run): a table of the candidate's own.
+    std::unique_ptr<Snapshot> build_candidate(const Config& candidate, StableRuleIds& ids, BackendRegistry& backends,
+                                              RouteTableWriter* routes);
     std::vector<std::string> refusals(const ConfigResult& candidate) const;
     bool log_transitions();
     void refuse(const std::vector<std::string>& errors);
@@ -90,6 +98,7 @@ private:
     BackendRegistry backends_;
     RuleHitLedger rule_hits_;
     ReloadStatus status_;
+    RouteTableWriter routes_;
 };
 
 }  // namespace sluice

@@ -1,5 +1,6 @@
-// The route table: compiled from the config into rte_fib / rte_fib6 (build_route_fib), its next hops resolved into
-// ECMP tables on every snapshot (resolve_routes). Control thread.
+// The route table: the config's routes compiled (compile_config_routes) and written into rte_fib / rte_fib6 by a
+// RouteTableWriter (build_route_fib), its groups' next hops resolved into ECMP tables on every snapshot
+// (resolve_routes). Control thread.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -11,79 +12,25 @@
 #include <rte_fib.h>
 #include <rte_fib6.h>
 #include <rte_hash.h>
+#include <rte_rib.h>
+#include <rte_rib6.h>
 
 #include <spdlog/fmt/fmt.h>
 
+#include "control/route_table_writer.hpp"
 #include "control/snapshot_builder.hpp"
 #include "lb/maglev.hpp"
 
 namespace sluice {
 namespace {
 
-std::atomic<uint64_t> g_route_generation{0};  // rte_fib names its tables; every build gets fresh names
+std::atomic<uint64_t> g_hosts_generation{0};  // rte_hash names its tables; every build gets fresh names
 
 Prefix network_of(const IpAddress& address, uint8_t length) {
     Prefix p{address, length};
     for (unsigned bit = length; bit < 128; ++bit)
         p.address.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80u >> (bit % 8)));
     return p;
-}
-
-rte_fib* build_v4(const std::vector<CompiledRoute>& routes, int socket, uint64_t generation) {
-    std::set<uint32_t> groups;  // a prefix longer than /24 needs a tbl8 group for its /24
-    int count = 0;
-    for (const CompiledRoute& r : routes) {
-        if (r.family != IpFamily::ipv4) continue;
-        ++count;
-        if (r.prefix.length > 24) groups.insert(rte_be_to_cpu_32(r.prefix.address.words[0]) >> 8);
-    }
-    if (count == 0) return nullptr;
-    rte_fib_conf conf{};
-    conf.type = RTE_FIB_DIR24_8;
-    conf.default_nh = 0;
-    conf.max_routes = count;
-    conf.dir24_8.nh_sz = RTE_FIB_DIR24_8_4B;
-    conf.dir24_8.num_tbl8 = static_cast<uint32_t>(groups.size()) + 16;
-    const std::string name = "sl_rt4_" + std::to_string(generation);
-    rte_fib* fib = rte_fib_create(name.c_str(), socket, &conf);
-    if (!fib) throw std::runtime_error("routes (IPv4): rte_fib_create: " + std::string(rte_strerror(rte_errno)));
-    for (std::size_t i = 0; i < routes.size(); ++i) {
-        const CompiledRoute& r = routes[i];
-        if (r.family == IpFamily::ipv4 &&
-            rte_fib_add(fib, rte_be_to_cpu_32(r.prefix.address.words[0]), r.prefix.length, i + 1) < 0) {
-            rte_fib_free(fib);
-            throw std::runtime_error("routes (IPv4): cannot add a route (out of memory?)");
-        }
-    }
-    return fib;
-}
-
-rte_fib6* build_v6(const std::vector<CompiledRoute>& routes, int socket, uint64_t generation) {
-    uint64_t groups = 0;  // each prefix can need (length - 24) / 8 tbl8 groups beyond its first 24 bits
-    int count = 0;
-    for (const CompiledRoute& r : routes) {
-        if (r.family != IpFamily::ipv6) continue;
-        ++count;
-        groups += r.prefix.length > 24 ? (r.prefix.length - 24 + 7) / 8 : 0;
-    }
-    if (count == 0) return nullptr;
-    rte_fib6_conf conf{};
-    conf.type = RTE_FIB6_TRIE;
-    conf.default_nh = 0;
-    conf.max_routes = count;
-    conf.trie.nh_sz = RTE_FIB6_TRIE_4B;
-    conf.trie.num_tbl8 = static_cast<uint32_t>(std::min<uint64_t>(groups + 16, 1u << 24));
-    const std::string name = "sl_rt6_" + std::to_string(generation);
-    rte_fib6* fib = rte_fib6_create(name.c_str(), socket, &conf);
-    if (!fib) throw std::runtime_error("routes (IPv6): rte_fib6_create: " + std::string(rte_strerror(rte_errno)));
-    for (std::size_t i = 0; i < routes.size(); ++i) {
-        const CompiledRoute& r = routes[i];
-        if (r.family == IpFamily::ipv6 && rte_fib6_add(fib, r.prefix.address.bytes, r.prefix.length, i + 1) < 0) {
-            rte_fib6_free(fib);
-            throw std::runtime_error("routes (IPv6): cannot add a route (out of memory?)");
-        }
-    }
-    return fib;
 }
 
 }  // namespace
@@ -95,15 +42,9 @@ std::vector<RouteNeighbour> route_neighbours(const Config& config) {
     return out;
 }
 
-std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std::vector<PortIdentity>& ports,
-                                                int socket) {
-    auto fib = std::make_shared<RouteFib>();
-    // One route per prefix, the first given: static routes, then host routes, then connected ones.
-    std::set<std::tuple<IpFamily, std::string, uint8_t>> taken;
-    const auto add = [&](CompiledRoute route) {
-        const std::string bytes(reinterpret_cast<const char*>(route.prefix.address.bytes), 16);
-        if (taken.insert({route.family, bytes, route.prefix.length}).second) fib->routes.push_back(std::move(route));
-    };
+std::vector<CompiledRoute> compile_config_routes(const Config& config, const std::vector<PortIdentity>& ports) {
+    std::vector<CompiledRoute> routes;
+    const auto add = [&](CompiledRoute route) { routes.push_back(std::move(route)); };
     for (const RouteConfig& r : config.routes) {
         CompiledRoute route{.family = r.family, .prefix = r.prefix};
         route.action = r.type == RouteType::blackhole ? RouteAction::blackhole
@@ -139,11 +80,15 @@ std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std:
                           .action = RouteAction::connected,
                           .source = RouteSource::connected,
                           .port = port_named(ports, a.port).id});
-    if (fib->routes.empty()) return nullptr;
-    const uint64_t generation = g_route_generation.fetch_add(1);
-    fib->v4 = build_v4(fib->routes, socket, generation);
-    fib->v6 = build_v6(fib->routes, socket, generation);
-    return fib;
+    return routes;
+}
+
+std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std::vector<PortIdentity>& ports,
+                                                int socket, RouteTableWriter* writer) {
+    RouteTableWriter local(socket);
+    RouteTableWriter& w = writer ? *writer : local;
+    w.replace_config_routes(compile_config_routes(config, ports));
+    return w.commit();
 }
 
 RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
@@ -153,7 +98,7 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
     tables.fib = std::move(fib);
     if (!tables.fib) return tables;
     if (!hosts.empty()) {
-        const std::string name = "sl_hosts_" + std::to_string(g_route_generation.fetch_add(1));
+        const std::string name = "sl_hosts_" + std::to_string(g_hosts_generation.fetch_add(1));
         rte_hash_parameters params{};
         params.name = name.c_str();
         params.entries = static_cast<uint32_t>(std::max<std::size_t>(hosts.size() * 2, 64));
@@ -175,7 +120,7 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
     }
     // Routes with the same next hops share their hops and ECMP table (a full table has few distinct groups).
     std::map<std::string, RouteEntry> groups;  // by the next hops' bytes
-    for (const CompiledRoute& r : tables.fib->routes) {
+    for (const CompiledRoute& r : tables.fib->groups) {
         RouteEntry entry{.action = r.action, .port = r.port};
         tables.ecmp |= r.hops.size() > 1;
         std::string group;
@@ -221,7 +166,8 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
     return tables;
 }
 
-std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::vector<PortIdentity>& ports) {
+std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::vector<PortIdentity>& ports,
+                                         std::size_t limit) {
     const auto port_name = [&](uint16_t id) -> std::string {
         for (const PortIdentity& p : ports)
             if (p.id == id) return p.name;
@@ -230,13 +176,16 @@ std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::ve
     const RouteTables& tables = snapshot.routes;
     if (!tables.fib) return {"no routes"};
     std::vector<std::string> lines;
-    for (std::size_t i = 0; i < tables.fib->routes.size(); ++i) {
-        const CompiledRoute& r = tables.fib->routes[i];
-        const RouteEntry& entry = tables.entries[i];
-        std::string line = to_string(r.prefix.address, r.family) + "/" + std::to_string(r.prefix.length) + " " +
-                           (r.source == RouteSource::connected   ? "connected"
-                            : r.source == RouteSource::neighbour ? "host"
-                                                                 : "static");
+    std::size_t more = 0;
+    const auto describe = [&](IpFamily family, const Prefix& prefix, uint64_t value) {
+        if (lines.size() >= limit) {
+            ++more;
+            return;
+        }
+        const CompiledRoute& r = tables.fib->groups[tables.fib->group_of[value - 1]];
+        const RouteEntry& entry = tables.entry_of(value);
+        std::string line =
+            to_string(prefix.address, family) + "/" + std::to_string(prefix.length) + " " + route_source_name(r.source);
         switch (r.action) {
         case RouteAction::connected: line += " on " + port_name(r.port); break;
         case RouteAction::blackhole: line += " blackhole"; break;
@@ -255,7 +204,40 @@ std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::ve
             break;
         }
         lines.push_back(std::move(line));
+    };
+    // The FIBs' own RIBs list the routes in prefix order (the default route is no "more specific" of 0/0).
+    if (rte_fib* fib = tables.fib->v4) {
+        rte_rib* rib = rte_fib_get_rib(fib);
+        uint64_t value = 0;
+        if (const rte_rib_node* node = rte_rib_lookup_exact(rib, 0, 0); node && rte_rib_get_nh(node, &value) == 0)
+            describe(IpFamily::ipv4, Prefix{}, value);
+        for (rte_rib_node* node = nullptr; (node = rte_rib_get_nxt(rib, 0, 0, node, RTE_RIB_GET_NXT_ALL));) {
+            uint32_t ip = 0;
+            Prefix prefix;
+            rte_rib_get_ip(node, &ip);
+            rte_rib_get_depth(node, &prefix.length);
+            rte_rib_get_nh(node, &value);
+            if (prefix.length == 0) continue;  // listed above
+            prefix.address.words[0] = rte_cpu_to_be_32(ip);
+            describe(IpFamily::ipv4, prefix, value);
+        }
     }
+    if (rte_fib6* fib = tables.fib->v6) {
+        rte_rib6* rib = rte_fib6_get_rib(fib);
+        const uint8_t zero[RTE_RIB6_IPV6_ADDR_SIZE] = {};
+        uint64_t value = 0;
+        if (const rte_rib6_node* node = rte_rib6_lookup_exact(rib, zero, 0); node && rte_rib6_get_nh(node, &value) == 0)
+            describe(IpFamily::ipv6, Prefix{}, value);
+        for (rte_rib6_node* node = nullptr; (node = rte_rib6_get_nxt(rib, zero, 0, node, RTE_RIB6_GET_NXT_ALL));) {
+            Prefix prefix;
+            rte_rib6_get_ip(node, prefix.address.bytes);
+            rte_rib6_get_depth(node, &prefix.length);
+            rte_rib6_get_nh(node, &value);
+            if (prefix.length == 0) continue;
+            describe(IpFamily::ipv6, prefix, value);
+        }
+    }
+    if (more) lines.push_back(fmt::format("... and {} more routes", more));
     return lines;
 }
 

@@ -277,13 +277,28 @@ std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& confi
     return snapshot;
 }
 
-std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
-                                         std::size_t lcore_count, int socket, std::size_t worker_count,
-                                         const LiveState& live) {
+std::unique_ptr<Snapshot> with_routes(const Snapshot& base, std::shared_ptr<const RouteFib> fib, const Config& config,
+                                      const std::vector<PortIdentity>& ports, int socket, const LiveState& live) {
     auto snapshot = std::make_unique<Snapshot>();
     fill_forwarding(*snapshot, config, ports, live.neighbours);
-    snapshot->routes = resolve_routes(build_route_fib(config, ports, socket), snapshot->port_mac, live.neighbours,
+    snapshot->routes = resolve_routes(std::move(fib), snapshot->port_mac, live.neighbours,
                                       live.hosts ? live.hosts() : std::vector<ConnectedHost>{}, socket);
+    fill_martians(snapshot->martians, config);
+    snapshot->lb = base.lb;
+    snapshot->firewall = base.firewall;
+    snapshot->new_connections = base.new_connections;
+    snapshot->error_replies = base.error_replies;
+    return snapshot;
+}
+
+namespace {
+
+// A snapshot without its routes.
+std::unique_ptr<Snapshot> build_all_but_routes(const Config& config, const std::vector<PortIdentity>& ports,
+                                               std::size_t lcore_count, int socket, std::size_t worker_count,
+                                               const LiveState& live) {
+    auto snapshot = std::make_unique<Snapshot>();
+    fill_forwarding(*snapshot, config, ports, live.neighbours);
     fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =
@@ -351,10 +366,23 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
     return snapshot;
 }
 
+}  // namespace
+
 const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
     for (const PortIdentity& p : ports)
         if (p.name == name) return p;
     throw std::invalid_argument("no running port named '" + name + "'");
+}
+
+std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
+                                         std::size_t lcore_count, int socket, std::size_t worker_count,
+                                         const LiveState& live) {
+    auto snapshot = build_all_but_routes(config, ports, lcore_count, socket, worker_count, live);
+    // Last: once the writer took the config's routes, nothing may refuse the snapshot.
+    snapshot->routes =
+        resolve_routes(build_route_fib(config, ports, socket, live.routes), snapshot->port_mac, live.neighbours,
+                       live.hosts ? live.hosts() : std::vector<ConnectedHost>{}, socket);
+    return snapshot;
 }
 
 }  // namespace sluice

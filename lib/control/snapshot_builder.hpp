@@ -48,12 +48,15 @@ using BackendHealth = std::function<bool(uint32_t stable_id)>;
 // The MAC ARP/ND resolved for an address (control/neighbours.hpp), if any.
 using NeighbourLookup = std::function<std::optional<rte_ether_addr>(IpFamily family, const IpAddress& address)>;
 
-// The route table's FIBs (route_builder.cpp): the config's static routes, a connected route per port address, and a
-// host route to each address sluice resolves on its links (route next hops, forward next hops, backends without a
-// mac), a static route winning over the others at one prefix. Null when there is no route at all. Throws
-// std::runtime_error when a table cannot be built.
+class RouteTableWriter;
+// The config's routes (route_builder.cpp): its static routes, a connected route per port address, and a host route
+// to each address sluice resolves on its links (route next hops, forward next hops, backends without a mac).
+std::vector<CompiledRoute> compile_config_routes(const Config& config, const std::vector<PortIdentity>& ports);
+// The route table with the config's routes (and writer's others: a mirrored kernel table), written by writer, or
+// built whole when writer is null. Null when there is no route at all. Throws std::runtime_error when a table cannot
+// be built.
 std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std::vector<PortIdentity>& ports,
-                                                int socket);
+                                                int socket, RouteTableWriter* writer = nullptr);
 // A host on a connected link that ARP/ND resolved for sluice because packets were routed to it (glean).
 struct ConnectedHost {
     IpFamily family = IpFamily::none;
@@ -76,8 +79,10 @@ struct RouteNeighbour {
     IpAddress address{};
 };
 std::vector<RouteNeighbour> route_neighbours(const Config& config);
-// sluicectl routes: one line per route, "PREFIX SOURCE ACTION [next hops: ADDRESS on PORT (MAC | unresolved)...]".
-std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::vector<PortIdentity>& ports);
+// sluicectl routes: one line per route, "PREFIX SOURCE ACTION [next hops: ADDRESS on PORT (MAC | unresolved)...]",
+// the first `limit` routes and a line that counts the others.
+std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::vector<PortIdentity>& ports,
+                                         std::size_t limit = SIZE_MAX);
 
 // What a snapshot is built from besides the config: state the daemon keeps across reloads. Null members: none.
 struct LiveState {
@@ -85,7 +90,8 @@ struct LiveState {
     BackendRegistry* backends = nullptr;
     BackendHealth healthy;
     NeighbourLookup neighbours;
-    ConnectedHosts hosts;  // null: none
+    ConnectedHosts hosts;                // null: none
+    RouteTableWriter* routes = nullptr;  // the daemon's (it keeps the table across reloads); null: built whole
     std::shared_ptr<const Blocklist>
         blocklist;  // the running snapshot's: kept when the early-drop prefixes are the same
     // The running snapshot's rte_acl contexts (IPv4, IPv6): each is kept when its rules match as they did
@@ -109,5 +115,9 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
 // forwarding entries and load-balancer tables are rebuilt, the rule set is shared with base, not rebuilt.
 std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& config,
                                        const std::vector<PortIdentity>& ports, int socket, const LiveState& live);
+// A new snapshot of the same config with the route table fib (RouteTableWriter::commit): the routes' next hops are
+// resolved again, everything else is shared with base.
+std::unique_ptr<Snapshot> with_routes(const Snapshot& base, std::shared_ptr<const RouteFib> fib, const Config& config,
+                                      const std::vector<PortIdentity>& ports, int socket, const LiveState& live);
 
 }  // namespace sluice

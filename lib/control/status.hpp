@@ -155,6 +155,15 @@ using BackendStats = Published<BackendsRecord>;
 using XdpStats = Published<XdpRecord>;
 using BgpStats = Published<BgpRecord>;
 
+// The route table: routes by source (connected, host, static, kernel: RouteSource's order) as of the last commit, and
+// the mirrored kernel table's routes left out (no next hop on a link of sluice's).
+struct RoutesRecord {
+    std::array<uint64_t, 4> by_source{};
+    bool kernel_mirrored = false;
+    uint64_t kernel_left_out = 0;
+};
+using RouteStats = Published<RoutesRecord>;
+
 struct StatusView {
     const Dataplane* dataplane = nullptr;
     std::vector<StatusPort> ports;
@@ -165,6 +174,7 @@ struct StatusView {
     const XdpStats* xdp = nullptr;
     const BgpStats* bgp = nullptr;
     const NeighbourStats* neighbours = nullptr;
+    const RouteStats* routes = nullptr;
 };
 
 // Each port's device counters (rte_eth_stats), declared once: /sluice/stats "port/NAME/hw_<name>", Prometheus

@@ -170,6 +170,12 @@ constexpr std::array<ItemFamily<BgpRecord>, 4> kBgpFamilies = {{
      [](const BgpRecord& b) { return b.draining ? 1.0 : 0.0; }},
 }};
 
+constexpr FamilyDecl kRoutes{"sluice_routes", MetricType::Gauge,
+                             "Routes in the route table, by source (connected, host, static, kernel)"};
+constexpr FamilyDecl kKernelRoutesLeftOut{
+    "sluice_kernel_routes_left_out", MetricType::Gauge,
+    "Routes of the mirrored kernel table left out of the route table: no next hop on a link of sluice's"};
+
 constexpr FamilyDecl kReloads{"sluice_config_reloads_total", MetricType::Counter, "Config reloads, by result"};
 constexpr FamilyDecl kConfigInfo{"sluice_config_info", MetricType::Gauge,
                                  "The running config (hash of the file's bytes)"};
@@ -317,6 +323,15 @@ void add_routing(Families& out, const Scrape& scrape) {
     out.add_per_item(kNeighbourFamilies, one(scrape.neighbours), no_labels);
 }
 
+void add_routes(Families& out, const RoutesRecord& routes) {
+    MetricFamily& by_source = out.add(kRoutes);
+    constexpr const char* kSources[] = {"connected", "host", "static", "kernel"};
+    for (std::size_t s = 0; s < routes.by_source.size(); ++s)
+        Families::sample(by_source, {{"source", kSources[s]}}, static_cast<double>(routes.by_source[s]));
+    if (routes.kernel_mirrored)
+        Families::sample(out.add(kKernelRoutesLeftOut), {}, static_cast<double>(routes.kernel_left_out));
+}
+
 void add_reload(Families& out, const ReloadRecord& reload) {
     MetricFamily& reloads = out.add(kReloads);
     Families::sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
@@ -341,6 +356,7 @@ Scrape read_scrape(const StatusView& view, const std::string& version) {
     if (view.xdp) scrape.xdp = view.xdp->read();
     if (view.bgp) scrape.bgp = view.bgp->read();
     if (view.neighbours) scrape.neighbours = view.neighbours->read();
+    if (view.routes) scrape.routes = view.routes->read();
     scrape.reload = view.reload->read();
     return scrape;
 }
@@ -366,6 +382,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
     if (scrape.backends) add_nat_ports(out, *scrape.backends);
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
+    if (scrape.routes) add_routes(out, *scrape.routes);
     add_reload(out, scrape.reload);
     return out.take();
 }

@@ -25,6 +25,7 @@ struct Scrape {
     std::optional<XdpRecord> xdp;
     std::optional<BgpRecord> bgp;
     NeighboursRecord neighbours;
+    std::optional<RoutesRecord> routes;
     ReloadRecord reload;
 };
 

@@ -280,7 +280,7 @@ void route_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, u
             reason[i] = DropReason::no_route;
             return;
         }
-        const RouteEntry& entry = table.entries[found - 1];
+        const RouteEntry& entry = table.entry_of(found);
         switch (entry.action) {
         case RouteAction::via:
             if (const ForwardEntry* hop = table.next_hop(entry, packet_meta(pkts[i])->flow_hash)) out[i] = *hop;

@@ -1,6 +1,7 @@
 // The route table the workers look destinations up in (rte_fib for IPv4, rte_fib6 for IPv6): connected routes from
-// the ports' addresses, host routes to the next hops and backends sluice resolves, and the config's static routes.
-// The control thread builds it (control/route_builder.hpp); workers only read it, through the Snapshot.
+// the ports' addresses, host routes to the next hops and backends sluice resolves, the config's static routes and the
+// routes of a mirrored kernel table. The control thread writes it (control/route_table_writer.hpp); workers only read
+// it, through the Snapshot.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +31,12 @@ struct ForwardEntry {
 // via: to one of its next hops (ECMP); connected: to the destination itself on the route's port; blackhole: dropped;
 // reject: dropped with an ICMP/ICMPv6 destination unreachable (administratively prohibited).
 enum class RouteAction : uint8_t { via, connected, blackhole, reject };
-// Where a route came from: a port's addresses, a host route to a next hop or backend sluice resolves, the config.
-enum class RouteSource : uint8_t { connected, neighbour, config };
+// Where a route came from: a port's addresses, a host route to a next hop or backend sluice resolves, the config, a
+// mirrored kernel table (routing.kernel_table). At one prefix the lowest value but kernel wins: config, neighbour,
+// connected, then kernel (RouteTableWriter).
+enum class RouteSource : uint8_t { connected, neighbour, config, kernel };
+inline constexpr std::size_t kRouteSourceCount = 4;
+const char* route_source_name(RouteSource source);
 
 // A route as the control thread compiled it from the config, before its next hops are resolved.
 struct CompiledRoute {
@@ -48,12 +53,17 @@ struct CompiledRoute {
     std::vector<Hop> hops;
 };
 
-// The FIBs (a prefix's value: its index in routes + 1; 0: no route) and the routes they were built from. Depends
-// on the config only: the snapshots a change of neighbours publishes share it; the last one frees the tables.
+// One copy of the route table: the FIBs (a prefix's value: its route id + 1; 0: no route) and what each route does.
+// Routes alike (same source, action and next hops) share a group, so a full table resolves few ECMP tables. The
+// RouteTableWriter keeps two copies and writes only the one no snapshot holds (docs/adr/0006): rte_fib in DPDK 22.11
+// has no RCU and frees tbl8 groups a concurrent lookup may still be reading. The snapshots a change of neighbours
+// publishes share a copy.
 struct RouteFib {
     rte_fib* v4 = nullptr;
     rte_fib6* v6 = nullptr;
-    std::vector<CompiledRoute> routes;
+    std::vector<uint32_t> group_of;     // by route id: its index in groups
+    std::vector<CompiledRoute> groups;  // by group id: family, source, action, port, hops (no prefix); unused ones
+                                        // have no hops and action blackhole
     RouteFib() = default;
     RouteFib(const RouteFib&) = delete;
     RouteFib& operator=(const RouteFib&) = delete;
@@ -81,7 +91,7 @@ static_assert(sizeof(HostKey) == 24);
 
 struct RouteTables {
     std::shared_ptr<const RouteFib> fib;  // null: no routes at all
-    std::vector<RouteEntry> entries;      // like fib->routes
+    std::vector<RouteEntry> entries;      // like fib->groups
     std::vector<uint32_t> slots;          // -> hops
     std::vector<ForwardEntry> hops;
     // Hosts on connected links sluice resolved because packets were routed to them (glean): HostKey -> index in
@@ -95,9 +105,11 @@ struct RouteTables {
         const uint32_t slot = static_cast<uint32_t>((uint64_t{flow_hash} * entry.slot_count) >> 32);
         return &hops[slots[entry.first_slot + slot]];
     }
-    // The index (in fib->routes and entries) of the route of one address, or -1: for the control thread (explain);
-    // workers look up whole bursts.
-    long find(IpFamily family, const IpAddress& address) const;
+    // The route of a FIB lookup's value (not 0).
+    const RouteEntry& entry_of(uint64_t found) const { return entries[fib->group_of[found - 1]]; }
+    // The route of one address and its prefix, or null: for the control thread (explain); workers look up whole
+    // bursts.
+    const RouteEntry* find(IpFamily family, const IpAddress& address, Prefix* matched = nullptr) const;
 };
 
 }  // namespace sluice

@@ -2,6 +2,8 @@
 
 #include <rte_fib.h>
 #include <rte_fib6.h>
+#include <rte_rib.h>
+#include <rte_rib6.h>
 
 #include <cstring>
 
@@ -12,18 +14,35 @@ RouteFib::~RouteFib() {
     rte_fib6_free(v6);
 }
 
-long RouteTables::find(IpFamily family, const IpAddress& address) const {
-    if (!fib) return -1;
-    uint64_t found = 0;
-    if (family == IpFamily::ipv4 && fib->v4) {
-        uint32_t ip = rte_be_to_cpu_32(address.words[0]);
-        rte_fib_lookup_bulk(fib->v4, &ip, &found, 1);
-    } else if (family == IpFamily::ipv6 && fib->v6) {
-        uint8_t ip[1][RTE_FIB6_IPV6_ADDR_SIZE];
-        std::memcpy(ip[0], address.bytes, sizeof ip[0]);
-        rte_fib6_lookup_bulk(fib->v6, ip, &found, 1);
+const char* route_source_name(RouteSource source) {
+    switch (source) {
+    case RouteSource::connected: return "connected";
+    case RouteSource::neighbour: return "host";
+    case RouteSource::config: return "static";
+    case RouteSource::kernel: return "kernel";
     }
-    return static_cast<long>(found) - 1;
+    return "?";
+}
+
+const RouteEntry* RouteTables::find(IpFamily family, const IpAddress& address, Prefix* matched) const {
+    if (!fib) return nullptr;
+    uint64_t found = 0;
+    Prefix prefix;
+    if (family == IpFamily::ipv4 && fib->v4) {
+        const uint32_t ip = rte_be_to_cpu_32(address.words[0]);
+        const rte_rib_node* node = rte_rib_lookup(rte_fib_get_rib(fib->v4), ip);
+        uint32_t network = 0;
+        if (node && rte_rib_get_nh(node, &found) == 0 && rte_rib_get_ip(node, &network) == 0 &&
+            rte_rib_get_depth(node, &prefix.length) == 0)
+            prefix.address.words[0] = rte_cpu_to_be_32(network);
+    } else if (family == IpFamily::ipv6 && fib->v6) {
+        const rte_rib6_node* node = rte_rib6_lookup(rte_fib6_get_rib(fib->v6), address.bytes);
+        if (node && rte_rib6_get_nh(node, &found) == 0 && rte_rib6_get_ip(node, prefix.address.bytes) == 0)
+            rte_rib6_get_depth(node, &prefix.length);
+    }
+    if (found == 0) return nullptr;
+    if (matched) *matched = prefix;
+    return &entry_of(found);
 }
 
 namespace {

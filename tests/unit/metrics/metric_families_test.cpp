@@ -57,6 +57,7 @@ Scrape full_scrape() {
     bgp.vips = {BgpVipRecord{"192.0.2.100", true, true, 1, 0}};
     s.bgp = bgp;
     s.neighbours = NeighboursRecord{3, 2, 1};
+    s.routes = RoutesRecord{{2, 1, 3, 1000}, true, 4};
     s.reload.running_hash = "0123456789abcdef";
     return s;
 }
@@ -235,9 +236,11 @@ TEST_CASE("prometheus: families of absent features stay out", "[metrics]") {
     scrape.backends.reset();
     scrape.xdp->ports.clear();
     scrape.bgp->enabled = false;
+    scrape.routes->kernel_mirrored = false;
     const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
     for (const auto& [name, f] : families) {
         INFO(name);
+        CHECK(name.find("_kernel_routes_") == std::string::npos);
         CHECK(name.find("_backend_") == std::string::npos);
         CHECK(name.find("_xdp_") == std::string::npos);
         CHECK(name.find("_bgp_") == std::string::npos);
