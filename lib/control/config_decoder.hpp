@@ -214,4 +214,9 @@ void decode_bgp(Decoder& d, const YAML::Node& node, Config& config);
 // routes: after the ports' addresses (a next hop must be on one of their links).
 void decode_routes(Decoder& d, const YAML::Node& node, Config& config);
 
+// config_sync.cpp
+
+// sync: the state-sync channel; reads and checks the key file.
+void decode_sync(Decoder& d, const YAML::Node& node, Config& config);
+
 }  // namespace sluice::config_detail
