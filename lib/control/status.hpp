@@ -147,6 +147,8 @@ using BackendStats = Published<BackendsRecord>;
 using XdpStats = Published<XdpRecord>;
 using BgpStats = Published<BgpRecord>;
 
+class SyncChannel;
+
 struct StatusView {
     const Dataplane* dataplane = nullptr;
     std::vector<StatusPort> ports;
@@ -156,6 +158,7 @@ struct StatusView {
     const BackendStats* backends = nullptr;
     const XdpStats* xdp = nullptr;
     const BgpStats* bgp = nullptr;
+    const SyncChannel* sync = nullptr;  // sync section on
 };
 
 // Each port's device counters (rte_eth_stats), declared once: /sluice/stats "port/NAME/hw_<name>", Prometheus

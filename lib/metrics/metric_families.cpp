@@ -1,5 +1,6 @@
 #include "metrics/metric_families.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <span>
 
@@ -170,6 +171,24 @@ constexpr std::array<ItemFamily<BgpRecord>, 4> kBgpFamilies = {{
      [](const BgpRecord& b) { return b.draining ? 1.0 : 0.0; }},
 }};
 
+// The sync channel's counters, from their X-macro table (sync_channel.hpp).
+constexpr std::array kSyncCounterFamilies = {
+#define SLUICE_SYNC_COUNTER_FAMILY(member, family, help) FamilyDecl{family, MetricType::Counter, help},
+    SLUICE_SYNC_COUNTERS(SLUICE_SYNC_COUNTER_FAMILY)
+#undef SLUICE_SYNC_COUNTER_FAMILY
+};
+
+constexpr std::array<ItemFamily<SyncPeerStatus>, 2> kSyncPeerFamilies = {{
+    {{"sluice_sync_peer_up", MetricType::Gauge,
+      "1 while a sync peer's datagrams (at least a keepalive a second) arrive"},
+     [](const SyncPeerStatus& p) { return p.up ? 1.0 : 0.0; }},
+    {{"sluice_sync_peer_lag_seconds", MetricType::Gauge,
+      "Seconds since a sync peer's last valid datagram (-1: none yet); above 1 the peer's events are late or lost"},
+     [](const SyncPeerStatus& p) { return p.silence_seconds; }},
+}};
+
+constexpr FamilyDecl kSyncPeersUp{"sluice_sync_peers_up", MetricType::Gauge, "Sync peers up (sluice_sync_peer_up)"};
+
 constexpr FamilyDecl kReloads{"sluice_config_reloads_total", MetricType::Counter, "Config reloads, by result"};
 constexpr FamilyDecl kConfigInfo{"sluice_config_info", MetricType::Gauge,
                                  "The running config (hash of the file's bytes)"};
@@ -289,6 +308,16 @@ void add_bgp(Families& out, const BgpRecord& bgp) {
     out.add_per_item(kBgpFamilies, one(bgp), no_labels);
 }
 
+void add_sync(Families& out, const SyncRecord& sync) {
+    for (std::size_t i = 0; i < kSyncCounterFamilies.size() && i < sync.counters.size(); ++i)
+        Families::sample(out.add(kSyncCounterFamilies[i]), {}, static_cast<double>(sync.counters[i]));
+    out.add_per_item(kSyncPeerFamilies, sync.peers, [](const SyncPeerStatus& p) {
+        return Labels{{"peer", p.address}};
+    });
+    const auto up = std::count_if(sync.peers.begin(), sync.peers.end(), [](const SyncPeerStatus& p) { return p.up; });
+    Families::sample(out.add(kSyncPeersUp), {}, static_cast<double>(up));
+}
+
 void add_reload(Families& out, const ReloadRecord& reload) {
     MetricFamily& reloads = out.add(kReloads);
     Families::sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
@@ -298,6 +327,17 @@ void add_reload(Families& out, const ReloadRecord& reload) {
 }
 
 }  // namespace
+
+SyncRecord read_sync(const SyncChannel& sync) {
+    SyncRecord record;
+    const SyncCounters& c = sync.counters();
+#define SLUICE_SYNC_COUNTER_READ(member, family, help) \
+    record.counters.push_back(c.member.load(std::memory_order_relaxed));
+    SLUICE_SYNC_COUNTERS(SLUICE_SYNC_COUNTER_READ)
+#undef SLUICE_SYNC_COUNTER_READ
+    record.peers = sync.peers();
+    return record;
+}
 
 Scrape read_scrape(const StatusView& view, const std::string& version) {
     Scrape scrape;
@@ -312,6 +352,7 @@ Scrape read_scrape(const StatusView& view, const std::string& version) {
     if (view.backends) scrape.backends = view.backends->read();
     if (view.xdp) scrape.xdp = view.xdp->read();
     if (view.bgp) scrape.bgp = view.bgp->read();
+    if (view.sync) scrape.sync = read_sync(*view.sync);
     scrape.reload = view.reload->read();
     return scrape;
 }
@@ -336,6 +377,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
     if (scrape.backends) add_nat_ports(out, *scrape.backends);
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
+    if (scrape.sync) add_sync(out, *scrape.sync);
     add_reload(out, scrape.reload);
     return out.take();
 }
