@@ -205,6 +205,10 @@ ALERT_SCENARIOS = {
                          {"instance": "gw", "port": "lan"}),
     "SluiceDroppingForLackOfCapacity": ('sluice_drops_total{job="sluice", instance="gw", reason="ring_full"}',
                                         "0+50x80", "5m", {"instance": "gw", "reason": "ring_full"}),
+    "SluiceSyncPeerDown": ('sluice_sync_peer_up{job="sluice", instance="gw", peer="10.9.0.2:7900"}', "0x40", "2m",
+                           {"job": "sluice", "instance": "gw", "peer": "10.9.0.2:7900"}),
+    "SluiceSyncForged": ('sluice_sync_forged_total{job="sluice", instance="gw"}', "0+1x80", "5m",
+                         {"job": "sluice", "instance": "gw"}),
     "SluiceRestarted": ('sluice_lcore_polls_total{job="sluice", instance="gw", lcore="1"}', "0+1000x20 0+1000x20",
                         "3m", {"instance": "gw"}),
 }
