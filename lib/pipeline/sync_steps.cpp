@@ -1,6 +1,7 @@
 #include "pipeline/sync_steps.hpp"
 
 #include <rte_ring.h>
+#include <rte_ring_peek_zc.h>
 
 #include "common/ip_proto.hpp"
 #include "lb/lb_decision.hpp"
@@ -170,13 +171,17 @@ SyncInstall install_sync_event(ConnTable& table, NatPortPool& nat_ports, const L
 }
 
 void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc) {
-    SyncEvent event;
-    if (!make_sync_event(table, conn, kind, now_tsc, ctx.tsc_hz, event)) return;
-    table.entry(conn).synced_s = seconds_of(now_tsc, ctx.tsc_hz);  // a dropped event is not retried sooner
-    if (SLUICE_UNLIKELY(rte_ring_sp_enqueue_elem(ctx.sync_out, &event, sizeof event) != 0)) {
+    if (table.entry(conn).flags & kConnFlagSynProxyPending) return;  // nothing a peer could install yet
+    table.entry(conn).synced_s = seconds_of(now_tsc, ctx.tsc_hz);    // a dropped event is not retried sooner
+    // Written in place in the ring's slot (zero-copy enqueue, an SP ring): the record is not built and copied.
+    rte_ring_zc_data slot;
+    if (SLUICE_UNLIKELY(rte_ring_enqueue_zc_burst_elem_start(ctx.sync_out, sizeof(SyncEvent), 1, &slot, nullptr) ==
+                        0)) {
         counter_add(ctx.counters.sync_events_dropped);
         return;
     }
+    make_sync_event(table, conn, kind, now_tsc, ctx.tsc_hz, *static_cast<SyncEvent*>(slot.ptr1));
+    rte_ring_enqueue_zc_elem_finish(ctx.sync_out, 1);
     counter_add(ctx.counters.sync_events_queued);
 }
 
