@@ -149,7 +149,7 @@ struct alignas(kCacheLine) LcoreContext {
     rte_ring* sync_out = nullptr;  // worker -> sync thread (SP/SC)
     rte_ring* sync_in = nullptr;   // sync thread -> worker (SP/SC)
     uint64_t tsc_hz = 0;           // rte_get_tsc_hz(), for the events' lifetimes
-    std::array<uint16_t, static_cast<std::size_t>(ConnState::count)> sync_refresh_s{};  // per state, see sync.md
+    std::array<uint16_t, static_cast<std::size_t>(ConnState::count)> sync_refresh_s{};  // refresh interval by state
     uint32_t sync_cursor = 0;                                                           // the refresh walk's next slot
 
     // Set by the control thread (a walk of this worker's connections, flow_walk.hpp); cleared by it once done.
