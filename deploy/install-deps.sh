@@ -11,6 +11,7 @@ packages=(
   clang-format clang-tidy  # tests/lint.sh: the layout (.clang-format) and the linter (.clang-tidy)
   libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for clang (tests/fuzz); only recommended by clang, so not pulled in
   libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 prometheus-cpp-dev libsystemd-dev libpcap-dev
+  libssl-dev  # libcrypto: the sync channel's HMAC-SHA256 (lib/sync)
   python3-scapy python3-pytest python3-yaml systemd iproute2 iputils-ping ethtool tcpdump curl procps
   bird2  # BGP for the scale-out lab (deploy/lab/ecmp.sh) and the example in deploy/bird/
   nftables iperf3  # tests/bench/kernel_compare.sh: the kernel doing sluice's job, side by side

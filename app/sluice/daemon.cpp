@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -48,6 +49,7 @@
 #include "metrics/prometheus_exporter.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/dataplane.hpp"
+#include "sync/sync_channel.hpp"
 #include "xdp/steering.hpp"
 
 namespace sluice {
@@ -225,6 +227,38 @@ private:
         dataplane_->launch();
         reloader_->apply_health_targets();
         stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_);
+        start_sync();
+    }
+
+    // The sync channel (lib/sync): once the workers run, since the resync it asks peers for fills their tables.
+    void start_sync() {
+        const SyncConfig& sync = config().sync;
+        if (!sync.enabled || dataplane_->sync_event_rings().empty()) return;
+        const auto address = [](const SyncEndpoint& e) { return SyncAddress{e.address, e.family, e.port, e.text}; };
+        SyncChannelSettings settings{address(sync.listen), {}, sync.key, 0};
+        for (const SyncEndpoint& peer : sync.peers) settings.peers.push_back(address(peer));
+        for (unsigned char c : sync.listen.text) settings.instance = settings.instance * 31 + c;
+        try {
+            sync_ = std::make_unique<SyncChannel>(std::move(settings), dataplane_->sync_event_rings(),
+                                                  dataplane_->sync_apply_rings(),
+                                                  [this] { resync_wanted_.store(true, std::memory_order_relaxed); });
+        } catch (const std::exception& e) {
+            throw StartupError(e.what());
+        }
+        sync_->start();
+        spdlog::info("sync: listening on {}, {} peer(s), epoch {}", sync.listen.text, sync.peers.size(),
+                     sync_->epoch());
+    }
+
+    // A peer asked for every connection: the workers dump their tables into their sync rings, paced by the sync
+    // thread that drains them (FlowWalk::sync_dump). On the control thread, like the flows listing's walks.
+    void serve_resync() {
+        if (!sync_ || !resync_wanted_.exchange(false, std::memory_order_relaxed)) return;
+        const auto walks = dataplane_->walk_flows({}, 0, nullptr, std::chrono::seconds(120), true);
+        uint64_t dumped = 0;
+        for (const auto& walk : walks) dumped += walk->dumped;
+        if (walks.empty()) spdlog::warn("sync: the resync for a peer did not finish within 120 s");
+        else spdlog::info("sync: resync for a peer: {} connection(s) sent", dumped);
     }
 
     // Start: the kernel table as it is, in the first snapshot (its routes wait in the writer for build_first).
@@ -273,6 +307,7 @@ private:
         view_.neighbours = &neighbour_stats_;
         view_.routes = &route_stats_;
         publish_route_stats();
+        view_.sync = sync_.get();
         if (config().bgp.enabled) {
             // The first control-loop turn writes the include file (empty or not) and has BIRD read it, so VIPs a
             // crashed predecessor left in the file are withdrawn unless they are wanted again.
@@ -540,6 +575,7 @@ private:
         run_neighbours();
         update_announcements();
         stats_->write_decision_log();
+        serve_resync();
         std::vector<uint64_t> heartbeats;
         dataplane_->for_each_lcore(
             [&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
@@ -695,6 +731,7 @@ private:
         health_.reset();  // joins the checker's thread: no transition arrives from here on
         attach_telemetry(nullptr, nullptr, {});
         exporter_.reset();
+        sync_.reset();  // its thread uses the workers' sync rings: stopped before they go
         if (dataplane_) {
             dataplane_->stop();
             log_totals(dataplane_->totals(), ports_);
@@ -741,7 +778,9 @@ private:
     std::unique_ptr<RunningDataplane> running_dataplane_;
     std::unique_ptr<Reloader> reloader_;
     std::unique_ptr<StatsPublisher> stats_;
-    std::vector<std::unique_ptr<XdpSteering>> steering_;          // net_af_xdp ports that run sluice's program
+    std::unique_ptr<SyncChannel> sync_;                   // sync section on
+    std::atomic<bool> resync_wanted_{false};              // a peer asked for a full resync (set on the sync thread)
+    std::vector<std::unique_ptr<XdpSteering>> steering_;  // net_af_xdp ports that run sluice's program
     std::vector<std::vector<SteeringEntry>> steering_published_;  // what each holds now
     XdpStats xdp_stats_;
     std::unique_ptr<BirdAnnouncer> bgp_;  // bgp section configured

@@ -138,6 +138,8 @@ std::pair<const char*, std::size_t> locate_key_store(rte_hash* table, const Key&
 
 inline bool is_tcp_state(ConnState s) { return s <= ConnState::tcp_close; }
 
+}  // namespace
+
 uint32_t timeout_seconds(const ConnTimeouts& t, ConnState s) {
     switch (s) {
     case ConnState::tcp_syn_sent: return t.tcp_syn_sent;
@@ -156,8 +158,6 @@ uint32_t timeout_seconds(const ConnTimeouts& t, ConnState s) {
     }
     return 0;
 }
-
-}  // namespace
 
 const char* conn_state_name(ConnState state) {
     const auto i = static_cast<std::size_t>(state);
@@ -345,6 +345,7 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     e.nat_port = 0;
     e.nat_address = 0;
     e.in_port = UINT16_MAX;
+    e.synced_s = 0;
     e.state = initial;
     e.initiator_is_low = low ? 1 : 0;
     e.flags = kConnFlagLive;

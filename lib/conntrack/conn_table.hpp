@@ -54,6 +54,9 @@ struct ConnTimeouts {
     friend bool operator==(const ConnTimeouts&, const ConnTimeouts&) = default;
 };
 
+// The timeout of a state, in seconds.
+uint32_t timeout_seconds(const ConnTimeouts& timeouts, ConnState state);
+
 // What a NAT alias slot (kConnFlagAlias: the backend-side key of a connection, see insert_alias) holds instead of a
 // connection's counters: where the replies go back to, so that rewriting a reply reads the alias's own cache line
 // rather than looking up the connection's key; and for a syn_proxy connection, its sequence numbers' shift.
@@ -80,6 +83,7 @@ struct alignas(kCacheLine) ConnEntry {
             uint16_t nat_port;    // NAT: the pool port (host order) the connection holds, 0 when none
             uint8_t nat_address;  // NAT: index of its pool address
             uint16_t in_port;     // the port the opening packet came in on (reload --dry-run re-judges it)
+            uint16_t synced_s;    // sync: when peers were last told of it (seconds, modulo 2^16; lib/sync)
         };
         ConnAlias alias;  // kConnFlagAlias
     };
@@ -108,6 +112,9 @@ inline constexpr uint8_t kConnFlagSynProxy = 0x20;
 // ... and the backend has not answered sluice's SYN yet: the alias holds the cookie, not the shift, and the
 // client's packets wait (they are dropped and resent by the client).
 inline constexpr uint8_t kConnFlagSynProxyPending = 0x40;
+// Learned from a peer instance (lib/sync) and not yet carried a packet here: its owner keeps peers up to date, so
+// this instance does not send it back to them.
+inline constexpr uint8_t kConnFlagLearned = 0x80;
 
 // What a packet did to its connection.
 enum class TrackVerdict : uint8_t { ok, invalid };

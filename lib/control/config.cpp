@@ -304,7 +304,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.errors().push_back({name, 0, 0, "the file is empty"});
     } else if (d.map(root, "the top level",
                      {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall", "load_balancer",
-                      "services", "bgp", "routes", "routing"})) {
+                      "services", "bgp", "routes", "routing", "sync"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -391,6 +391,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         decode_forward_next_hops(d, root["forward"], config);
         d.field(root, "routes", "the config", false, [&](const YAML::Node& v) { decode_routes(d, v, config); });
         d.field(root, "routing", "the config", false, [&](const YAML::Node& v) { decode_routing(d, v, config); });
+        d.field(root, "sync", "the config", false, [&](const YAML::Node& v) { decode_sync(d, v, config); });
         check_dsr_backends(d, root["services"], config);
     }
     result.errors = std::move(d.errors());
@@ -476,6 +477,7 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
     else if (running.bgp.bird_socket != candidate.bgp.bird_socket ||
              running.bgp.include_file != candidate.bgp.include_file)
         changes.push_back("bgp bird_socket or include_file changed");
+    if (running.sync != candidate.sync) changes.push_back("sync section changed");
     return changes;
 }
 

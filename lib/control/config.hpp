@@ -230,6 +230,28 @@ struct RoutingConfig {
     friend bool operator==(const RoutingConfig&, const RoutingConfig&) = default;
 };
 
+// One end of the sync channel: an IP address and UDP port.
+struct SyncEndpoint {
+    IpAddress address;
+    IpFamily family = IpFamily::none;
+    uint16_t port = 0;
+    std::string text;  // as written, for logs
+    friend bool operator==(const SyncEndpoint& a, const SyncEndpoint& b) { return a.text == b.text; }
+};
+
+// Connection-state sync between instances (lib/sync, docs/operations.md "State sync"); absent section: off.
+struct SyncConfig {
+    bool enabled = false;
+    SyncEndpoint listen;  // the local address and port on the dedicated sync network
+    std::vector<SyncEndpoint> peers;
+    std::string key_file;  // the shared HMAC key: a file only root may read (never inline in the config)
+    std::string key;       // its bytes, read at load
+    // An entry whose peers were last told about it this share of its state's timeout ago is sent again.
+    double refresh_fraction = 0.5;
+    uint32_t ring_size = 16384;  // events per worker ring, each way
+    friend bool operator==(const SyncConfig&, const SyncConfig&) = default;
+};
+
 // Largest prefix-set file accepted (bytes): a config author cannot make sluice read an unbounded file.
 inline constexpr std::size_t kMaxPrefixFileBytes = 64u << 20;
 
@@ -244,6 +266,7 @@ struct Config {
     LoadBalancerConfig load_balancer;
     std::vector<ServiceConfig> services;
     BgpConfig bgp;
+    SyncConfig sync;
     std::vector<PortSpec> ports;
     std::vector<PortAddress> port_addresses;
     std::vector<LcoreConfig> lcores;

@@ -215,4 +215,9 @@ void decode_bgp(Decoder& d, const YAML::Node& node, Config& config);
 void decode_routes(Decoder& d, const YAML::Node& node, Config& config);
 void decode_routing(Decoder& d, const YAML::Node& node, Config& config);
 
+// config_sync.cpp
+
+// sync: the state-sync channel; reads and checks the key file.
+void decode_sync(Decoder& d, const YAML::Node& node, Config& config);
+
 }  // namespace sluice::config_detail

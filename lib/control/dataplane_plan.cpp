@@ -17,6 +17,10 @@ DataplaneSpec dataplane_spec(const Config& config, const std::vector<PortIdentit
     spec.conn_table_size = config.firewall.table_size;
     spec.conn_table_ipv6_size = config.firewall.ipv6_table_size;
     spec.conn_timeouts = config.firewall.timeouts;
+    if (config.sync.enabled && spec.conntrack) {
+        spec.sync_ring_size = config.sync.ring_size;
+        spec.sync_refresh_fraction = config.sync.refresh_fraction;
+    }
     for (const PortIdentity& port : ports) spec.tx_port_ids.push_back(port.id);
     const auto queues = assign_rx_queues(config);
     for (std::size_t i = 0; i < config.lcores.size(); ++i) {

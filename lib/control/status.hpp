@@ -164,6 +164,8 @@ struct RoutesRecord {
 };
 using RouteStats = Published<RoutesRecord>;
 
+class SyncChannel;
+
 struct StatusView {
     const Dataplane* dataplane = nullptr;
     std::vector<StatusPort> ports;
@@ -175,6 +177,7 @@ struct StatusView {
     const BgpStats* bgp = nullptr;
     const NeighbourStats* neighbours = nullptr;
     const RouteStats* routes = nullptr;
+    const SyncChannel* sync = nullptr;  // sync section on
 };
 
 // Each port's device counters (rte_eth_stats), declared once: /sluice/stats "port/NAME/hw_<name>", Prometheus

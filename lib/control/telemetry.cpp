@@ -8,6 +8,8 @@
 #include <rte_cycles.h>
 #include <rte_telemetry.h>
 
+#include "sync/sync_channel.hpp"
+
 namespace sluice {
 namespace {
 
@@ -216,6 +218,47 @@ int lines_command(const char* cmd, const char* params, rte_tel_data* d) {
     return 0;
 }
 
+// /sluice/sync: the state-sync channel's counters, and its peers as parallel arrays.
+int sync_command(const char*, const char*, rte_tel_data* d) {
+    std::lock_guard lock(g_mutex);
+    if (!g_view) return -1;
+    rte_tel_data_start_dict(d);
+    rte_tel_data_add_dict_u64(d, "enabled", g_view->sync != nullptr);
+    if (!g_view->sync) return 0;
+    const SyncChannel& sync = *g_view->sync;
+    rte_tel_data_add_dict_u64(d, "epoch", sync.epoch());
+    const SyncCounters& c = sync.counters();
+#define SLUICE_SYNC_COUNTER_TELEMETRY(member, family, help) \
+    rte_tel_data_add_dict_u64(d, #member, c.member.load(std::memory_order_relaxed));
+    SLUICE_SYNC_COUNTERS(SLUICE_SYNC_COUNTER_TELEMETRY)
+#undef SLUICE_SYNC_COUNTER_TELEMETRY
+    const std::vector<SyncPeerStatus> peers = sync.peers();
+    const auto array = [&](const char* key, auto add, bool strings) {
+        rte_tel_data* a = rte_tel_data_alloc();
+        rte_tel_data_start_array(a, strings ? RTE_TEL_STRING_VAL : RTE_TEL_U64_VAL);
+        for (const SyncPeerStatus& p : peers) add(a, p);
+        rte_tel_data_add_dict_container(d, key, a, 0);
+    };
+    array(
+        "peer", [](rte_tel_data* a, const SyncPeerStatus& p) { rte_tel_data_add_array_string(a, p.address.c_str()); },
+        true);
+    array(
+        "up", [](rte_tel_data* a, const SyncPeerStatus& p) { rte_tel_data_add_array_u64(a, p.up); }, false);
+    array(
+        "lag_ms",
+        [](rte_tel_data* a, const SyncPeerStatus& p) {
+            rte_tel_data_add_array_u64(a, p.silence_seconds < 0 ? UINT64_MAX
+                                                                : static_cast<uint64_t>(p.silence_seconds * 1000));
+        },
+        false);
+    array(
+        "instance", [](rte_tel_data* a, const SyncPeerStatus& p) { rte_tel_data_add_array_u64(a, p.instance); }, false);
+    array(
+        "sequence", [](rte_tel_data* a, const SyncPeerStatus& p) { rte_tel_data_add_array_u64(a, p.highest_sequence); },
+        false);
+    return 0;
+}
+
 // /sluice/bgp: VIP announcements through BIRD: state and counts, the VIPs as parallel arrays.
 int bgp_command(const char*, const char*, rte_tel_data* d) {
     std::lock_guard lock(g_mutex);
@@ -315,6 +358,8 @@ void register_telemetry_commands() {
         "What a candidate config would change for live traffic, applying nothing. Parameters: [FILE]");
     rte_telemetry_register_cmd("/sluice/bgp", bgp_command,
                                "VIP announcements through BIRD: wanted, announced, counts, drain state. No parameters");
+    rte_telemetry_register_cmd("/sluice/sync", sync_command,
+                               "State sync with peer instances: counters, peers up, lag. No parameters");
     rte_telemetry_register_cmd(
         "/sluice/drain", lines_command,
         "Withdraw every VIP from BGP, keep forwarding bgp.drain_seconds, then stop. No parameters");

@@ -13,7 +13,7 @@
 // backend ids are never reused, so bindings survive reloads and a removed backend's connections keep theirs).
 // Threads: prepare() control thread only, before the snapshot naming the backends is published (the publishing
 // release store orders it before a worker's first use); allocate, peek_next and release owning worker only (fast-path
-// safe: no allocation); in_use and capacity any thread.
+// safe: no allocation); in_use and capacity any thread. take: owning worker only.
 #pragma once
 
 #include <atomic>
@@ -59,6 +59,21 @@ public:
         *lane.cursor = bit + 1 == ports_ ? 0 : bit + 1;
         counter_add(*lane.in_use);
         return port_of(bit);
+    }
+
+    // Takes a given port (a connection learned from a peer instance, lib/sync): false when it is not this worker's
+    // or is taken already.
+    bool take(std::size_t address, uint32_t backend, uint16_t port) {
+        if (backend >= by_backend_.size() || !by_backend_[backend] || address >= addresses_ || port < first_port_ ||
+            (port - first_port_) % step_ != 0 || (port - first_port_) / step_ >= ports_)
+            return false;
+        Lane lane = lane_of(address, backend);
+        const uint32_t bit = (port - first_port_) / step_;
+        if (lane.used[bit / 64] & (uint64_t{1} << (bit % 64))) return false;
+        lane.used[bit / 64] |= uint64_t{1} << (bit % 64);
+        mark_word(lane, bit / 64);
+        counter_add(*lane.in_use);
+        return true;
     }
 
     // The port the guess.given-th next allocate(guess.address, guess.backend) would return (0 when fewer are free),
@@ -126,6 +141,12 @@ private:
     std::vector<uint64_t*> by_backend_;                          // stable id -> its space's block (kMaxBackends)
     std::map<std::string, std::unique_ptr<uint64_t[]>> spaces_;  // address:port -> block
 };
+
+// The worker a flow belongs to by its symmetric flow hash: a 32-bit hash mapped onto [0, workers) without a
+// division (Lemire's multiply-shift). The RX lcores' rule for every packet but NAT replies.
+inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
+    return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
+}
 
 // The worker that owns NAT port `port` (host order): the rule the RX lcores apply to replies.
 inline uint16_t nat_port_owner(uint16_t port, uint16_t worker_count) {

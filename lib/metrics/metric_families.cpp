@@ -1,5 +1,6 @@
 #include "metrics/metric_families.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <span>
 
@@ -176,6 +177,24 @@ constexpr FamilyDecl kKernelRoutesLeftOut{
     "sluice_kernel_routes_left_out", MetricType::Gauge,
     "Routes of the mirrored kernel table left out of the route table: no next hop on a link of sluice's"};
 
+// The sync channel's counters, from their X-macro table (sync_channel.hpp).
+constexpr std::array kSyncCounterFamilies = {
+#define SLUICE_SYNC_COUNTER_FAMILY(member, family, help) FamilyDecl{family, MetricType::Counter, help},
+    SLUICE_SYNC_COUNTERS(SLUICE_SYNC_COUNTER_FAMILY)
+#undef SLUICE_SYNC_COUNTER_FAMILY
+};
+
+constexpr std::array<ItemFamily<SyncPeerStatus>, 2> kSyncPeerFamilies = {{
+    {{"sluice_sync_peer_up", MetricType::Gauge,
+      "1 while a sync peer's datagrams (at least a keepalive a second) arrive"},
+     [](const SyncPeerStatus& p) { return p.up ? 1.0 : 0.0; }},
+    {{"sluice_sync_peer_lag_seconds", MetricType::Gauge,
+      "Seconds since a sync peer's last valid datagram (-1: none yet); above 1 the peer's events are late or lost"},
+     [](const SyncPeerStatus& p) { return p.silence_seconds; }},
+}};
+
+constexpr FamilyDecl kSyncPeersUp{"sluice_sync_peers_up", MetricType::Gauge, "Sync peers up (sluice_sync_peer_up)"};
+
 constexpr FamilyDecl kReloads{"sluice_config_reloads_total", MetricType::Counter, "Config reloads, by result"};
 constexpr FamilyDecl kConfigInfo{"sluice_config_info", MetricType::Gauge,
                                  "The running config (hash of the file's bytes)"};
@@ -332,6 +351,16 @@ void add_routes(Families& out, const RoutesRecord& routes) {
         Families::sample(out.add(kKernelRoutesLeftOut), {}, static_cast<double>(routes.kernel_left_out));
 }
 
+void add_sync(Families& out, const SyncRecord& sync) {
+    for (std::size_t i = 0; i < kSyncCounterFamilies.size() && i < sync.counters.size(); ++i)
+        Families::sample(out.add(kSyncCounterFamilies[i]), {}, static_cast<double>(sync.counters[i]));
+    out.add_per_item(kSyncPeerFamilies, sync.peers, [](const SyncPeerStatus& p) {
+        return Labels{{"peer", p.address}};
+    });
+    const auto up = std::count_if(sync.peers.begin(), sync.peers.end(), [](const SyncPeerStatus& p) { return p.up; });
+    Families::sample(out.add(kSyncPeersUp), {}, static_cast<double>(up));
+}
+
 void add_reload(Families& out, const ReloadRecord& reload) {
     MetricFamily& reloads = out.add(kReloads);
     Families::sample(reloads, {{"result", "success"}}, static_cast<double>(reload.successes));
@@ -341,6 +370,17 @@ void add_reload(Families& out, const ReloadRecord& reload) {
 }
 
 }  // namespace
+
+SyncRecord read_sync(const SyncChannel& sync) {
+    SyncRecord record;
+    const SyncCounters& c = sync.counters();
+#define SLUICE_SYNC_COUNTER_READ(member, family, help) \
+    record.counters.push_back(c.member.load(std::memory_order_relaxed));
+    SLUICE_SYNC_COUNTERS(SLUICE_SYNC_COUNTER_READ)
+#undef SLUICE_SYNC_COUNTER_READ
+    record.peers = sync.peers();
+    return record;
+}
 
 Scrape read_scrape(const StatusView& view, const std::string& version) {
     Scrape scrape;
@@ -357,6 +397,7 @@ Scrape read_scrape(const StatusView& view, const std::string& version) {
     if (view.bgp) scrape.bgp = view.bgp->read();
     if (view.neighbours) scrape.neighbours = view.neighbours->read();
     if (view.routes) scrape.routes = view.routes->read();
+    if (view.sync) scrape.sync = read_sync(*view.sync);
     scrape.reload = view.reload->read();
     return scrape;
 }
@@ -383,6 +424,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
     if (scrape.routes) add_routes(out, *scrape.routes);
+    if (scrape.sync) add_sync(out, *scrape.sync);
     add_reload(out, scrape.reload);
     return out.take();
 }

@@ -9,10 +9,17 @@
 #include <prometheus/metric_family.h>
 
 #include "control/status.hpp"
+#include "sync/sync_channel.hpp"
 
 namespace sluice {
 
 // Everything one scrape shows, read from the live data plane and the published records (read_scrape).
+// The sync channel's counters (SLUICE_SYNC_COUNTERS' order) and peers, read at a scrape.
+struct SyncRecord {
+    std::vector<uint64_t> counters;
+    std::vector<SyncPeerStatus> peers;
+};
+
 struct Scrape {
     std::string version;
     double tsc_hz = 1;
@@ -26,6 +33,7 @@ struct Scrape {
     std::optional<BgpRecord> bgp;
     NeighboursRecord neighbours;
     std::optional<RoutesRecord> routes;
+    std::optional<SyncRecord> sync;
     ReloadRecord reload;
 };
 

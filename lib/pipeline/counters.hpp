@@ -63,7 +63,17 @@ namespace sluice {
     X(syn_cookies_sent, "syn_cookies_sent", "sluice_syn_cookies_sent_total", workers, count,                         \
       "SYN+ACKs with a SYN cookie a worker sent for syn_proxy services (no state made)")                             \
     X(syn_cookies_accepted, "syn_cookies_accepted", "sluice_syn_cookies_accepted_total", workers, count,             \
-      "ACKs with a valid SYN cookie: connections a worker opened towards their backend")
+      "ACKs with a valid SYN cookie: connections a worker opened towards their backend")                             \
+    X(sync_events_queued, "sync_events_queued", "sluice_sync_events_queued_total", table_workers, count,             \
+      "Connection events a worker handed to the sync thread (opened, state changes, refreshes, closed)")             \
+    X(sync_events_dropped, "sync_events_dropped", "sluice_sync_events_dropped_total", table_workers, count,          \
+      "Connection events a worker dropped because its sync ring was full (the refresh walk sends them again)")       \
+    X(sync_installed, "sync_installed", "sluice_sync_installed_total", table_workers, count,                         \
+      "Connections a worker learned from a peer instance and installed in its table")                                \
+    X(sync_updated, "sync_updated", "sluice_sync_updated_total", table_workers, count,                               \
+      "Peers' events that updated (or removed) a connection already in a worker's table")                            \
+    X(sync_refused, "sync_refused", "sluice_sync_refused_total", table_workers, count,                               \
+      "Peers' connections a worker could not install: table full, NAT port taken here, or a backend it does not know")
 
 enum class LcoreCounter : uint8_t {
 #define SLUICE_LCORE_COUNTER_ENUM(member, ...) member,

@@ -16,6 +16,7 @@
 #include "dpdk/startup_error.hpp"
 #include "packet/syn_proxy.hpp"
 #include "pipeline/forward_stage.hpp"
+#include "sync/sync_event.hpp"
 
 namespace sluice {
 
@@ -142,6 +143,7 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
                                                  static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
                 ctx->nat_ports->prepare(*shared_->snapshot.load(std::memory_order_relaxed)->lb);
                 ctx->conn_table->set_release_hook(release_connection, ctx);
+                if (spec.sync_ring_size) set_up_sync(*ctx, spec, socket);
             } catch (const std::exception& e) {
                 throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " +
                                    e.what());
@@ -158,6 +160,25 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
             ctx->tx_buffers[port] = buffer;
             ctx->tx_ports[ctx->tx_port_count++] = port;
         }
+    }
+}
+
+void Dataplane::set_up_sync(LcoreContext& ctx, const DataplaneSpec& spec, int socket) {
+    const std::string index = std::to_string(ctx.worker_index);
+    rte_ring* out = rte_ring_create_elem(("sluice_sync_out" + index).c_str(), sizeof(SyncEvent), spec.sync_ring_size,
+                                         socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (out) sync_out_rings_.push_back(out);
+    rte_ring* in = rte_ring_create_elem(("sluice_sync_in" + index).c_str(), sizeof(SyncEvent), spec.sync_ring_size,
+                                        socket, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (in) sync_in_rings_.push_back(in);
+    if (!out || !in) throw std::runtime_error(std::string("cannot create its sync rings: ") + rte_strerror(rte_errno));
+    ctx.sync_out = out;
+    ctx.sync_in = in;
+    ctx.tsc_hz = rte_get_tsc_hz();
+    for (std::size_t s = 0; s < ctx.sync_refresh_s.size(); ++s) {
+        const double seconds =
+            timeout_seconds(spec.conn_timeouts, static_cast<ConnState>(s)) * spec.sync_refresh_fraction;
+        ctx.sync_refresh_s[s] = static_cast<uint16_t>(std::clamp(seconds, 1.0, 32767.0));
     }
 }
 
@@ -178,6 +199,10 @@ void Dataplane::release() {
         rte_free(ctx);
     }
     contexts_.clear();
+    for (rte_ring* ring : sync_out_rings_) rte_ring_free(ring);
+    for (rte_ring* ring : sync_in_rings_) rte_ring_free(ring);
+    sync_out_rings_.clear();
+    sync_in_rings_.clear();
     for (rte_ring* ring : rings_) rte_ring_free(ring);
     rings_.clear();
     rte_ring_free(neighbour_events_);
@@ -292,7 +317,7 @@ std::vector<NeighbourEvent> Dataplane::take_neighbour_events(std::size_t max) {
 
 std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& filter, std::size_t max_records,
                                                              const Snapshot* candidate,
-                                                             std::chrono::milliseconds timeout) {
+                                                             std::chrono::milliseconds timeout, bool sync_dump) {
     std::vector<std::unique_ptr<FlowWalk>> walks;
     std::vector<LcoreContext*> workers;
     for (LcoreContext* ctx : contexts_) {
@@ -302,6 +327,7 @@ std::vector<std::unique_ptr<FlowWalk>> Dataplane::walk_flows(const FlowFilter& f
         walk->max_records = max_records;
         walk->records.reserve(max_records);
         walk->candidate = candidate;
+        walk->sync_dump = sync_dump;
         ctx->walk.store(walk.get(), std::memory_order_release);
         walks.push_back(std::move(walk));
         workers.push_back(ctx);

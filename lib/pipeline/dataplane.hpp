@@ -33,6 +33,9 @@ struct DataplaneSpec {
     uint16_t nat_port_last = 65535;
     std::size_t nat_pool_addresses = 0;
     rte_mempool* solicitation_pool = nullptr;  // worker 0 builds ARP/ND solicitations from it
+    // State sync (sync_steps.hpp): events per worker ring each way, 0 when sync is off; with conntrack only.
+    uint32_t sync_ring_size = 0;
+    double sync_refresh_fraction = 0.5;  // of a state's timeout, between two refreshes of an entry
 };
 
 // The release hook every worker's ConnTable gets (arg: the worker's LcoreContext): a balanced connection that ends
@@ -75,9 +78,15 @@ public:
     std::vector<NeighbourEvent> take_neighbour_events(std::size_t max = 256);
     // Control thread: walks every worker's connection table with a copy of `prototype` each (filter, or a dry-run
     // candidate) and returns the finished walks, or an empty vector when a worker did not finish within timeout.
-    // Blocks the control thread; the workers walk a bounded slice per loop iteration.
+    // Blocks the control thread; the workers walk a bounded slice per loop iteration. sync_dump: a resync for the
+    // peers (FlowWalk::sync_dump) instead.
     std::vector<std::unique_ptr<FlowWalk>> walk_flows(const FlowFilter& filter, std::size_t max_records,
-                                                      const Snapshot* candidate, std::chrono::milliseconds timeout);
+                                                      const Snapshot* candidate, std::chrono::milliseconds timeout,
+                                                      bool sync_dump = false);
+    // The sync thread's ends of the workers' sync rings, by worker index (empty when sync is off): events each
+    // worker emits (the sync thread consumes them), and peers' events for each worker (the sync thread produces).
+    const std::vector<rte_ring*>& sync_event_rings() const { return sync_out_rings_; }
+    const std::vector<rte_ring*>& sync_apply_rings() const { return sync_in_rings_; }
     // Control thread: the firewall decisions workers logged since the last call (at most max).
     std::vector<DecisionLogRecord> take_decision_log(std::size_t max = 256);
     // Control thread: asks worker 0 to send a solicitation; false when its request ring is full.
@@ -88,10 +97,13 @@ public:
 private:
     void build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& initial);
     void release();
+    // A worker's sync rings and refresh intervals.
+    void set_up_sync(LcoreContext& ctx, const DataplaneSpec& spec, int socket);
 
     SharedState* shared_ = nullptr;
     std::vector<LcoreContext*> contexts_;
     std::vector<rte_ring*> rings_;
+    std::vector<rte_ring*> sync_out_rings_, sync_in_rings_;  // by worker index, when sync is on
     rte_ring* neighbour_events_ = nullptr;
     rte_ring* neighbour_requests_ = nullptr;
     rte_ring* decision_log_ = nullptr;

@@ -8,6 +8,7 @@
 #include "lb/lb_decision.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
+#include "pipeline/sync_steps.hpp"
 
 namespace sluice {
 namespace {
@@ -69,6 +70,12 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
         }
         const ConnEntry& e = table.entry(static_cast<int32_t>(walk.cursor));
         if (!(e.flags & kConnFlagLive) || (e.flags & kConnFlagAlias)) continue;
+        if (walk.sync_dump) {
+            if (!ctx.sync_out || rte_ring_full(ctx.sync_out)) return;  // the same slot again, next slice
+            emit_sync_event(ctx, table, static_cast<int32_t>(walk.cursor), SyncEventKind::opened, rte_rdtsc());
+            ++walk.dumped;
+            continue;
+        }
         FiveTuple key;
         table.live_key(static_cast<int32_t>(walk.cursor), key);
         const FiveTuple tuple = e.initiator_is_low ? key : key.reversed();

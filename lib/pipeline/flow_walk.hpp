@@ -50,6 +50,11 @@ struct FlowWalk {
     uint64_t backend_gone_keep = 0;  // its backend leaves the config; the connection is kept until it ends
     uint64_t maglev_moves = 0;       // as a new connection it would get another backend (sticky: it does not move)
 
+    // A full resync for the peers (lib/sync): every connection goes to the worker's sync ring as an `opened` event,
+    // the walk pausing while the ring is full (the sync thread drains it), so the dump is paced by the channel.
+    bool sync_dump = false;
+    uint64_t dumped = 0;
+
     uint32_t cursor = 0;  // worker: next slot
     std::atomic<bool> done{false};
 };

@@ -155,6 +155,13 @@ struct alignas(kCacheLine) LcoreContext {
     SipHashKey syn_cookie_key{};                // workers: the process's SYN cookie key (syn_proxy.hpp)
     uint64_t syn_cookie_period_tsc = 0;         // a cookie period in TSC cycles
 
+    // State sync (sync_steps.hpp), when on: this worker's events to the sync thread, and peers' events for it.
+    rte_ring* sync_out = nullptr;  // worker -> sync thread (SP/SC)
+    rte_ring* sync_in = nullptr;   // sync thread -> worker (SP/SC)
+    uint64_t tsc_hz = 0;           // rte_get_tsc_hz(), for the events' lifetimes
+    std::array<uint16_t, static_cast<std::size_t>(ConnState::count)> sync_refresh_s{};  // refresh interval by state
+    uint32_t sync_cursor = 0;                                                           // the refresh walk's next slot
+
     // Set by the control thread (a walk of this worker's connections, flow_walk.hpp); cleared by it once done.
     std::atomic<FlowWalk*> walk{nullptr};
     uint64_t walk_slice_tsc = 0;          // kWalkSliceUs in TSC cycles

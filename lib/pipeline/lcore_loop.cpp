@@ -14,6 +14,7 @@
 #include "pipeline/forward_stage.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/stateful_stage.hpp"
+#include "pipeline/sync_steps.hpp"
 
 namespace sluice {
 namespace {
@@ -21,11 +22,6 @@ namespace {
 constexpr uint32_t kIdleStreakBeforeSleep = 64;
 constexpr uint64_t kDrainIntervalUs = 100;
 constexpr uint32_t kExpiryBudget = 8;  // connections expired per loop iteration at most (bounded work)
-
-// Maps a 32-bit hash onto [0, n) without a division (Lemire's multiply-shift).
-inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
-    return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
-}
 
 constexpr uint32_t kNeighbourRequestPolls = 64;  // worker 0 looks at its solicitation requests this often
 constexpr unsigned kNeighbourRequestBurst = 8;
@@ -245,6 +241,7 @@ uint32_t run_lcore_once(LcoreContext& ctx, const Snapshot& snapshot, uint64_t no
     if (ctx.worker) {
         moved += worker_stage(ctx, snapshot, now_tsc);
         if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now_tsc, kExpiryBudget));
+        if (ctx.sync_out) sync_housekeeping(ctx, snapshot, now_tsc);
         drain_tx(ctx);
     }
     return moved;
@@ -279,6 +276,7 @@ int lcore_main(void* arg) {
                 !rte_ring_empty(ctx.neighbour_requests))
                 send_solicitations(ctx, snapshot);
             if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
+            if (SLUICE_UNLIKELY(ctx.sync_out != nullptr)) sync_housekeeping(ctx, snapshot, now);
             walk_slice(ctx, now, moved != 0);
         }
 

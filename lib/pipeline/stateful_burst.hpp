@@ -14,6 +14,7 @@
 #include "packet/packet_meta.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
+#include "pipeline/sync_steps.hpp"
 
 namespace sluice {
 
@@ -83,6 +84,7 @@ struct StatefulBurst {
     }
     // Removes a connection before its time, counted like an expiry (the entry gauge is inserts - expired).
     void forget(int32_t conn) {
+        sync_event(ctx, table, conn, SyncEventKind::closed, now_tsc);
         table.remove(conn);
         counter_add(ctx.counters.conn_expired);
     }

@@ -121,12 +121,16 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, bool icmp_erro
     // A later fragment has no TCP header: it belongs to the connection but moves no state.
     const bool later_fragment = (b.meta(i).flags & kMetaFragment) && b.meta(i).l4_offset == 0;
     if (!later_fragment && b.tuples[i].proto == kIpProtoTcp && !admit_tcp_segment(b, i, conn, reply)) return;
+    const ConnState before = b.table.entry(conn).state;
     if (!later_fragment &&
         b.table.track_direction(conn, reply, b.tcp_flags[i], b.length(i), b.now_tsc) != TrackVerdict::ok) {
         b.drop(i, DropReason::ct_invalid);
         return;
     }
-    const ConnEntry& entry = b.table.entry(conn);
+    ConnEntry& entry = b.table.entry(conn);
+    // A connection learned from a peer is this instance's from its first packet here (sync_steps.hpp).
+    if (SLUICE_UNLIKELY(entry.flags & kConnFlagLearned)) entry.flags &= static_cast<uint8_t>(~kConnFlagLearned);
+    if (SLUICE_UNLIKELY(entry.state != before)) sync_event(b.ctx, b.table, conn, SyncEventKind::updated, b.now_tsc);
     b.fate[i] = Fate::pass;
     count_rule_traffic(b.ctx, entry.rule_index, b.length(i));
     if (entry.backend == 0) return;
@@ -429,6 +433,7 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t rule, uint32_t stabl
             open_tcp_window(b, i, position, tcp_window_check_for(b.fw, rule, service));
     }
     b.table.track(position, b.tuples[i], b.tcp_flags[i], b.length(i), b.now_tsc);
+    if (made) sync_event(b.ctx, b.table, position, SyncEventKind::opened, b.now_tsc);
     const ConnEntry& entry = b.table.entry(position);
     count_rule_traffic(b.ctx, entry.rule_index, b.length(i));
     if (entry.backend != 0) {

@@ -9,10 +9,12 @@
 
 #include <rte_cycles.h>
 #include <rte_lcore.h>
+#include <rte_ring.h>
 
 #include "lb/nat_ports.hpp"
 #include "sections.hpp"
 #include "services.hpp"
+#include "sync/sync_event.hpp"
 #include "traffic.hpp"
 
 namespace sluice::bench {
@@ -47,7 +49,8 @@ std::string port_pool_state(const NatPortPool& ports, const LbTables& lb) {
 }
 
 // The rows of lb_new: r holds the passes' cycles per connection (no service, nat, nat with the firewall off, no
-// service with services configured), removal the removals' cycles per connection of the same passes.
+// service with services configured, nat with state sync's event emitted), removal the removals' cycles per
+// connection of the same passes.
 void add_lb_new_rows(const Dpdk& d, Table& table, const std::vector<std::vector<double>>& r,
                      const std::vector<std::vector<double>>& removal) {
     const Stat target = constant_stat(kTargetNewConnsPerSecond / 1e6);
@@ -98,6 +101,12 @@ void add_lb_new_rows(const Dpdk& d, Table& table, const std::vector<std::vector<
             .reference = "target (issue #8) per worker",
             .ref = target,
             .sluice = millions_per_second(d, nat_sustained)});
+    table.add(Row{.id = "lb-new-nat-sync",
+                  .measurement = "new conns, nat service, 1k rules, with sync (an opened event per conn into the ring)",
+                  .unit = "cycles/conn",
+                  .reference = "the same without sync (target: under +10%)",
+                  .ref = nat,
+                  .sluice = stat_of(r[4])});
     table.add(Row{.id = "lb-new-other",
                   .measurement = "new conns to no service, services configured, 1k rules",
                   .unit = "cycles/conn",
@@ -129,10 +138,24 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
 
     uint32_t short_passes = 0;
     std::string leftovers;
-    std::vector<std::vector<double>> removal(4);  // per variant, cycles per removed connection (warm-up first)
+    std::vector<std::vector<double>> removal(5);  // per variant, cycles per removed connection (warm-up first)
+    // State sync's event ring (sync_steps.hpp), emptied after every burst as the sync thread keeps it drained: its
+    // lines stay in the cache, as a drained ring's do.
+    constexpr unsigned kSyncRing = 1024;
+    rte_ring* sync_events = rte_ring_create_elem(unique_name("bench_sync").c_str(), sizeof(SyncEvent), kSyncRing,
+                                                 static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (!sync_events) fail("cannot create the sync event ring");
+    ctx.tsc_hz = d.tsc_hz;
     const auto pass = [&](std::size_t variant, const std::vector<PacketSpec>& stream, const Snapshot& snapshot,
-                          uint32_t entries_per_conn) {
-        const double cycles = timed_pass(d, stream, worker_path(ctx, snapshot));  // per SYN: each opens one
+                          uint32_t entries_per_conn, rte_ring* drained = nullptr) {
+        Stage stage = worker_path(ctx, snapshot);
+        if (drained)
+            stage = [inner = std::move(stage), drained](rte_mbuf** pkts, uint16_t count) {
+                const uint16_t kept = inner(pkts, count);
+                rte_ring_reset(drained);
+                return kept;
+            };
+        const double cycles = timed_pass(d, stream, stage);  // per SYN: each opens one
         if (conn_table.size() != stream.size() * entries_per_conn) ++short_passes;
         removal[variant].push_back(timed_removal(d, conn_table, stream));
         if (conn_table.size() != 0 && leftovers.empty())
@@ -143,7 +166,15 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
     const auto drops_before = drops_of(d);
     auto r = interleaved(
         o.reps, {[&] { return pass(0, to_other, plain, 1); }, [&] { return pass(1, to_vip, balanced, 2); },
-                 [&] { return pass(2, to_vip, balanced_open, 2); }, [&] { return pass(3, to_other, balanced, 1); }});
+                 [&] { return pass(2, to_vip, balanced_open, 2); }, [&] { return pass(3, to_other, balanced, 1); },
+                 [&] {
+                     const uint64_t queued = ctx.counters.sync_events_queued;
+                     ctx.sync_out = sync_events;
+                     const double cycles = pass(4, to_vip, balanced, 2, sync_events);
+                     ctx.sync_out = nullptr;
+                     if (ctx.counters.sync_events_queued - queued != to_vip.size()) ++short_passes;
+                     return cycles;
+                 }});
     for (auto& v : removal) v.erase(v.begin());  // interleaved's warm-up pass
     const std::string drops = drops_since(d, drops_before);
     uint64_t opened = 0, closed = 0;
@@ -157,6 +188,7 @@ void lb_new(Dpdk& d, const Options& o, Table& table, const Snapshot& plain, cons
                     short_passes, drops.c_str(), leftovers.empty() ? "table and pool emptied" : leftovers.c_str(),
                     opened, closed);
     ctx.conn_table = nullptr;
+    rte_ring_free(sync_events);
     check_pool(d, "lb new connections");
 
     add_lb_new_rows(d, table, r, removal);

@@ -99,3 +99,21 @@ TEST_CASE("nat ports: a reload keeps the spaces of the backends it keeps and of 
     pool.release(0, 1, gone);            // the removed backend's connection ended
     CHECK(pool.in_use(0, 1) == 0);
 }
+
+TEST_CASE("nat ports: a port learned from a peer is taken only when this worker owns it and it is free", "[nat]") {
+    NatPortPool pool(1024, 65535, 1, 3, 2);
+    LbTables lb;
+    lb.backends = {nat_backend(11, 8080)};
+    pool.prepare(lb);
+    CHECK(pool.take(0, 0, 1027));        // 1027 % 3 == 1: this worker's
+    CHECK_FALSE(pool.take(0, 0, 1027));  // taken already
+    CHECK_FALSE(pool.take(0, 0, 1028));  // another worker's
+    CHECK_FALSE(pool.take(0, 0, 1021));  // below the range
+    CHECK_FALSE(pool.take(2, 0, 1030));  // no such pool address
+    CHECK_FALSE(pool.take(0, 1, 1030));  // no such backend (no space)
+    CHECK(pool.in_use(0, 0) == 1);
+    CHECK(pool.allocate(0, 0) == 1024);
+    CHECK(pool.allocate(0, 0) == 1030);  // allocate passes over the taken port
+    pool.release(0, 0, 1027);
+    CHECK(pool.in_use(0, 0) == 2);
+}

@@ -58,6 +58,11 @@ Scrape full_scrape() {
     s.bgp = bgp;
     s.neighbours = NeighboursRecord{3, 2, 1};
     s.routes = RoutesRecord{{2, 1, 3, 1000}, true, 4};
+    SyncPeerStatus peer;
+    peer.address = "10.9.0.2:7900";
+    peer.up = true;
+    peer.silence_seconds = 0.25;
+    s.sync = SyncRecord{std::vector<uint64_t>(32, 5), {peer}};
     s.reload.running_hash = "0123456789abcdef";
     return s;
 }
@@ -145,7 +150,7 @@ TEST_CASE("lcore counters: the totals sum every counter of every lcore", "[metri
         CHECK(totals.*kLcoreCounterInfo[i].total == 101 * (i + 1));
     }
     CHECK(totals.polls == 101);
-    CHECK(totals.syn_cookies_accepted == 101 * kLcoreCounterInfo.size());
+    CHECK(totals.sync_refused == 101 * kLcoreCounterInfo.size());  // the last counter
     CHECK(totals.ports[3].tx_bytes == 11);
     CHECK(totals.total_drops() == 2);
 }

@@ -1,0 +1,277 @@
+// State sync through the whole data path (PipelineLab) and the real sync channel over loopback UDP: a NAT
+// connection a worker opened is emitted, batched and authenticated by one channel, taken in by another after the
+// lab's tables were cleared (a restart stands for the second instance: two labs cannot share the process's ring
+// names), installed by the owning worker, and its packets then flow there as they did: the backend's reply is
+// rewritten back to the client, and strict TCP window checking goes on. Forged and replayed datagrams change
+// nothing; a gap asks the sender for what it missed.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/unique_fd.hpp"
+#include "pipeline/pipeline_lab.hpp"
+#include "sync/sync_channel.hpp"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+const std::string kKey = "sync-test-key-of-more-than-thirty-two-bytes";
+
+// A key file only root reads (the config refuses any other), in a directory of the test's own.
+std::string write_key_file() {
+    const std::string dir = "/tmp/sluice-sync-lab-" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string path = dir + "/sync.key";
+    std::ofstream(path) << kKey << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    return path;
+}
+
+// Two workers (the NAT port names its owner), one nat service, sync on.
+std::string nat_config(const std::string& key_file) {
+    return R"(
+ports:
+  - {name: client, device: ring_client}
+  - {name: server, device: ring_server}
+lcores: [{id: 1, roles: [rx, worker]}, {id: 2, roles: [worker]}]
+forward:
+  - {from: client, to: server, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: server, to: client, next_hop_mac: "02:00:00:00:00:0a"}
+firewall:
+  default: allow
+  tcp_window_check: strict
+load_balancer:
+  nat_pool: [10.1.0.100]
+services:
+  - {name: web, vip: 192.0.2.100, port: 80, protocol: tcp, mode: nat, backends: [{address: 10.1.0.11, port: 8080}]}
+sync:
+  listen: 127.0.0.1:7900
+  peers: [127.0.0.1:7901]
+  key_file: )" +
+           key_file + "\n";
+}
+
+FrameSpec segment(const char* src, uint16_t sport, const char* dst, uint16_t dport, uint8_t flags, uint32_t seq,
+                  uint32_t ack, std::size_t payload = 0) {
+    FrameSpec f = tcp_spec(src, sport, dst, dport, flags);
+    f.seq = seq, f.ack = ack, f.payload = payload;
+    return f;
+}
+
+// A UDP socket on loopback standing for the peer instance: it receives what a channel sends and sends it on.
+struct LoopbackPeer {
+    UniqueFd fd{::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0)};
+    uint16_t port = 0;
+    LoopbackPeer() {
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+        socklen_t n = sizeof a;
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &n);
+        port = ntohs(a.sin_port);
+    }
+    std::vector<std::vector<uint8_t>> receive() {
+        std::vector<std::vector<uint8_t>> out;
+        uint8_t buffer[2048];
+        ssize_t n;
+        while ((n = ::recv(fd.get(), buffer, sizeof buffer, 0)) > 0) out.emplace_back(buffer, buffer + n);
+        return out;
+    }
+    void send_to(uint16_t to_port, const std::vector<uint8_t>& bytes) {
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(to_port);
+        REQUIRE(::sendto(fd.get(), bytes.data(), bytes.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a) ==
+                static_cast<ssize_t>(bytes.size()));
+    }
+};
+
+SyncAddress loopback(uint16_t port) {
+    SyncAddress a;
+    a.family = IpFamily::ipv4;
+    inet_pton(AF_INET, "127.0.0.1", a.address.bytes);
+    a.port = port;
+    a.text = "127.0.0.1:" + std::to_string(port);
+    return a;
+}
+
+std::unique_ptr<SyncChannel> channel_for(PipelineLab& lab, uint16_t peer_port) {
+    SyncChannelSettings settings{loopback(0), {loopback(peer_port)}, kKey, 7};
+    return std::make_unique<SyncChannel>(settings, lab.dataplane().sync_event_rings(),
+                                         lab.dataplane().sync_apply_rings(), nullptr);
+}
+
+// Runs the channel until the peer received at least one datagram with events (at most a second).
+std::vector<std::vector<uint8_t>> sent_events(SyncChannel& channel, LoopbackPeer& peer, std::size_t& events) {
+    std::vector<std::vector<uint8_t>> datagrams;
+    events = 0;
+    SyncDatagram d;
+    for (int turn = 0; turn < 200 && events == 0; ++turn) {
+        channel.run_once(5);
+        for (auto& bytes : peer.receive()) {
+            REQUIRE(decode_sync_datagram(bytes, kKey, d) == SyncDecodeError::none);
+            if (d.header.type != SyncMessageType::events) continue;
+            events += d.header.count;
+            datagrams.push_back(std::move(bytes));
+        }
+    }
+    return datagrams;
+}
+
+}  // namespace
+
+TEST_CASE("sync: a NAT connection learned from a peer carries its replies and strict TCP there", "[pipeline][sync]") {
+    const std::string yaml = nat_config(write_key_file());
+    PipelineLab lab(yaml);
+    REQUIRE(lab.dataplane().sync_event_rings().size() == 2);
+    LoopbackPeer peer;
+    const char *client = "203.0.113.7", *vip = "192.0.2.100", *backend = "10.1.0.11", *pool = "10.1.0.100";
+
+    // The handshake on the first instance.
+    std::vector<Bytes> out = lab.exchange("client", {frame(segment(client, 41000, vip, 80, kSyn, 1000, 0))}, "server");
+    REQUIRE(out.size() == 1);
+    const uint16_t port = read_frame(out[0]).src_port;
+    REQUIRE(
+        lab.exchange("server", {frame(segment(backend, 8080, pool, port, kSyn | kAck, 7000, 1001))}, "client").size() ==
+        1);
+    REQUIRE(lab.exchange("client", {frame(segment(client, 41000, vip, 80, kAck, 1001, 7001))}, "server").size() == 1);
+    CHECK(lab.totals().sync_events_queued >= 2);  // opened, then established
+    CHECK(lab.totals().sync_events_dropped == 0);
+
+    std::vector<std::vector<uint8_t>> datagrams;
+    {
+        auto first = channel_for(lab, peer.port);
+        std::size_t events = 0;
+        datagrams = sent_events(*first, peer, events);
+        CHECK(events == lab.totals().sync_events_queued);
+        CHECK(first->counters().events_sent.load() == events);
+        SyncDatagram d;
+        REQUIRE(decode_sync_datagram(datagrams.back(), kKey, d) == SyncDecodeError::none);
+        const SyncEvent& last = d.events[d.header.count - 1];
+        CHECK(last.nat_port == port);
+        CHECK(last.state == ConnState::tcp_established);
+        CHECK(last.backend != 0);
+    }
+
+    // The second instance: nothing of the connection until the peer's events arrive.
+    lab.restart(yaml);
+    CHECK(lab.exchange("server", {frame(segment(backend, 8080, pool, port, kAck, 7001, 1001, 10))}, "client").empty());
+    CHECK(lab.drops(DropReason::nat_no_connection) == 1);
+
+    auto second = channel_for(lab, peer.port);
+    std::vector<uint8_t> forged = datagrams.front();
+    forged[kSyncHeaderBytes + 3] ^= 0x40;  // an event's address altered on the way
+    peer.send_to(second->bound_port(), forged);
+    for (const auto& bytes : datagrams) peer.send_to(second->bound_port(), bytes);
+    peer.send_to(second->bound_port(), datagrams.front());  // replayed
+    for (int turn = 0; turn < 20; ++turn) second->run_once(2);
+    CHECK(second->counters().forged.load() == 1);
+    CHECK(second->counters().replayed.load() == 1);
+    CHECK(second->counters().events_received.load() >= 2);
+    lab.run();
+    CHECK(lab.totals().sync_installed == 1);
+    CHECK(lab.totals().sync_refused == 0);
+
+    // The backend's data comes back to the client from the VIP, as on the first instance.
+    out = lab.exchange("server", {frame(segment(backend, 8080, pool, port, kAck, 7001, 1001, 10))}, "client");
+    REQUIRE(out.size() == 1);
+    const SeenFrame reply = read_frame(out[0]);
+    CHECK(reply.src == vip);
+    CHECK(reply.src_port == 80);
+    CHECK(reply.dst == client);
+    CHECK(reply.dst_port == 41000);
+    CHECK(reply.checksums_ok);
+    // The client's data goes on to the backend from the pool port: no loose pickup (a nat service never has it).
+    out = lab.exchange("client", {frame(segment(client, 41000, vip, 80, kAck, 1001, 7011, 20))}, "server");
+    REQUIRE(out.size() == 1);
+    CHECK(read_frame(out[0]).src_port == port);
+    CHECK(read_frame(out[0]).src == pool);
+    // Strict window checking goes on: data far outside the window is dropped.
+    CHECK(lab.exchange("client", {frame(segment(client, 41000, vip, 80, kAck, 1001 + 0x40000000, 7011, 20))}, "server")
+              .empty());
+    CHECK(lab.drops(DropReason::tcp_out_of_window) == 1);
+    CHECK(lab.drops(DropReason::lb_nat_no_state) == 0);
+    // The port is held on the worker that owns it: a new connection cannot take it.
+    std::size_t held = 0;
+    lab.dataplane().for_each_lcore([&](const LcoreContext& ctx) {
+        if (ctx.nat_ports) held += ctx.nat_ports->in_use(0, 0);
+    });
+    CHECK(held == 1);
+}
+
+TEST_CASE("sync: a gap in a peer's sequence asks it for the missing datagrams", "[pipeline][sync]") {
+    const std::string yaml = nat_config(write_key_file());
+    PipelineLab lab(yaml);
+    LoopbackPeer peer;
+    auto channel = channel_for(lab, peer.port);
+    const auto datagram = [](uint64_t sequence) {
+        SyncDatagramWriter w(SyncHeader{SyncMessageType::events, 0, 9, 1234, sequence});
+        const auto bytes = w.seal(kKey);
+        return std::vector<uint8_t>(bytes.begin(), bytes.end());
+    };
+    peer.send_to(channel->bound_port(), datagram(1));
+    peer.send_to(channel->bound_port(), datagram(4));
+    for (int turn = 0; turn < 10; ++turn) channel->run_once(2);
+    CHECK(channel->counters().gaps.load() == 1);
+    bool asked = false;
+    SyncDatagram d;
+    for (const auto& bytes : peer.receive()) {
+        REQUIRE(decode_sync_datagram(bytes, kKey, d) == SyncDecodeError::none);
+        if (d.header.type != SyncMessageType::resend_request) continue;
+        asked = true;
+        CHECK(d.resend_first == 2);
+        CHECK(d.resend_last == 3);
+    }
+    CHECK(asked);
+    // The resent datagrams are taken; a second copy is a replay.
+    peer.send_to(channel->bound_port(), datagram(2));
+    peer.send_to(channel->bound_port(), datagram(3));
+    peer.send_to(channel->bound_port(), datagram(3));
+    for (int turn = 0; turn < 10; ++turn) channel->run_once(2);
+    CHECK(channel->counters().datagrams_received.load() == 4);
+    CHECK(channel->counters().replayed.load() == 1);
+    const std::vector<SyncPeerStatus> peers = channel->peers();
+    REQUIRE(peers.size() == 1);
+    CHECK(peers[0].up);
+    CHECK(peers[0].instance == 9);
+    CHECK(peers[0].highest_sequence == 4);
+}
+
+TEST_CASE("sync: a peer's resend request is answered from the history", "[pipeline][sync]") {
+    const std::string yaml = nat_config(write_key_file());
+    PipelineLab lab(yaml);
+    LoopbackPeer peer;
+    auto channel = channel_for(lab, peer.port);
+    lab.exchange("client", {frame(segment("203.0.113.7", 41000, "192.0.2.100", 80, kSyn, 1000, 0))}, "server");
+    std::size_t events = 0;
+    const auto sent = sent_events(*channel, peer, events);
+    REQUIRE(events == 1);
+    SyncDatagram d;
+    REQUIRE(decode_sync_datagram(sent.back(), kKey, d) == SyncDecodeError::none);
+    const uint64_t sequence = d.header.sequence;
+    SyncDatagramWriter request(SyncHeader{SyncMessageType::resend_request, 0, 9, 1234, 0});
+    request.set_resend_range(sequence, sequence);
+    const auto bytes = request.seal(kKey);
+    peer.send_to(channel->bound_port(), {bytes.begin(), bytes.end()});
+    std::vector<std::vector<uint8_t>> again;
+    for (int turn = 0; turn < 20 && again.empty(); ++turn) {
+        channel->run_once(2);
+        for (auto& b : peer.receive())
+            if (b == sent.back()) again.push_back(b);
+    }
+    CHECK(again.size() == 1);
+    CHECK(channel->counters().resent.load() == 1);
+}
