@@ -7,10 +7,12 @@
 #   4. start sluice in sl-gw, wait for "ready:"
 #   5. ping the server from the client over IPv4 and IPv6 (replies must come back with TTL 63: one hop, sluice)
 #   6. fetch a file over TCP (IPv4 and IPv6) from an HTTP server in sl-server, compare checksums
-#   7. the load balancer: HTTP requests to a full-NAT VIP and a DSR VIP, UDP to a NAT VIP, printing which backend
+#   7. a route learned over BGP: sl-router's BIRD announces 10.77.50.0/24, the gateway's BIRD installs it into the
+#      kernel table sluice mirrors; an HTTP request to 10.77.50.1 goes through that route
+#   8. the load balancer: HTTP requests to a full-NAT VIP and a DSR VIP, UDP to a NAT VIP, printing which backend
 #      answered each; a backend stopped and started again (health checks take it out and bring it back)
-#   8. the firewall's verdicts (sluicectl rules), the backends (sluicectl backends), a few lines of /metrics
-#   9. print sluice's counters, then how to look around and how to stop
+#   9. the firewall's verdicts (sluicectl rules), the backends (sluicectl backends), a few lines of /metrics
+#  10. print sluice's counters, then how to look around and how to stop
 #
 # usage: demo.sh [--once] [--rebuild] [--no-deps]
 #   --once      tear everything down at the end; exit status 1 if any step failed (for tests)
@@ -226,6 +228,25 @@ lb_health() {
   note "backend3 is up again"
 }
 
+# The route to sl-router's network comes from BGP: sl-router's BIRD announces it to sl-gw's BIRD, which installs it
+# into kernel table 100; sluice mirrors that table. Waits for the route in sluice, then fetches from behind the router.
+routed() {
+  local deadline=$((SECONDS + 30)) t0=$SECONDS
+  until "${SLUICECTL[@]}" routes 2>/dev/null | grep -q '10\.77\.50\.0/24.*kernel'; do
+    [ "$SECONDS" -lt "$deadline" ] || {
+      note "10.77.50.0/24 did not reach sluice's route table within 30 s; sluicectl routes:"
+      "${SLUICECTL[@]}" routes 2>&1 | sed 's/^/     /'
+      note "kernel table 100 of sl-gw:"; ip -n sl-gw route show table 100 2>&1 | sed 's/^/     /'
+      return 1
+    }
+    sleep 0.2
+  done
+  note "BGP route in sluice after $((SECONDS - t0)) s; kernel table 100 of sl-gw: $(ip -n sl-gw route show table 100)"
+  note "sluicectl routes:"
+  "${SLUICECTL[@]}" routes | sed 's/^/     /'
+  vip_requests http://10.77.50.1/ 3
+}
+
 looks() {
   note "sluicectl rules:"
   "${SLUICECTL[@]}" rules | sed 's/^/     /' || return 1
@@ -283,6 +304,7 @@ if step "HTTP server in sl-server" http_server; then
   step "TCP transfer over IPv4" fetch4
   step "TCP transfer over IPv6" fetch6
 fi
+step "routed through a BIRD-fed table: 10.77.50.1 behind sl-router" routed
 step "load balancer: full NAT VIP 10.77.100.1:80 (weights 2:1:1)" lb_nat
 step "load balancer: DSR VIP 10.77.100.2:80" lb_dsr
 step "load balancer: UDP over NAT, VIP 10.77.100.3:53" lb_udp

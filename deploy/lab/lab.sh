@@ -10,13 +10,21 @@
 #                                   02:77:00:00:02:fe                          |
 #                                          sl-backend1..3: eth0 10.77.2.11..13 (02:77:00:00:03:01..03), VIP
 #                                          10.77.100.2 on lo (dsr), backend.py: HTTP :80 (its name), UDP :53
+#                                          sl-router: eth0 10.77.2.3 (02:77:00:00:04:01), the remote network
+#                                          10.77.50.0/24 behind it (remote0 10.77.50.1, backend.py "remote")
+#
+# Routing: sluice routes the client LAN's traffic (`routes:` in config/lab.yaml: a default route via 10.77.2.2, the
+# server host) and mirrors kernel table 100 of sl-gw (`routing: {kernel_table: 100}`), where the gateway's BIRD
+# installs what sl-router's BIRD announces over BGP (10.77.50.0/24 via 10.77.2.3; the session runs between the
+# kernels, sl-gw's gw-mgmt and sl-router's eth0). sluice resolves 10.77.2.2 and 10.77.2.3 with ARP from its port
+# address 10.77.2.1. Traffic back to the client LAN takes the server port's `forward` entry.
 #
 # sluice owns gw-client and gw-server through net_af_xdp and its XDP program (config/lab.yaml; SLUICE_LAB_DRIVER=
 # af_packet selects the af_packet fallback). The gateway addresses 10.77.1.1,
 # 10.77.2.1, fd77:1::1 and fd77:2::1 exist nowhere: the hosts reach them through permanent neighbour entries. sluice's
 # VIPs (10.77.100.0/24) and NAT pool (10.77.3.100) are routed to it the same way. gw-mgmt is the exception path: the
-# kernel of sl-gw reaches the backends through it for sluice's health checks, beside the data plane. Every neighbour
-# is permanent, so no ARP or ND crosses sluice. No link leaves the namespaces; nothing here touches the root
+# kernel of sl-gw reaches the backends through it for sluice's health checks and BGP, beside the data plane. The
+# hosts' neighbour entries for the gateway are permanent; sluice resolves its next hops itself. No link leaves the namespaces; nothing here touches the root
 # namespace's interfaces or routes.
 #
 # usage: lab.sh up        create the namespaces and links (tears down leftovers first)
@@ -40,7 +48,9 @@ NS_CLIENT=sl-client
 NS_SERVER=sl-server
 NS_GW=sl-gw
 BACKENDS=(1 2 3)
-NAMESPACES=("$NS_CLIENT" "$NS_SERVER" "$NS_GW" sl-backend1 sl-backend2 sl-backend3)
+NS_ROUTER=sl-router
+NAMESPACES=("$NS_CLIENT" "$NS_SERVER" "$NS_GW" sl-backend1 sl-backend2 sl-backend3 "$NS_ROUTER")
+KERNEL_TABLE=100  # routing.kernel_table in config/lab.yaml
 
 SLUICE_BIN=${SLUICE_BIN:-$root/build/app/sluice/sluice}
 CONFIG=${SLUICE_LAB_CONFIG:-$root/config/lab.yaml}
@@ -261,8 +271,10 @@ cmd_up() {
     setup_backend "$n"
     ip -n "$NS_GW" neigh replace "10.77.2.1$n" lladdr "02:77:00:00:03:0$n" dev gw-mgmt nud permanent
   done
+  setup_router
   say "up: $NS_CLIENT 10.77.1.2 fd77:1::2 <-> $NS_GW (gw-client, gw-server) <-> $NS_SERVER 10.77.2.2 fd77:2::2"
   say "    backends sl-backend1..3 10.77.2.11..13 (HTTP :80, UDP :53); health checks from $NS_GW via gw-mgmt 10.77.2.254"
+  say "    $NS_ROUTER 10.77.2.3 announces 10.77.50.0/24 over BGP to $NS_GW's BIRD (kernel table $KERNEL_TABLE)"
   say "start sluice with: $0 start"
 }
 
@@ -291,6 +303,58 @@ setup_backend() {
   ip -n "$ns" neigh replace 10.77.2.254 lladdr 02:77:00:00:02:fe dev eth0 nud permanent
   ip -n "$ns" route replace default via 10.77.2.1 dev eth0
   start_backend "$n"
+}
+
+# The router on the server LAN and the two BIRDs: sl-router announces its remote network 10.77.50.0/24 to the
+# gateway's BIRD (deploy/bird/gateway-kernel-table.conf with this lab's addresses), which installs it into kernel
+# table $KERNEL_TABLE of sl-gw for sluice to mirror. The router reaches the client LAN through sluice (10.77.2.1,
+# a permanent neighbour as on the other hosts); its HTTP server on 10.77.50.1 is the demo's routed destination.
+setup_router() {
+  command -v bird >/dev/null || die "bird is missing (apt-get install bird2; deploy/install-deps.sh does it)"
+  local nsx=(ip netns exec "$NS_ROUTER")
+  ip -n "$NS_GW" link add gw-rt type veth peer name eth0 netns "$NS_ROUTER"  # made in sl-gw, moved out next
+  ip -n "$NS_GW" link set gw-rt netns "$NS_SERVER" name rt
+  bridge_port "$NS_SERVER" rt
+  ip netns exec "$NS_SERVER" bridge fdb replace 02:77:00:00:04:01 dev rt master static
+  "${nsx[@]}" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  "${nsx[@]}" ip link set lo up
+  ip -n "$NS_ROUTER" link set eth0 address 02:77:00:00:04:01
+  no_offloads "$NS_ROUTER" eth0
+  ip -n "$NS_ROUTER" addr add 10.77.2.3/24 dev eth0
+  ip -n "$NS_ROUTER" link set eth0 up
+  # The remote network: a veth pair inside sl-router (no dummy driver in every kernel); remote0 holds its address.
+  ip -n "$NS_ROUTER" link add remote0 type veth peer name remote0p
+  ip -n "$NS_ROUTER" link set remote0p up
+  ip -n "$NS_ROUTER" addr add 10.77.50.1/24 dev remote0
+  ip -n "$NS_ROUTER" link set remote0 up
+  ip -n "$NS_ROUTER" neigh replace 10.77.2.1 lladdr 02:77:00:00:02:01 dev eth0 nud permanent
+  ip -n "$NS_ROUTER" route replace 10.77.1.0/24 via 10.77.2.1 dev eth0
+  mkdir -p "$STATE"
+  setsid "${nsx[@]}" "$PYTHON" "$here/backend.py" remote >"$STATE/remote.log" 2>&1 </dev/null &
+  echo $! >"$STATE/remote.pid"
+  cat >"$STATE/bird-router.conf" <<EOF
+log "$STATE/bird-router.log" all;
+router id 10.77.2.3;
+protocol device { scan time 10; }
+protocol static remote_net { ipv4; route 10.77.50.0/24 via "remote0"; }
+protocol bgp to_gateway {
+    local 10.77.2.3 as 65050;
+    neighbor 10.77.2.254 as 65077;
+    hold time 9; keepalive time 3; connect retry time 1;
+    ipv4 { import none; export where proto = "remote_net"; next hop self; };
+}
+EOF
+  # The gateway's side is the example config itself, with this lab's addresses and one router.
+  sed -e "s#^log syslog all;#log \"$STATE/bird-gw.log\" all;#" \
+      -e "s#^router id .*#router id 10.77.2.254;#" \
+      -e "s#kernel table 100;#kernel table $KERNEL_TABLE;#" \
+      -e "s#local as 65000;#local as 65077;#" \
+      -e "s#hold time 9; keepalive time 3;#hold time 9; keepalive time 3; connect retry time 1;#" \
+      -e '/^protocol bgp router/d' "$root/deploy/bird/gateway-kernel-table.conf" >"$STATE/bird-gw.conf"
+  echo 'protocol bgp router1 from upstream { neighbor 10.77.2.3 as 65050; source address 10.77.2.254; }' \
+    >>"$STATE/bird-gw.conf"
+  ip netns exec "$NS_GW" bird -c "$STATE/bird-gw.conf" -s "$STATE/bird-gw.ctl" -P "$STATE/bird-gw.pid"
+  "${nsx[@]}" bird -c "$STATE/bird-router.conf" -s "$STATE/bird-router.ctl" -P "$STATE/bird-router.pid"
 }
 
 # Starts backend N's servers (backend.py) in its namespace and waits until it listens.
@@ -449,6 +513,11 @@ cmd_status() {
     fi
   done
   [ "$any" -eq 1 ] || { echo "the lab is down (start it with $0 up)"; }
+  if [ -S "$STATE/bird-gw.ctl" ]; then
+    echo "BGP (sl-gw's BIRD): $(birdc -s "$STATE/bird-gw.ctl" show protocols router1 2>&1 | awk '$1 == "router1" {print $4, $6}')"
+    echo "kernel table $KERNEL_TABLE of $NS_GW (what sluice mirrors):"
+    ip -n "$NS_GW" route show table "$KERNEL_TABLE" 2>/dev/null | sed 's/^/  /'
+  fi
   local pid p
   if pid=$(sluice_pid); then
     echo "sluice: running, pid $pid, log $LOG"
