@@ -165,7 +165,8 @@ SyncInstall install_sync_event(ConnTable& table, NatPortPool& nat_ports, const L
         // check is liberal until both are), keeping the scales the handshake announced and the rule's check.
         TcpWindow& w = table.window(conn);
         w = event.window;
-        for (uint8_t& f : w.flags) f = static_cast<uint8_t>(f & ~(kWindowSideSeen | kWindowSideBounded));
+        for (uint8_t& f : w.flags)
+            f = static_cast<uint8_t>(f & ~(kWindowSideSeen | kWindowSideBounded | kWindowSideAcked));
     }
     return fresh ? SyncInstall::installed : SyncInstall::updated;
 }

@@ -34,7 +34,7 @@ struct SyncEvent {
     ConnState state;
     uint8_t flags;  // the entry's flags, without kConnFlagLive and kConnFlagAlias
 };
-static_assert(sizeof(SyncEvent) == 96);
+static_assert(sizeof(SyncEvent) == 128);  // two cache lines: TcpWindow is one, aligned
 
 // The flags an event carries: sub-state bits, one-way, syn_proxy (live and alias belong to the table's own slots).
 inline constexpr uint8_t kSyncedFlags = static_cast<uint8_t>(~(kConnFlagLive | kConnFlagAlias));
