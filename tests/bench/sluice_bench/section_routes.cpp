@@ -35,7 +35,7 @@ std::unique_ptr<Snapshot> routed_snapshot(const Dpdk& d, uint32_t count, Rng& rn
                                             .next_hops = hops});
     }
     LiveState live;
-    live.neighbours = [](IpFamily, const IpAddress& a) -> std::optional<rte_ether_addr> {
+    live.neighbours = [](uint16_t, IpFamily, const IpAddress& a) -> std::optional<rte_ether_addr> {
         return rte_ether_addr{{0x02, 0, 0, 0, 0x0b, a.bytes[3]}};
     };
     const std::vector<PortIdentity> ports{PortIdentity{"null", d.port, d.port_mac}};

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "control/neighbours.hpp"
+#include "packet/vlan.hpp"
 
 using namespace sluice;
 
@@ -28,7 +29,7 @@ TEST_CASE("neighbours: a gleaned host is solicited, kept while it answers, forgo
     CHECK_FALSE(table.want(target(11)));  // a target already
     CHECK(table.due(now).size() == 2);
     CHECK(table.gleaned().empty());
-    CHECK(table.learn(IpFamily::ipv4, target(99).address, kMac, now));
+    CHECK(table.learn(1, IpFamily::ipv4, target(99).address, kMac, now));
     REQUIRE(table.gleaned().size() == 1);
     CHECK(table.gleaned()[0].first.address == target(99).address);
     table.set_targets({target(11)});  // a reload keeps it
@@ -55,4 +56,19 @@ TEST_CASE("neighbours: a gleaned host that never answers goes after a few solici
     }
     CHECK(table.size() == 0);
     CHECK(table.want(target(77)));  // asked for again: tried again
+}
+
+TEST_CASE("neighbours: keyed by interface: an address heard on another VLAN teaches nothing", "[neighbours]") {
+    NeighbourTable table;
+    NeighbourTarget on_vlan = target(11);
+    on_vlan.port_id = interface_id(1, 100);
+    table.set_targets({target(11), on_vlan});  // one address on port 1's own link and on its VLAN 100
+    CHECK(table.size() == 2);
+    const auto now = NeighbourTable::Clock::now();
+    CHECK_FALSE(table.learn(interface_id(1, 200), IpFamily::ipv4, on_vlan.address, kMac, now));
+    CHECK_FALSE(table.lookup(interface_id(1, 100), IpFamily::ipv4, on_vlan.address));
+    CHECK(table.learn(interface_id(1, 100), IpFamily::ipv4, on_vlan.address, kMac, now));
+    CHECK(table.lookup(interface_id(1, 100), IpFamily::ipv4, on_vlan.address));
+    CHECK_FALSE(table.lookup(1, IpFamily::ipv4, on_vlan.address));  // port 1's own link is another
+    CHECK(table.resolved() == 1);
 }

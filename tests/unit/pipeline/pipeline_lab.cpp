@@ -179,7 +179,7 @@ std::vector<Bytes> PipelineLab::take_sent(const std::string& port) {
 
 LiveState PipelineLab::live_state() {
     LiveState live;
-    live.neighbours = [this](IpFamily family, const IpAddress& address) -> std::optional<rte_ether_addr> {
+    live.neighbours = [this](uint16_t, IpFamily family, const IpAddress& address) -> std::optional<rte_ether_addr> {
         const std::string key(reinterpret_cast<const char*>(address.bytes), family == IpFamily::ipv4 ? 4 : 16);
         const auto it = neighbours_.find(key);
         return it == neighbours_.end() ? std::nullopt : std::optional(it->second);
