@@ -199,7 +199,8 @@ void PipelineLab::set_neighbour(const std::string& address, std::optional<std::a
 
 void PipelineLab::add_connected_host(const std::string& address, const std::string& port,
                                      const std::array<uint8_t, 6>& mac) {
-    ConnectedHost host{.family = is_v6(address) ? IpFamily::ipv6 : IpFamily::ipv4, .port = port_id(port)};
+    ConnectedHost host{.family = is_v6(address) ? IpFamily::ipv6 : IpFamily::ipv4,
+                       .port = interface_named(identities_, config_.canonical_interface(port))};
     const Bytes bytes = address_bytes(address);
     std::memcpy(host.address.bytes, bytes.data(), bytes.size());
     std::memcpy(host.mac.addr_bytes, mac.data(), 6);
