@@ -36,7 +36,8 @@ constexpr uint16_t interface_vlan(uint16_t interface) {
 class PortVlans {
 public:
     void add(uint16_t port, uint16_t vlan) { carried_[port].set(vlan); }
-    bool carries(uint16_t port, uint16_t vlan) const { return port <= kMaxVlanPort && carried_[port].test(vlan); }
+    // vlan < 4096 (12 bits): operator[], which checks nothing and never throws, unlike test().
+    bool carries(uint16_t port, uint16_t vlan) const { return port <= kMaxVlanPort && carried_[port][vlan]; }
 
 private:
     std::array<std::bitset<4096>, kMaxVlanPort + 1> carried_{};
