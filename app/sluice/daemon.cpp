@@ -347,7 +347,8 @@ private:
                         return on_control_thread([this] {
                             return describe_neighbours(
                                 neighbours_.listing(NeighbourTable::Clock::now()),
-                                [this](uint16_t id) { return port_name(id); }, kNeighbourLinesShown);
+                                [this](uint16_t interface) { return interface_name(port_identities_, interface); },
+                                kNeighbourLinesShown);
                         });
                     },
             });
@@ -400,8 +401,7 @@ private:
                 Config one;
                 one.port_addresses = {own};
                 if (!on_link(one, port, family, address)) continue;
-                for (const PortIdentity& p : port_identities_)
-                    if (p.name == port) targets.push_back({family, address, p.id, own.address});
+                targets.push_back({family, address, interface_named(port_identities_, port), own.address});
                 return;
             }
         };
@@ -413,7 +413,7 @@ private:
         for (const ServiceConfig& service : config.services)
             for (const BackendConfig& b : service.backends)
                 if (!b.has_mac)
-                    for (const PortSpec& p : config.ports) add(p.name, b.family, b.address);
+                    for (const std::string& interface : config.interfaces()) add(interface, b.family, b.address);
         neighbours_.set_targets(targets);
     }
 
@@ -431,11 +431,12 @@ private:
         }
         for (const NeighbourEvent& e : events) {
             if (rte_is_zero_ether_addr(&e.mac)) continue;
-            if (neighbours_.learn(e.family, e.address, e.mac, now)) {
+            if (neighbours_.learn(e.port, e.family, e.address, e.mac, now)) {
                 changed = true;
                 const auto& m = e.mac.addr_bytes;
-                spdlog::info("neighbour {} is at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                             to_string(e.address, e.family), m[0], m[1], m[2], m[3], m[4], m[5]);
+                spdlog::info("neighbour {} is at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} on {}",
+                             to_string(e.address, e.family), m[0], m[1], m[2], m[3], m[4], m[5],
+                             interface_name(port_identities_, e.port));
             }
         }
         for (const NeighbourTarget& t : neighbours_.due(now)) {
@@ -469,21 +470,17 @@ private:
         return "port " + std::to_string(id);
     }
 
-    // A worker routed packets to e.address, a host on the connected link of port e.port that sluice has not
+    // A worker routed packets to e.address, a host on the connected link of interface e.port that sluice has not
     // resolved: resolved like a target from sluice's own address on that link.
     void glean(const NeighbourEvent& e) {
-        for (const PortIdentity& p : port_identities_) {
-            if (p.id != e.port) continue;
-            for (const PortAddress& own : config().port_addresses) {
-                Config one;
-                one.port_addresses = {own};
-                if (own.port != p.name || own.family != e.family || !on_link(one, p.name, e.family, e.address))
-                    continue;
-                if (neighbours_.want({e.family, e.address, p.id, own.address}))
-                    spdlog::debug("resolving {} on {} (packets are routed to it)", to_string(e.address, e.family),
-                                  p.name);
-                return;
-            }
+        const std::string name = interface_name(port_identities_, e.port);
+        for (const PortAddress& own : config().port_addresses) {
+            Config one;
+            one.port_addresses = {own};
+            if (own.port != name || own.family != e.family || !on_link(one, name, e.family, e.address)) continue;
+            if (neighbours_.want({e.family, e.address, e.port, own.address}))
+                spdlog::debug("resolving {} on {} (packets are routed to it)", to_string(e.address, e.family), name);
+            return;
         }
     }
 
@@ -497,7 +494,9 @@ private:
     }
 
     NeighbourLookup neighbour_lookup() {
-        return [this](IpFamily family, const IpAddress& address) { return neighbours_.lookup(family, address); };
+        return [this](uint16_t interface, IpFamily family, const IpAddress& address) {
+            return neighbours_.lookup(interface, family, address);
+        };
     }
 
     // Telemetry thread: runs job on the control thread and returns its lines. The job owns what it reads but the

@@ -12,6 +12,7 @@ namespace sluice {
     X(l2_truncated, "frame shorter than its Ethernet and VLAN headers")                                                \
     X(not_ip, "ethertype is neither IPv4 nor IPv6")                                                                    \
     X(vlan_too_deep, "more than two VLAN tags")                                                                        \
+    X(vlan_unknown, "tagged for a VLAN its port does not carry (ports[].vlans), 802.1ad, or two tags")                 \
     X(ipv4_truncated, "frame ends inside the IPv4 header")                                                             \
     X(ipv4_bad_version, "IPv4 ethertype but IP version is not 4")                                                      \
     X(ipv4_bad_ihl, "IPv4 header length (IHL) below 5")                                                                \
@@ -94,6 +95,7 @@ namespace sluice {
     X(route_reject, "the destination's route is a reject route (an ICMP/ICMPv6 unreachable is sent)")                  \
     X(ring_full, "the owning worker's input ring was full")                                                            \
     X(tx_full, "the TX queue did not accept the packet")                                                               \
+    X(vlan_no_room, "no headroom left for the VLAN tag it leaves with (not expected: mbufs have 128 bytes)")           \
     X(shutdown, "still queued when the port stopped")
 
 enum class DropReason : uint8_t {

@@ -14,6 +14,7 @@
 
 #include "control/config_decoder.hpp"
 #include "dpdk/mempool.hpp"
+#include "packet/vlan.hpp"
 #include "pipeline/lcore_context.hpp"
 
 namespace sluice {
@@ -34,6 +35,22 @@ const PortSpec* Config::find_port(const std::string& name) const {
         if (p.name == name) return &p;
     return nullptr;
 }
+
+std::string Config::canonical_interface(const std::string& name) const {
+    if (find_port(name)) return name;
+    for (const VlanConfig& v : vlans)
+        if (v.interface() == name || (!v.name.empty() && v.name == name)) return v.interface();
+    return {};
+}
+
+std::vector<std::string> Config::interfaces() const {
+    std::vector<std::string> names;
+    for (const PortSpec& p : ports) names.push_back(p.name);
+    for (const VlanConfig& v : vlans) names.push_back(v.interface());
+    return names;
+}
+
+std::string interface_port_name(const std::string& interface) { return interface.substr(0, interface.find('.')); }
 
 namespace config_detail {
 
@@ -66,6 +83,50 @@ const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "err
 
 bool is_power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 
+// Port and VLAN names become metric labels and telemetry keys.
+bool is_interface_name(const std::string& name) {
+    return !name.empty() && name.size() <= 32 && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+}
+
+// ports[].vlans: {id, name, addresses} each (the addresses: decode_port_addresses). names: each VLAN's own name
+// and where it was given, checked against the ports' names once all are known.
+void decode_vlans(Decoder& d, const YAML::Node& node, const std::string& port, Config& config,
+                  std::map<std::string, YAML::Mark>& names) {
+    const std::string what = "port '" + port + "' vlans";
+    if (!d.sequence(node, what)) return;
+    std::map<uint16_t, YAML::Mark> ids;
+    for (const YAML::Node& v : node) {
+        if (!d.map(v, "a VLAN of port '" + port + "'", {"id", "name", "addresses"})) continue;
+        VlanConfig vlan{.port = port};
+        bool has_id = false;
+        d.field(v, "id", "a VLAN of port '" + port + "'", true, [&](const YAML::Node& id) {
+            has_id = d.integer(id, "port '" + port + "' VLAN id", vlan.id, 1, kMaxVlanId);
+            if (has_id && ids.count(vlan.id)) {
+                d.error(id, "port '" + port + "': VLAN " + std::to_string(vlan.id) +
+                                " is listed twice (first at line " + std::to_string(ids[vlan.id].line + 1) + ")");
+                has_id = false;
+            }
+            if (has_id) ids[vlan.id] = id.Mark();
+        });
+        d.field(v, "name", "VLAN " + vlan.interface(), false, [&](const YAML::Node& n) {
+            if (!d.string(n, "VLAN " + vlan.interface() + " name", vlan.name)) return;
+            if (!is_interface_name(vlan.name)) {
+                d.error(n, "VLAN name '" + vlan.name + "' must be 1-32 letters, digits or underscores");
+                vlan.name.clear();
+            } else if (names.count(vlan.name)) {
+                d.error(n, "VLAN name '" + vlan.name + "' is used twice (first at line " +
+                               std::to_string(names[vlan.name].line + 1) + ")");
+                vlan.name.clear();
+            } else {
+                names[vlan.name] = n.Mark();
+            }
+        });
+        if (has_id) config.vlans.push_back(vlan);
+    }
+}
+
 // A net_af_packet device's queue pairs (its qpairs= argument, 1 when absent); nothing for other devices or a value
 // that is not a number (the PMD refuses those).
 std::optional<unsigned long> af_packet_qpairs(const std::string& device) {
@@ -81,19 +142,16 @@ std::optional<unsigned long> af_packet_qpairs(const std::string& device) {
 
 void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<std::string, YAML::Mark>& port_marks) {
     if (!d.sequence(node, "ports")) return;
+    std::map<std::string, YAML::Mark> vlan_names;
     for (const YAML::Node& p : node) {
         if (!d.map(p, "a port",
                    {"name", "device", "rx_queues", "rx_descriptors", "tx_descriptors", "mtu", "promiscuous",
-                    "addresses", "xdp_steering"}))
+                    "addresses", "xdp_steering", "vlans"}))
             continue;
         PortSpec spec;
         d.field(p, "name", "a port", true, [&](const YAML::Node& v) { d.string(v, "port name", spec.name); });
         const std::string what = "port '" + spec.name + "'";
-        if (!spec.name.empty() &&
-            (spec.name.size() > 32 || !std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
-                 return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-             }))) {
-            // Names become metric labels and telemetry keys.
+        if (!spec.name.empty() && !is_interface_name(spec.name)) {
             d.error(p["name"], "port name '" + spec.name + "' must be 1-32 letters, digits or underscores");
             spec.name.clear();
         }
@@ -150,8 +208,12 @@ void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<s
         }
         port_marks[spec.name] = p.Mark();
         config.ports.push_back(spec);
+        d.field(p, "vlans", what, false,
+                [&](const YAML::Node& v) { decode_vlans(d, v, spec.name, config, vlan_names); });
     }
     if (node.size() == 0) d.error(node, "ports must list at least one port");
+    for (const auto& [name, mark] : vlan_names)
+        if (port_marks.count(name)) d.error(mark, "VLAN name '" + name + "' is a port's name");
     std::set<std::string> devices;
     for (const PortSpec& spec : config.ports)
         if (!spec.device.empty() && !devices.insert(device_name(spec.device)).second)
@@ -233,12 +295,19 @@ void decode_forward(Decoder& d, const YAML::Node& node, Config& config) {
     for (const YAML::Node& f : node) {
         if (!d.map(f, "a forward entry", {"from", "to", "next_hop_mac", "next_hop"})) continue;
         ForwardConfig entry;
-        for (auto [key, out] : {std::pair{"from", &entry.from}, {"to", &entry.to}}) {
-            d.field(f, key, "a forward entry", true, [&, key = key, out = out](const YAML::Node& v) {
-                if (d.string(v, std::string("forward ") + key, *out) && !config.find_port(*out))
-                    d.error(v, std::string("forward ") + key + ": unknown port '" + *out + "'");
-            });
-        }
+        d.field(f, "from", "a forward entry", true, [&](const YAML::Node& v) {
+            if (!d.string(v, "forward from", entry.from) || config.find_port(entry.from)) return;
+            d.error(v, config.canonical_interface(entry.from).empty()
+                           ? "forward from: unknown port '" + entry.from + "'"
+                           : "forward from: '" + entry.from +
+                                 "' is a VLAN; a forward entry takes a port's frames on "
+                                 "all its VLANs (route a VLAN's with routes)");
+        });
+        d.field(f, "to", "a forward entry", true, [&](const YAML::Node& v) {
+            if (!d.string(v, "forward to", entry.to)) return;
+            entry.to = config.canonical_interface(entry.to);
+            if (entry.to.empty()) d.error(v, "forward to: unknown port or VLAN '" + v.Scalar() + "'");
+        });
         if (!entry.from.empty() && !from_ports.insert(entry.from).second)
             d.error(f["from"], "forward: port '" + entry.from + "' already has a forward entry");
         if (!f["next_hop_mac"] && !f["next_hop"]) d.error(f, "a forward entry needs 'next_hop_mac' or 'next_hop'");
@@ -253,28 +322,55 @@ void decode_forward(Decoder& d, const YAML::Node& node, Config& config) {
     }
 }
 
-// ports[].addresses: "10.77.2.1/24" (the host address and its link's prefix), one or a list.
+// ports[].addresses and ports[].vlans[].addresses: "10.77.2.1/24" (the host address and its link's prefix), one or
+// a list. An address is one interface's: given twice, ARP/ND would answer for it on two links.
 void decode_port_addresses(Decoder& d, const YAML::Node& ports, Config& config) {
     if (!ports || !ports.IsSequence()) return;
-    for (const YAML::Node& p : ports) {
-        if (!p.IsMap() || !p["addresses"] || !p["name"] || !p["name"].IsScalar()) continue;
-        const std::string name = p["name"].Scalar();
-        for (const YAML::Node& a : one_or_list(d, p["addresses"], "port '" + name + "' addresses")) {
+    std::map<std::pair<IpFamily, std::string>, std::pair<std::string, YAML::Mark>> seen;
+    const auto decode = [&](const YAML::Node& list, const std::string& interface, const std::string& what) {
+        for (const YAML::Node& a : one_or_list(d, list, what + " addresses")) {
             const std::string text = a.IsScalar() ? a.Scalar() : "";
             const auto slash = text.find('/');
-            PortAddress address{.port = name};
+            PortAddress address{.port = interface};
             Prefix prefix;
             IpFamily family;
             if (slash == std::string::npos || !parse_prefix(text, prefix, family) ||
                 inet_pton(family == IpFamily::ipv4 ? AF_INET : AF_INET6, text.substr(0, slash).c_str(),
                           address.address.bytes) != 1) {
-                d.error(a,
-                        "port '" + name + "': address '" + text + "' is not ADDRESS/PREFIX-LENGTH, e.g. 10.77.2.1/24");
+                d.error(a, what + ": address '" + text + "' is not ADDRESS/PREFIX-LENGTH, e.g. 10.77.2.1/24");
                 continue;
             }
             address.family = family;
             address.length = prefix.length;
+            const auto [it, added] =
+                seen.try_emplace({family, to_string(address.address, family)}, interface, a.Mark());
+            if (!added) {
+                d.error(a,
+                        what + ": address " + to_string(address.address, family) +
+                            (it->second.first == interface ? " is given twice"
+                                                           : " is already an address of '" + it->second.first + "'") +
+                            " (first at line " + std::to_string(it->second.second.line + 1) + ")");
+                continue;
+            }
             config.port_addresses.push_back(address);
+        }
+    };
+    for (const YAML::Node& p : ports) {
+        if (!p.IsMap() || !p["name"] || !p["name"].IsScalar()) continue;
+        const std::string name = p["name"].Scalar();
+        if (p["addresses"]) decode(p["addresses"], name, "port '" + name + "'");
+        if (!p["vlans"] || !p["vlans"].IsSequence()) continue;
+        for (const YAML::Node& v : p["vlans"]) {
+            if (!v.IsMap() || !v["addresses"] || !v["id"] || !v["id"].IsScalar()) continue;
+            int id = 0;
+            try {
+                id = v["id"].as<int>();
+            } catch (const YAML::Exception&) {
+                continue;  // reported by decode_vlans
+            }
+            const std::string interface = name + "." + std::to_string(id);
+            if (config.canonical_interface(interface) != interface) continue;  // its id was refused
+            decode(v["addresses"], interface, "VLAN " + interface);
         }
     }
 }
@@ -436,6 +532,12 @@ ConfigResult load_config_file(const std::string& path) {
 
 bool on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {
     return config_detail::address_on_link(config, port, family, address);
+}
+
+std::string interface_on_link(const Config& config, IpFamily family, const IpAddress& address) {
+    for (const std::string& interface : config.interfaces())
+        if (on_link(config, interface, family, address)) return interface;
+    return {};
 }
 
 std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate) {

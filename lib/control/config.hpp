@@ -40,18 +40,31 @@ struct LcoreConfig {
 };
 
 struct ForwardConfig {
-    std::string from;
-    std::string to;
+    std::string from;  // a port: its frames on every VLAN
+    std::string to;    // an interface's canonical name
     rte_ether_addr next_hop_mac{};
     bool resolve_next_hop = false;  // next_hop given: its MAC comes from ARP/ND on the `to` port
     IpAddress next_hop{};
     IpFamily next_hop_family = IpFamily::none;
 };
 
-// One of sluice's own addresses on a port: answered in ARP/ND, the source of sluice's own solicitations there, and
-// its prefix says which next hops and backends are on that link.
-struct PortAddress {
+// ports[].vlans[]: an 802.1Q sub-interface of a port, an L3 interface of its own: its addresses, neighbours, routes
+// and rules (in_ports) are its own; frames tagged with its id on the port are its, and it sends tagged.
+struct VlanConfig {
     std::string port;
+    uint16_t id = 0;   // 1..4094
+    std::string name;  // its own name (ports[].vlans[].name), empty when none; "PORT.ID" names it always
+    std::string interface() const { return port + "." + std::to_string(id); }
+    friend bool operator==(const VlanConfig&, const VlanConfig&) = default;
+};
+
+// The port an interface's canonical name (Config::canonical_interface) belongs to: "trunk" of "trunk.100".
+std::string interface_port_name(const std::string& interface);
+
+// One of sluice's own addresses on an interface: answered in ARP/ND, the source of sluice's own solicitations there,
+// and its prefix says which next hops and backends are on that link.
+struct PortAddress {
+    std::string port;  // the interface's canonical name: a port's, or "PORT.ID" of one of its VLANs
     IpAddress address{};
     IpFamily family = IpFamily::none;
     uint8_t length = 0;
@@ -64,7 +77,7 @@ enum class RouteType : uint8_t { via, blackhole, reject };
 
 struct RouteNextHop {
     IpAddress address{};
-    std::string port;     // the port whose link it is on (given, or the one whose addresses hold it)
+    std::string port;     // the interface whose link it is on (given, or the one whose addresses hold it)
     uint32_t weight = 1;  // its share of the route's flows (ECMP)
     friend bool operator==(const RouteNextHop&, const RouteNextHop&) = default;
 };
@@ -132,7 +145,7 @@ struct RateLimitConfig {
 
 struct FirewallRuleConfig {
     std::string name;
-    std::vector<std::string> in_ports;  // port names; empty: any
+    std::vector<std::string> in_ports;  // interfaces' canonical names; empty: any
     AddressMatch source;
     AddressMatch destination;
     uint16_t protocol = kAnyProtocol;
@@ -268,6 +281,7 @@ struct Config {
     BgpConfig bgp;
     SyncConfig sync;
     std::vector<PortSpec> ports;
+    std::vector<VlanConfig> vlans;
     std::vector<PortAddress> port_addresses;
     std::vector<LcoreConfig> lcores;
     std::vector<ForwardConfig> forward;
@@ -275,6 +289,11 @@ struct Config {
     RoutingConfig routing;
 
     const PortSpec* find_port(const std::string& name) const;
+    // The canonical name of the interface `name` refers to: a port's name, or "PORT.ID" for one of its VLANs (named
+    // so, or by its own name); empty when none.
+    std::string canonical_interface(const std::string& name) const;
+    // Every interface's canonical name: the ports, then the VLANs.
+    std::vector<std::string> interfaces() const;
     // Workers track connections: the firewall is on or a service exists.
     bool tracks_connections() const { return firewall.enabled || !services.empty(); }
 };
@@ -293,8 +312,11 @@ ConfigResult load_config_text(const std::string& text, const std::string& name);
 // lcores, data-plane sizes, the metrics listener), one line each; empty when the candidate can go live.
 std::vector<std::string> restart_required_changes(const Config& running, const Config& candidate);
 
-// Whether address lies inside one of port's addresses (ports[].addresses): on that link, resolved with ARP/ND.
+// Whether address lies inside one of port's addresses (ports[].addresses; port: an interface's canonical name): on
+// that link, resolved with ARP/ND.
 bool on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address);
+// The first interface (Config::interfaces order) whose link holds address; empty when none.
+std::string interface_on_link(const Config& config, IpFamily family, const IpAddress& address);
 
 // The RX queues each rx lcore polls, as (port index, queue): the explicit lists, or every queue of every port
 // spread round-robin over the rx lcores when no lcore lists any. Indexed like config.lcores.

@@ -308,8 +308,9 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
         d.field(r, "in_ports", what, false, [&](const YAML::Node& v) {
             for (const YAML::Node& p : one_or_list(d, v, what + " in_ports")) {
                 const std::string port = p.IsScalar() ? p.Scalar() : "";
-                if (!config.find_port(port)) d.error(p, what + ": unknown port '" + port + "'");
-                else rule.in_ports.push_back(port);
+                const std::string interface = config.canonical_interface(port);
+                if (interface.empty()) d.error(p, what + ": unknown port or VLAN '" + port + "'");
+                else rule.in_ports.push_back(interface);
             }
         });
         d.field(r, "source", what, false,

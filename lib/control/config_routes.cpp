@@ -9,11 +9,11 @@
 namespace sluice::config_detail {
 namespace {
 
-// The ports whose links (addresses) hold address.
+// The interfaces (ports and VLANs) whose links (addresses) hold address.
 std::vector<std::string> ports_on_link(const Config& config, IpFamily family, const IpAddress& address) {
     std::vector<std::string> found;
-    for (const PortSpec& p : config.ports)
-        if (address_on_link(config, p.name, family, address)) found.push_back(p.name);
+    for (const std::string& interface : config.interfaces())
+        if (address_on_link(config, interface, family, address)) found.push_back(interface);
     return found;
 }
 
@@ -27,8 +27,9 @@ bool decode_next_hop(Decoder& d, const YAML::Node& node, const std::string& what
             return false;
         }
         d.field(node, "port", what, false, [&](const YAML::Node& v) {
-            if (d.string(v, what + " port", hop.port) && !config.find_port(hop.port))
-                d.error(v, what + ": unknown port '" + hop.port + "'");
+            if (!d.string(v, what + " port", hop.port)) return;
+            hop.port = config.canonical_interface(hop.port);
+            if (hop.port.empty()) d.error(v, what + ": unknown port or VLAN '" + v.Scalar() + "'");
         });
         d.field(node, "weight", what, false,
                 [&](const YAML::Node& v) { d.integer(v, what + " weight", hop.weight, 1, 1000); });
@@ -42,7 +43,7 @@ bool decode_next_hop(Decoder& d, const YAML::Node& node, const std::string& what
         return false;
     }
     if (!hop.port.empty()) {
-        if (config.find_port(hop.port) && !address_on_link(config, hop.port, family, hop.address))
+        if (!address_on_link(config, hop.port, family, hop.address))
             d.error(address, what + " " + text + " is inside no address of port '" + hop.port +
                                  "' (give the port an address on that link)");
         return true;

@@ -233,10 +233,7 @@ void check_dsr_backends(Decoder& d, const YAML::Node& services, const Config& co
             Prefix p;
             IpFamily family;
             if (!parse_prefix(b["address"].Scalar(), p, family)) continue;  // reported already
-            const bool local = std::any_of(config.ports.begin(), config.ports.end(), [&](const PortSpec& port) {
-                return address_on_link(config, port.name, family, p.address);
-            });
-            if (!local)
+            if (interface_on_link(config, family, p.address).empty())
                 d.error(b,
                         "service '" + name + "': dsr backend " + b["address"].Scalar() +
                             " needs a mac, or an address on one of sluice's links (ports[].addresses) to resolve it");

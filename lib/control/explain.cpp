@@ -228,12 +228,6 @@ void explain_service(const LbTables& lb, const FiveTuple& t, const NewPacketDeci
     }
 }
 
-std::string port_name(const std::vector<PortIdentity>& ports, uint16_t id) {
-    for (const PortIdentity& p : ports)
-        if (p.id == id) return p.name;
-    return "?";
-}
-
 // How the packet leaves: by its ingress port's forward entry, else by the route of its destination (a service's
 // packets: of their backend's address, which this line does not follow).
 std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentity>& ports, const PortIdentity& from,
@@ -241,7 +235,7 @@ std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentit
     const auto hop_text = [&](const ForwardEntry& e) {
         const auto& m = e.dst_mac.addr_bytes;
         return fmt::format("out on {} to {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}, TTL/hop limit - 1",
-                           port_name(ports, e.out_port), m[0], m[1], m[2], m[3], m[4], m[5]);
+                           interface_name(ports, interface_id(e.out_port, e.vlan)), m[0], m[1], m[2], m[3], m[4], m[5]);
     };
     const ForwardEntry& e = snapshot.forward_by_in_port[from.id];
     if (e.valid) return "forward: from " + from.name + " " + hop_text(e);
@@ -258,7 +252,7 @@ std::string forward_line(const Snapshot& snapshot, const std::vector<PortIdentit
     case RouteAction::blackhole: return head + "blackhole: dropped (route_blackhole)";
     case RouteAction::reject: return head + "reject: dropped (route_reject), ICMP unreachable sent";
     case RouteAction::connected:
-        return head + "connected on " + port_name(ports, entry.port) + ", destination not resolved: dropped " +
+        return head + "connected on " + interface_name(ports, entry.port) + ", destination not resolved: dropped " +
                "(neighbour_unresolved)";
     case RouteAction::via: break;
     }
@@ -272,19 +266,27 @@ std::vector<std::string> explain(const Snapshot& snapshot, const std::vector<Por
                                  uint16_t worker_count, const ExplainQuery& query) {
     std::vector<std::string> lines;
     const FiveTuple& t = query.tuple;
-    const PortIdentity* in = nullptr;
+    const PortIdentity* in = nullptr;  // the port, when the ingress is one of its VLANs too
     for (const PortIdentity& p : ports)
-        if (p.name == query.in_port) in = &p;
-    if (!query.in_port.empty() && !in) return {"no port named '" + query.in_port + "'"};
+        if (p.name == interface_port_name(query.in_port)) in = &p;
+    if (!query.in_port.empty() && !in) return {"no port named '" + interface_port_name(query.in_port) + "'"};
+    uint16_t in_interface = UINT16_MAX;
+    if (in) {
+        try {
+            in_interface = interface_named(ports, query.in_port);
+        } catch (const std::exception& e) {
+            return {std::string("error: ") + e.what()};  // a VLAN id that is no number, or a port above kMaxVlanPort
+        }
+    }
     lines.push_back("packet: " + to_string(t) + l4_text(t, query.l4) +
-                    (in ? " in on " + in->name : " (no ingress port given)"));
+                    (in ? " in on " + query.in_port : " (no ingress port given)"));
     const uint32_t hash = symmetric_flow_hash(t);
     lines.push_back(fmt::format("worker: {} of {} (symmetric hash {:08x}; replies go to the same worker)",
                                 (uint64_t{hash} * worker_count) >> 32, worker_count, hash));
 
     const FirewallTables& fw = *snapshot.firewall;
     const LbTables& lb = *snapshot.lb;
-    const NewPacketDecision d = decide_new_packet(snapshot, t, in ? in->id : UINT16_MAX, query.l4);
+    const NewPacketDecision d = decide_new_packet(snapshot, t, in_interface, query.l4);
     if (is_martian(d.reason)) {
         lines.push_back(fmt::format("martian: dropped on the RX lcore ({}: {})", drop_reason_name(d.reason),
                                     kDropReasonInfo[static_cast<std::size_t>(d.reason)].help));

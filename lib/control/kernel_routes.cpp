@@ -158,11 +158,8 @@ bool KernelRouteMirror::compile(const Key& key, const ByMetric& routes, const Co
     if (best.action != RouteAction::via) return true;
     for (const KernelRouteMessage::Hop& hop : best.hops) {
         if (out.hops.size() == kMaxRouteNextHops) break;
-        for (const PortIdentity& p : ports)
-            if (on_link(config, p.name, out.family, hop.gateway)) {
-                out.hops.push_back({hop.gateway, p.id, hop.weight});
-                break;
-            }
+        if (const std::string link = interface_on_link(config, out.family, hop.gateway); !link.empty())
+            out.hops.push_back({hop.gateway, interface_named(ports, link), hop.weight});
     }
     return !out.hops.empty();  // a device route, or no next hop on a link of sluice's
 }
@@ -269,12 +266,10 @@ std::vector<std::tuple<std::string, IpFamily, IpAddress>> KernelRouteMirror::nex
     for (const auto& [key, routes] : routes_) {
         if (routes.empty()) continue;
         for (const KernelRouteMessage::Hop& hop : routes.begin()->second.hops)
-            for (const PortSpec& p : config.ports)
-                if (on_link(config, p.name, std::get<0>(key), hop.gateway)) {
-                    if (seen.insert({p.name, std::get<0>(key), {hop.gateway.quads[0], hop.gateway.quads[1]}}).second)
-                        out.emplace_back(p.name, std::get<0>(key), hop.gateway);
-                    break;
-                }
+            if (const std::string link = interface_on_link(config, std::get<0>(key), hop.gateway);
+                !link.empty() &&
+                seen.insert({link, std::get<0>(key), {hop.gateway.quads[0], hop.gateway.quads[1]}}).second)
+                out.emplace_back(link, std::get<0>(key), hop.gateway);
     }
     return out;
 }

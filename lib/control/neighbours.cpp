@@ -9,8 +9,8 @@ namespace sluice {
 void NeighbourTable::set_targets(const std::vector<NeighbourTarget>& targets) {
     std::map<Key, Entry> next;
     for (const NeighbourTarget& t : targets) {
-        Entry& e = next[key(t.family, t.address)];
-        if (const auto old = entries_.find(key(t.family, t.address)); old != entries_.end()) e = old->second;
+        Entry& e = next[key(t)];
+        if (const auto old = entries_.find(key(t)); old != entries_.end()) e = old->second;
         e.target = t;
         e.gleaned = false;  // a target now: it has a host route
     }
@@ -22,7 +22,7 @@ void NeighbourTable::set_targets(const std::vector<NeighbourTarget>& targets) {
 
 bool NeighbourTable::want(const NeighbourTarget& target) {
     if (gleaned_count_ >= kMaxGleaned) return false;
-    const auto [it, added] = entries_.try_emplace(key(target.family, target.address));
+    const auto [it, added] = entries_.try_emplace(key(target));
     if (!added) return false;
     it->second.target = target;
     it->second.gleaned = true;
@@ -37,9 +37,9 @@ std::vector<std::pair<NeighbourTarget, rte_ether_addr>> NeighbourTable::gleaned(
     return out;
 }
 
-bool NeighbourTable::learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac,
+bool NeighbourTable::learn(uint16_t interface, IpFamily family, const IpAddress& address, const rte_ether_addr& mac,
                            Clock::time_point now) {
-    const auto it = entries_.find(key(family, address));
+    const auto it = entries_.find(key(interface, family, address));
     if (it == entries_.end()) return false;  // not an address sluice needs: nothing to keep (bounded by the config)
     Entry& e = it->second;
     const bool changed = !e.mac || std::memcmp(e.mac->addr_bytes, mac.addr_bytes, 6) != 0;
@@ -83,8 +83,9 @@ bool NeighbourTable::expire(Clock::time_point now) {
     return changed;
 }
 
-std::optional<rte_ether_addr> NeighbourTable::lookup(IpFamily family, const IpAddress& address) const {
-    const auto it = entries_.find(key(family, address));
+std::optional<rte_ether_addr> NeighbourTable::lookup(uint16_t interface, IpFamily family,
+                                                     const IpAddress& address) const {
+    const auto it = entries_.find(key(interface, family, address));
     return it == entries_.end() ? std::nullopt : it->second.mac;
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <rte_ether.h>
@@ -21,7 +22,7 @@ namespace sluice {
 struct NeighbourTarget {
     IpFamily family = IpFamily::none;
     IpAddress address{};
-    uint16_t port_id = 0;  // the port whose link it is on
+    uint16_t port_id = 0;  // the interface whose link it is on (packet/vlan.hpp: a port, or one of its VLANs)
     IpAddress sender{};    // sluice's own address on that link: the source of its solicitations
 };
 
@@ -44,8 +45,10 @@ public:
     // The gleaned hosts resolved now, with their MACs.
     std::vector<std::pair<NeighbourTarget, rte_ether_addr>> gleaned() const;
 
-    // A worker saw `address` at `mac`. True when a target's MAC changed (the snapshot must be rebuilt).
-    bool learn(IpFamily family, const IpAddress& address, const rte_ether_addr& mac, Clock::time_point now);
+    // A worker saw `address` at `mac` on interface. True when a target's MAC changed (the snapshot must be rebuilt).
+    // An address is learned on its own link only: the same address heard on another VLAN teaches nothing.
+    bool learn(uint16_t interface, IpFamily family, const IpAddress& address, const rte_ether_addr& mac,
+               Clock::time_point now);
 
     // Targets to solicit now (each at most once per kRetry).
     std::vector<NeighbourTarget> due(Clock::time_point now);
@@ -53,7 +56,7 @@ public:
     // Drops entries whose probes went unanswered. True when one was dropped (rebuild).
     bool expire(Clock::time_point now);
 
-    std::optional<rte_ether_addr> lookup(IpFamily family, const IpAddress& address) const;
+    std::optional<rte_ether_addr> lookup(uint16_t interface, IpFamily family, const IpAddress& address) const;
     std::size_t resolved() const;
     std::size_t size() const { return entries_.size(); }
     // Targets (next hops, backends on a link) with no MAC now: their traffic is dropped as neighbour_unresolved.
@@ -79,10 +82,12 @@ private:
         bool gleaned = false;
     };
     std::size_t gleaned_count_ = 0;
-    using Key = std::pair<uint8_t, std::pair<uint64_t, uint64_t>>;
-    static Key key(IpFamily family, const IpAddress& a) {
-        return {static_cast<uint8_t>(family), {a.quads[0], a.quads[1]}};
+    // By (interface, address): a port's VLANs are links of their own.
+    using Key = std::tuple<uint16_t, uint8_t, uint64_t, uint64_t>;
+    static Key key(uint16_t interface, IpFamily family, const IpAddress& a) {
+        return {interface, static_cast<uint8_t>(family), a.quads[0], a.quads[1]};
     }
+    static Key key(const NeighbourTarget& t) { return key(t.port_id, t.family, t.address); }
     std::map<Key, Entry> entries_;
 };
 

@@ -51,7 +51,7 @@ std::vector<CompiledRoute> compile_config_routes(const Config& config, const std
                        : r.type == RouteType::reject  ? RouteAction::reject
                                                       : RouteAction::via;
         for (const RouteNextHop& hop : r.next_hops)
-            route.hops.push_back({hop.address, port_named(ports, hop.port).id, hop.weight});
+            route.hops.push_back({hop.address, interface_named(ports, hop.port), hop.weight});
         add(std::move(route));
     }
     const auto host_route = [&](const std::string& port, IpFamily family, const IpAddress& address) {
@@ -59,7 +59,7 @@ std::vector<CompiledRoute> compile_config_routes(const Config& config, const std
                             .prefix = Prefix{address, static_cast<uint8_t>(family == IpFamily::ipv4 ? 32 : 128)},
                             .action = RouteAction::via,
                             .source = RouteSource::neighbour};
-        route.hops.push_back({address, port_named(ports, port).id, 1});
+        route.hops.push_back({address, interface_named(ports, port), 1});
         add(std::move(route));
     };
     for (const RouteNeighbour& n : route_neighbours(config)) host_route(n.port, n.family, n.address);
@@ -68,18 +68,15 @@ std::vector<CompiledRoute> compile_config_routes(const Config& config, const std
     for (const ServiceConfig& s : config.services)
         for (const BackendConfig& b : s.backends) {
             if (b.has_mac) continue;
-            for (const PortSpec& p : config.ports)
-                if (on_link(config, p.name, b.family, b.address)) {
-                    host_route(p.name, b.family, b.address);
-                    break;
-                }
+            if (const std::string link = interface_on_link(config, b.family, b.address); !link.empty())
+                host_route(link, b.family, b.address);
         }
     for (const PortAddress& a : config.port_addresses)
         add(CompiledRoute{.family = a.family,
                           .prefix = network_of(a.address, a.length),
                           .action = RouteAction::connected,
                           .source = RouteSource::connected,
-                          .port = port_named(ports, a.port).id});
+                          .port = interface_named(ports, a.port)});
     return routes;
 }
 
@@ -112,8 +109,7 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
             std::memcpy(key.address.bytes, h.address.bytes, h.family == IpFamily::ipv4 ? 4 : 16);
             key.family = static_cast<uint64_t>(h.family);
             const std::size_t index = tables.hops.size();
-            tables.hops.push_back(
-                ForwardEntry{.dst_mac = h.mac, .src_mac = port_mac[h.port], .out_port = h.port, .valid = true});
+            tables.hops.push_back(forward_entry(h.port, h.mac, port_mac));
             if (rte_hash_add_key_data(tables.hosts.get(), &key, reinterpret_cast<void*>(index)) < 0)
                 throw std::runtime_error("routes: hosts table: cannot add a host");
         }
@@ -140,12 +136,9 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
             const std::size_t first_hop = tables.hops.size();
             entry.first_hop = static_cast<uint32_t>(first_hop);
             for (const CompiledRoute::Hop& hop : r.hops) {
-                const auto mac = neighbours ? neighbours(r.family, hop.address) : std::nullopt;
-                tables.hops.push_back(ForwardEntry{.dst_mac = mac.value_or(rte_ether_addr{}),
-                                                   .src_mac = port_mac[hop.port],
-                                                   .out_port = hop.port,
-                                                   .valid = true,
-                                                   .awaiting_neighbour = !mac});
+                const auto mac = neighbours ? neighbours(hop.port, r.family, hop.address) : std::nullopt;
+                tables.hops.push_back(forward_entry(hop.port, mac.value_or(rte_ether_addr{}), port_mac));
+                tables.hops.back().awaiting_neighbour = !mac;
                 members.push_back({to_string(hop.address, r.family), mac ? hop.weight : 0});
             }
             const bool any = std::any_of(members.begin(), members.end(), [](auto& m) { return m.weight > 0; });
@@ -168,11 +161,7 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
 
 std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::vector<PortIdentity>& ports,
                                          std::size_t limit) {
-    const auto port_name = [&](uint16_t id) -> std::string {
-        for (const PortIdentity& p : ports)
-            if (p.id == id) return p.name;
-        return "?";
-    };
+    const auto port_name = [&](uint16_t interface) { return interface_name(ports, interface); };
     const RouteTables& tables = snapshot.routes;
     if (!tables.fib) return {"no routes"};
     std::vector<std::string> lines;
@@ -195,7 +184,7 @@ std::vector<std::string> describe_routes(const Snapshot& snapshot, const std::ve
             for (std::size_t k = 0; k < r.hops.size(); ++k) {
                 const ForwardEntry& hop = tables.hops[entry.first_hop + k];
                 const auto& m = hop.dst_mac.addr_bytes;
-                line += (k ? ", " : " ") + to_string(r.hops[k].address, r.family) + " on " + port_name(hop.out_port) +
+                line += (k ? ", " : " ") + to_string(r.hops[k].address, r.family) + " on " + port_name(r.hops[k].port) +
                         (r.hops[k].weight != 1 ? " weight " + std::to_string(r.hops[k].weight) : "") +
                         (hop.awaiting_neighbour ? " (unresolved)"
                                                 : fmt::format(" ({:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x})", m[0],

@@ -23,7 +23,7 @@ Rule compile_rule(const FirewallRuleConfig& config, IpFamily family, const std::
     Rule rule;
     rule.name = config.name;
     rule.family = family;
-    for (const std::string& port : config.in_ports) rule.in_ports.push_back(port_named(ports, port).id);
+    for (const std::string& port : config.in_ports) rule.in_ports.push_back(interface_named(ports, port));
     const auto pick = [&](const AddressMatch& m) {
         return m.any ? std::vector<Prefix>{} : (family == IpFamily::ipv4 ? m.v4 : m.v6);
     };
@@ -106,7 +106,8 @@ void build_rate_limits(const FirewallConfig& config, FirewallTables& fw, std::si
 
 std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry,
                                                 const BackendHealth& healthy, int socket,
-                                                const NeighbourLookup& neighbours) {
+                                                const NeighbourLookup& neighbours,
+                                                const std::vector<PortIdentity>* ports) {
     auto lb = std::make_shared<LbTables>();
     const LoadBalancerConfig& lc = config.load_balancer;
     for (std::size_t i = 0; i < lc.nat_pool.size(); ++i) {
@@ -169,10 +170,10 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
     // Backends on one of sluice's links with no mac in the config: the MAC ARP/ND found, or none yet.
     for (LbBackend& b : lb->backends) {
         if (b.has_mac || b.removed) continue;
-        const bool local = std::any_of(config.ports.begin(), config.ports.end(),
-                                       [&](const PortSpec& p) { return on_link(config, p.name, b.family, b.address); });
-        if (!local) continue;
-        const auto mac = neighbours ? neighbours(b.family, b.address) : std::nullopt;
+        const std::string link = interface_on_link(config, b.family, b.address);
+        if (link.empty()) continue;
+        const auto mac =
+            neighbours && ports ? neighbours(interface_named(*ports, link), b.family, b.address) : std::nullopt;
         b.has_mac = mac.has_value();
         b.awaiting_neighbour = !b.has_mac;
         if (mac) b.mac = *mac;
@@ -210,19 +211,21 @@ void fill_forwarding(Snapshot& snapshot, const Config& config, const std::vector
         const PortSpec* spec = config.find_port(p.name);
         snapshot.port_mtu[p.id] = spec ? spec->mtu : 1500;
     }
+    for (const VlanConfig& v : config.vlans)
+        snapshot.vlans.add(interface_port(interface_named(ports, v.interface())), v.id);
     for (const ForwardConfig& f : config.forward) {
         const PortIdentity& in = port_named(ports, f.from);
-        const PortIdentity& out = port_named(ports, f.to);
-        ForwardEntry entry{.dst_mac = f.next_hop_mac, .src_mac = out.mac, .out_port = out.id, .valid = true};
+        const uint16_t out = interface_named(ports, f.to);
+        ForwardEntry entry = forward_entry(out, f.next_hop_mac, snapshot.port_mac);
         if (f.resolve_next_hop) {
-            const auto mac = neighbours ? neighbours(f.next_hop_family, f.next_hop) : std::nullopt;
+            const auto mac = neighbours ? neighbours(out, f.next_hop_family, f.next_hop) : std::nullopt;
             entry.awaiting_neighbour = !mac;
             if (mac) entry.dst_mac = *mac;
         }
         snapshot.forward_by_in_port[in.id] = entry;
     }
     for (const PortAddress& a : config.port_addresses)
-        snapshot.port_addresses.push_back({a.address, a.family, port_named(ports, a.port).id});
+        snapshot.port_addresses.push_back({a.address, a.family, interface_named(ports, a.port)});
     const auto add_service_address = [&](const IpAddress& address, IpFamily family) {
         auto& listed = snapshot.service_addresses;
         if (std::none_of(listed.begin(), listed.end(),
@@ -270,7 +273,7 @@ std::unique_ptr<Snapshot> rebuild_live(const Snapshot& base, const Config& confi
     fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =
-        build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
+        build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours, &ports);
     snapshot->firewall = base.firewall;
     snapshot->new_connections = base.new_connections;
     snapshot->error_replies = base.error_replies;
@@ -302,7 +305,7 @@ std::unique_ptr<Snapshot> build_all_but_routes(const Config& config, const std::
     fill_martians(snapshot->martians, config);
     BackendRegistry local;
     snapshot->lb =
-        build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours);
+        build_lb_tables(config, live.backends ? *live.backends : local, live.healthy, socket, live.neighbours, &ports);
     StableRuleIds* stable_ids = live.rule_ids;
     // Per worker: not divided by the worker count.
     snapshot->new_connections =
@@ -383,6 +386,23 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
         resolve_routes(build_route_fib(config, ports, socket, live.routes), snapshot->port_mac, live.neighbours,
                        live.hosts ? live.hosts() : std::vector<ConnectedHost>{}, socket);
     return snapshot;
+}
+
+uint16_t interface_named(const std::vector<PortIdentity>& ports, const std::string& name) {
+    const auto dot = name.find('.');
+    const PortIdentity& port = port_named(ports, name.substr(0, dot));
+    if (dot == std::string::npos) return port.id;
+    if (port.id > kMaxVlanPort)
+        throw std::invalid_argument("port '" + port.name + "' has VLANs but DPDK port id " + std::to_string(port.id) +
+                                    ": only ports 0-" + std::to_string(kMaxVlanPort) + " may carry VLANs");
+    return interface_id(port.id, static_cast<uint16_t>(std::stoul(name.substr(dot + 1))));
+}
+
+std::string interface_name(const std::vector<PortIdentity>& ports, uint16_t interface) {
+    const uint16_t port = interface_port(interface), vlan = interface_vlan(interface);
+    for (const PortIdentity& p : ports)
+        if (p.id == port) return vlan ? p.name + "." + std::to_string(vlan) : p.name;
+    return "?";
 }
 
 }  // namespace sluice

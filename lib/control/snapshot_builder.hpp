@@ -26,6 +26,12 @@ struct PortIdentity {
 // The running port of that name; throws std::invalid_argument when none (a config that names a port the daemon did
 // not start is refused before a snapshot is built).
 const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name);
+// The id (packet/vlan.hpp) of the running interface of that canonical name (Config::canonical_interface): a port's,
+// or PORT.ID's of a VLAN of one; throws std::invalid_argument when its port is not running, or has an id above
+// kMaxVlanPort and VLANs.
+uint16_t interface_named(const std::vector<PortIdentity>& ports, const std::string& name);
+// An interface's canonical name, from its id: the port's name, or PORT.ID; "?" when its port is not running.
+std::string interface_name(const std::vector<PortIdentity>& ports, uint16_t interface);
 
 // Builds the forwarding table, the firewall's rte_acl contexts and early-drop tables (on socket), and room for
 // the per-lcore rule counters of lcore_count lcores. Needs the EAL when the firewall is on. Throws
@@ -45,8 +51,9 @@ struct BackendRegistry {
 // Whether a backend (by stable id) passes its health checks; a down backend takes no Maglev slot.
 using BackendHealth = std::function<bool(uint32_t stable_id)>;
 
-// The MAC ARP/ND resolved for an address (control/neighbours.hpp), if any.
-using NeighbourLookup = std::function<std::optional<rte_ether_addr>(IpFamily family, const IpAddress& address)>;
+// The MAC ARP/ND resolved for an address on an interface (control/neighbours.hpp), if any.
+using NeighbourLookup =
+    std::function<std::optional<rte_ether_addr>(uint16_t interface, IpFamily family, const IpAddress& address)>;
 
 class RouteTableWriter;
 // The config's routes (route_builder.cpp): its static routes, a connected route per port address, and a host route
@@ -61,7 +68,7 @@ std::shared_ptr<const RouteFib> build_route_fib(const Config& config, const std:
 struct ConnectedHost {
     IpFamily family = IpFamily::none;
     IpAddress address{};
-    uint16_t port = 0;
+    uint16_t port = 0;  // the interface (packet/vlan.hpp) whose link it is on
     rte_ether_addr mac{};
 };
 using ConnectedHosts = std::function<std::vector<ConnectedHost>()>;
@@ -72,7 +79,7 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
                            const std::array<rte_ether_addr, RTE_MAX_ETHPORTS>& port_mac,
                            const NeighbourLookup& neighbours, const std::vector<ConnectedHost>& hosts = {},
                            int socket = 0);
-// The addresses the routes need resolved, as (port name, family, address): their next hops.
+// The addresses the routes need resolved, as (interface name, family, address): their next hops.
 struct RouteNeighbour {
     std::string port;
     IpFamily family = IpFamily::none;
@@ -102,10 +109,12 @@ struct LiveState {
 
 // Services, Maglev tables (down or draining backends excluded), the VIP hash and the NAT pool. Throws
 // std::runtime_error when a table cannot be built (or more than kMaxBackends backends were ever known).
-// Backends without a configured mac on a link of sluice's (ports[].addresses) take the MAC neighbours resolved.
+// Backends without a configured mac on a link of sluice's (ports[].addresses) take the MAC neighbours resolved on
+// that link's interface among ports (none given: they stay unresolved).
 std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendRegistry& registry,
                                                 const BackendHealth& healthy, int socket = 0,
-                                                const NeighbourLookup& neighbours = nullptr);
+                                                const NeighbourLookup& neighbours = nullptr,
+                                                const std::vector<PortIdentity>* ports = nullptr);
 
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
                                          std::size_t lcore_count = 1, int socket = 0, std::size_t worker_count = 1,

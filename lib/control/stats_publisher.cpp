@@ -6,9 +6,8 @@ namespace sluice {
 
 std::string decision_log_line(const DecisionLogRecord& record, const FirewallTables& fw,
                               const std::vector<PortIdentity>& ports) {
-    std::string port = std::to_string(record.in_port);
-    for (const PortIdentity& p : ports)
-        if (p.id == record.in_port) port = p.name;
+    std::string port = interface_name(ports, record.in_port);
+    if (port == "?") port = std::to_string(record.in_port);
     const std::string rule = record.rule == UINT32_MAX            ? "the default"
                              : record.rule < fw.rule_names.size() ? "rule '" + fw.rule_names[record.rule] + "'"
                                                                   : "a rule";

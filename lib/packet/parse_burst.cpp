@@ -1,10 +1,13 @@
 #include "packet/parse_burst.hpp"
 
+#include <rte_ether.h>
+
 #include "common/compiler.hpp"
 #include "common/ip_proto.hpp"
 #include "packet/martian.hpp"
 #include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
+#include "packet/vlan.hpp"
 
 namespace sluice {
 namespace {
@@ -29,7 +32,7 @@ void trim_to_datagram(rte_mbuf* m, uint32_t datagram_end) {
 }  // namespace
 
 void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bool hash_flows,
-                 const MartianFilter* martians) {
+                 const MartianFilter* martians, const PortVlans* vlans) {
     constexpr uint16_t kPrefetchAhead = 4;
     for (uint16_t i = 0; i < count && i < kPrefetchAhead; ++i) rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
     for (uint16_t i = 0; i < count; ++i) {
@@ -44,6 +47,13 @@ void parse_burst(rte_mbuf* const* pkts, uint16_t count, DropReason* verdicts, bo
         PacketMeta& meta = *packet_meta(m);
         uint32_t datagram_end;
         verdicts[i] = parse_frame(frame, rte_pktmbuf_data_len(m), options, meta, tuple, datagram_end);
+        // A tagged ARP frame is not_ip until its tag is gone.
+        if (SLUICE_UNLIKELY(meta.l3_offset != sizeof(rte_ether_hdr) || (m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED)) &&
+            (verdicts[i] == DropReason::none || verdicts[i] == DropReason::not_ip)) {
+            if (const DropReason tag = take_vlan_tag(m, meta, datagram_end, vlans); tag != DropReason::none)
+                verdicts[i] = tag;
+            frame = rte_pktmbuf_mtod(m, const uint8_t*);
+        }
         if (SLUICE_UNLIKELY(verdicts[i] == DropReason::not_ip || meta.l4_proto == kIpProtoIcmpv6))
             verdicts[i] = classify_neighbour(frame, rte_pktmbuf_data_len(m), verdicts[i], meta);
         // Neighbour frames are sluice's own control traffic, never forwarded: DAD's :: source is theirs.

@@ -294,10 +294,7 @@ void route_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, u
                                        : route->kind == RouteKind::to_backend ? &snapshot.lb->backends[route->backend]
                                                                               : answered_backend(snapshot, *route);
             if (backend && backend->has_mac) {
-                out[i] = ForwardEntry{.dst_mac = backend->mac,
-                                      .src_mac = snapshot.port_mac[entry.port],
-                                      .out_port = entry.port,
-                                      .valid = true};
+                out[i] = forward_entry(entry.port, backend->mac, snapshot.port_mac);
             } else {
                 connected_host(i, entry, family, address);
             }
@@ -331,7 +328,7 @@ DropReason send_answer(const Snapshot& snapshot, rte_mbuf* m, const PacketRoute&
 bool answer_unreachable(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf* m, DropReason why) {
     const PacketMeta& meta = *packet_meta(m);
     const uint16_t in_port = m->port;
-    const IpAddress* own = port_address(snapshot, meta.family, in_port);
+    const IpAddress* own = port_address(snapshot, meta.family, ingress_interface(m));
     if (!own || !write_error_reply(ctx, snapshot, rte_rdtsc(), [&] {
             return make_unreachable(m, meta, why == DropReason::route_reject, *own, snapshot.port_mac[in_port]);
         }))
@@ -373,7 +370,7 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             // from the ingress port's own address: sluice has none on a port without `addresses`, and answering
             // from the packet's destination would show traceroute a hop that is not there.
             verdict = DropReason::ttl_expired;
-            const IpAddress* own = port_address(snapshot, meta.family, in_port);
+            const IpAddress* own = port_address(snapshot, meta.family, ingress_interface(m));
             if (own && write_error_reply(ctx, snapshot, rte_rdtsc(), [&] {
                     return make_time_exceeded(m, meta, *own, snapshot.port_mac[in_port]);
                 })) {
@@ -409,6 +406,7 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             dropped[dropped_count++] = m;
             continue;
         }
+        set_egress_vlan(m, entry.vlan);
         send_out(ctx, entry.out_port, m);
     }
     if (dropped_count) rte_pktmbuf_free_bulk(dropped, dropped_count);

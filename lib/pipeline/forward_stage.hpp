@@ -1,7 +1,7 @@
 // The worker's L2/L3 forwarding stage: the way out (the ingress port's forward entry, else the route table: rte_fib
 // bulk lookups, ECMP by the flow's hash, ICMP unreachable for no route), TTL/hop-limit decrement with an RFC 1624
-// checksum update, MAC rewrite to the next hop (or a backend's MAC), VLAN tags stripped, the load balancer's
-// rewrites, and TX through the worker's own queue.
+// checksum update, MAC rewrite to the next hop (or a backend's MAC), the way out's VLAN tag (ports[].vlans), the load
+// balancer's rewrites, and TX through the worker's own queue.
 // Owning worker only; fast-path safe.
 #pragma once
 

@@ -48,7 +48,7 @@ struct BackendTraffic {
 struct NeighbourEvent {
     IpAddress address;
     rte_ether_addr mac;
-    uint16_t port;
+    uint16_t port;  // the interface it was seen on (packet/vlan.hpp: a port, or one of its VLANs)
     IpFamily family;
     uint8_t reserved[7];
 };
@@ -58,7 +58,7 @@ static_assert(sizeof(NeighbourEvent) == 32);
 struct NeighbourRequest {
     IpAddress sender;
     IpAddress target;
-    uint16_t port;
+    uint16_t port;  // the interface to solicit on
     IpFamily family;
     uint8_t reserved[5];
 };
@@ -67,8 +67,8 @@ static_assert(sizeof(NeighbourRequest) == 40);
 // A firewall decision to log (rules with `log: true`), worker -> control thread. 48 bytes: an rte_ring element.
 struct DecisionLogRecord {
     FiveTuple tuple;
-    uint32_t rule;  // rule id in the snapshot that decided, UINT32_MAX: the default
-    uint16_t in_port;
+    uint32_t rule;     // rule id in the snapshot that decided, UINT32_MAX: the default
+    uint16_t in_port;  // the interface (packet/vlan.hpp)
     RuleAction action;
     uint8_t reserved;
 };
@@ -185,8 +185,15 @@ struct alignas(kCacheLine) LcoreContext {
     std::array<uint16_t, kMaxWorkers> pending_count{};
 };
 
-// Puts m into the worker's TX buffer of port, counted as sent there (a refusal is taken back by count_tx_drops).
+// Puts m into the worker's TX buffer of port, counted as sent there (a refusal is taken back by count_tx_drops),
+// with its VLAN tag in front when it leaves tagged (packet/vlan.hpp: an answer on the VLAN it came in on, or the
+// forward stage's way out).
 inline void send_out(LcoreContext& ctx, uint16_t port, rte_mbuf* m) {
+    if (SLUICE_UNLIKELY(m->ol_flags & RTE_MBUF_F_TX_VLAN) && !insert_vlan_tag(m)) {
+        ctx.counters.drop(DropReason::vlan_no_room);
+        rte_pktmbuf_free(m);
+        return;
+    }
     PortCounters& out = ctx.counters.ports[port];
     counter_add(out.tx_packets);
     counter_add(out.tx_bytes, rte_pktmbuf_pkt_len(m));

@@ -41,12 +41,12 @@ uint16_t neighbour_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf**
         NeighbourMessage message;
         if (parse_neighbour(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), meta, message)) {
             if (message.has_sender_mac && ctx.neighbour_events) {
-                NeighbourEvent event{message.sender, message.sender_mac, m->port, message.family, {}};
+                NeighbourEvent event{message.sender, message.sender_mac, ingress_interface(m), message.family, {}};
                 // Full (an ARP storm outpacing the control thread): the next one teaches it; counted so it shows.
                 if (rte_ring_mp_enqueue_elem(ctx.neighbour_events, &event, sizeof event) != 0)
                     counter_add(ctx.counters.neighbour_events_lost);
             }
-            if (message.solicitation && owns(snapshot, message.family, message.target, m->port) &&
+            if (message.solicitation && owns(snapshot, message.family, message.target, ingress_interface(m)) &&
                 make_neighbour_reply(m, meta, message, snapshot.port_mac[m->port])) {
                 counter_add(ctx.counters.neighbour_replies);
                 send_out(ctx, m->port, m);
@@ -66,10 +66,12 @@ void send_solicitations(LcoreContext& ctx, const Snapshot& snapshot) {
                                                    kNeighbourRequestBurst, nullptr);
     for (unsigned k = 0; k < n; ++k) {
         const NeighbourRequest& r = requests[k];
-        rte_mbuf* m = make_neighbour_solicitation(ctx.pool, r.family, r.sender, r.target, snapshot.port_mac[r.port]);
+        const uint16_t port = interface_port(r.port);
+        rte_mbuf* m = make_neighbour_solicitation(ctx.pool, r.family, r.sender, r.target, snapshot.port_mac[port]);
         if (!m) break;  // the pool is empty: the resolver asks again in a second
+        set_egress_vlan(m, interface_vlan(r.port));
         counter_add(ctx.counters.neighbour_solicitations);
-        send_out(ctx, r.port, m);
+        send_out(ctx, port, m);
     }
 }
 
@@ -183,7 +185,7 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
         counter_add(port.rx_packets, n);
         counter_add(port.rx_bytes, bytes);
 
-        parse_burst(pkts, n, verdicts, ctx.hash_flows || snapshot.routes.ecmp, &snapshot.martians);
+        parse_burst(pkts, n, verdicts, ctx.hash_flows || snapshot.routes.ecmp, &snapshot.martians, &snapshot.vlans);
         rte_mbuf* dropped[kBurst];
         uint16_t dropped_count = 0, valid = 0;
         for (uint16_t i = 0; i < n; ++i) {

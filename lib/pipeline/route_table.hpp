@@ -4,14 +4,17 @@
 // it, through the Snapshot.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include <rte_ethdev.h>
 #include <rte_ether.h>
 
 #include "classify/rule.hpp"
 #include "common/five_tuple.hpp"
+#include "packet/vlan.hpp"
 
 struct rte_fib;
 struct rte_fib6;
@@ -26,7 +29,16 @@ struct ForwardEntry {
     uint16_t out_port = 0;
     bool valid = false;
     bool awaiting_neighbour = false;  // next_hop given by address and not resolved yet: neighbour_unresolved
+    uint16_t vlan = 0;                // the 802.1Q tag it leaves with (ports[].vlans); 0: untagged
 };
+
+// The way out on an interface (packet/vlan.hpp: a port, or one of its VLANs) to a neighbour at mac.
+inline ForwardEntry forward_entry(uint16_t interface, const rte_ether_addr& mac,
+                                  const std::array<rte_ether_addr, RTE_MAX_ETHPORTS>& port_mac) {
+    const uint16_t port = interface_port(interface);
+    return {
+        .dst_mac = mac, .src_mac = port_mac[port], .out_port = port, .valid = true, .vlan = interface_vlan(interface)};
+}
 
 // via: to one of its next hops (ECMP); connected: to the destination itself on the route's port; blackhole: dropped;
 // reject: dropped with an ICMP/ICMPv6 destination unreachable (administratively prohibited).
@@ -42,14 +54,14 @@ const char* route_source_name(RouteSource source);
 struct CompiledRoute {
     struct Hop {
         IpAddress address{};
-        uint16_t port = 0;
+        uint16_t port = 0;  // the interface (packet/vlan.hpp) whose link it is on
         uint32_t weight = 1;
     };
     IpFamily family = IpFamily::none;
     Prefix prefix;
     RouteAction action = RouteAction::via;
     RouteSource source = RouteSource::config;
-    uint16_t port = 0;  // connected: the link's port
+    uint16_t port = 0;  // connected: the link's interface (packet/vlan.hpp: a port, or one of its VLANs)
     std::vector<Hop> hops;
 };
 
@@ -73,7 +85,7 @@ struct RouteFib {
 // A route with its next hops resolved, as the workers use it.
 struct RouteEntry {
     RouteAction action = RouteAction::blackhole;
-    uint16_t port = 0;        // connected: the link's port
+    uint16_t port = 0;        // connected: the link's interface
     uint32_t first_slot = 0;  // via: its ECMP slots are RouteTables::slots[first_slot, first_slot + slot_count)
     uint32_t slot_count = 0;  // via: 0 while none of its next hops is resolved (neighbour_unresolved)
     uint32_t first_hop = 0;   // via: its next hops are RouteTables::hops[first_hop, first_hop + hops.size())

@@ -22,17 +22,19 @@
 #include "lb/lb_tables.hpp"
 #include "packet/martian.hpp"
 #include "packet/parse.hpp"
+#include "packet/vlan.hpp"
 #include "pipeline/route_table.hpp"
 #include "pipeline/source_limiter.hpp"
 #include "pipeline/token_bucket.hpp"
 
 namespace sluice {
 
-// An address sluice answers ARP/ND for (and ICMP echo): its own on a port, or a VIP / NAT pool address (on every port).
+// An address sluice answers ARP/ND for (and ICMP echo): its own on an interface, or a VIP / NAT pool address (on
+// every one).
 struct OwnedAddress {
     IpAddress address{};
     IpFamily family = IpFamily::none;
-    uint16_t port = kAnyPort;
+    uint16_t port = kAnyPort;  // the interface (packet/vlan.hpp: a port, or one of its VLANs)
     static constexpr uint16_t kAnyPort = UINT16_MAX;
 };
 
@@ -145,6 +147,8 @@ struct Snapshot {
     RouteTables routes;
     std::array<rte_ether_addr, RTE_MAX_ETHPORTS> port_mac{};  // each port's own MAC, for replies (reject)
     std::array<uint16_t, RTE_MAX_ETHPORTS> port_mtu{};
+    // The VLANs each port carries (ports[].vlans): the RX lcores drop frames tagged for others (vlan_unknown).
+    PortVlans vlans;
     // sluice's own addresses, answered in ARP/ND and echo (scanned linearly): the ports' `addresses`, each on its
     // port; VIPs and NAT pool addresses, once each, on every port.
     std::vector<OwnedAddress> port_addresses;

@@ -250,7 +250,7 @@ void classify(const StatefulBurst& b, IpFamily family, const uint16_t* which, ui
     for (uint16_t k = 0; k < n; ++k) {
         const uint16_t i = which[k];
         batch[k] = &b.tuples[i];
-        in_ports[k] = b.mbuf(i)->port;
+        in_ports[k] = ingress_interface(b.mbuf(i));
         // The SYN proxy's cookie ACK stands for the SYN the rules allowed when the cookie was sent.
         l4[k].tcp_flags = b.proxy[i] == SynProxyStep::open_backend ? tcp::kSyn : b.tcp_flags[i];
         icmp_type_code(rte_pktmbuf_mtod(b.mbuf(i), const uint8_t*), b.meta(i), l4[k].icmp_type, l4[k].icmp_code);
@@ -316,7 +316,7 @@ bool admit(StatefulBurst& b, uint16_t i, RuleVerdict verdict) {
         counter_add(fw.hits->hits[hit_base + (by_default ? fw.hits->rule_count : verdict.rule)]);
     }
     if (SLUICE_UNLIKELY(by_default ? fw.log_default : fw.log_rule[verdict.rule]))
-        log_decision(b.ctx, fw, b.tuples[i], verdict, b.mbuf(i)->port, b.now_tsc);
+        log_decision(b.ctx, fw, b.tuples[i], verdict, ingress_interface(b.mbuf(i)), b.now_tsc);
     switch (verdict.action) {
     case RuleAction::allow:
         if (!by_default && fw.limiter && fw.limits[verdict.rule].tokens_per_tsc > 0 &&
@@ -422,7 +422,7 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t rule, uint32_t stabl
         counter_add(b.ctx.counters.conn_inserts);
         if (b.pickup[i] == tcp::Pickup::adopt) counter_add(b.ctx.counters.lb_adoptions);
         ConnEntry& entry = b.table.entry(position);
-        entry.in_port = b.mbuf(i)->port;
+        entry.in_port = ingress_interface(b.mbuf(i));
         if (service && service->mode == LbMode::nat && !bind_nat(b, i, position, backend)) return;
         if (service && service->mode != LbMode::nat) {
             entry.backend = backend + 1;
@@ -466,7 +466,7 @@ void find_leaders(const StatefulBurst& b, const uint16_t* which, uint16_t n, uin
             for (uint16_t l = 0; l < k; ++l) {
                 const uint16_t first = which[l];
                 if (leader[l] == l && b.hashes[first] == b.hashes[i] && b.tuples[first] == b.tuples[i] &&
-                    b.mbuf(first)->port == b.mbuf(i)->port) {
+                    ingress_interface(b.mbuf(first)) == ingress_interface(b.mbuf(i))) {
                     leader[k] = l;
                     break;
                 }

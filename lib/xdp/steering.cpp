@@ -106,8 +106,9 @@ std::vector<SteeringEntry> steering_entries(const Config& config, const std::str
         entries.push_back(entry);
     };
     const auto host = [](IpFamily family) { return static_cast<uint8_t>(family == IpFamily::ipv4 ? 32 : 128); };
+    // The port's own addresses and its VLANs': the program reads past tags as sluice's parser does.
     for (const PortAddress& own : config.port_addresses)
-        if (own.port == port) add(own.family, own.address, host(own.family));
+        if (interface_port_name(own.port) == port) add(own.family, own.address, host(own.family));
     for (const ServiceConfig& service : config.services) add(service.family, service.vip, host(service.family));
     for (std::size_t i = 0; i < config.load_balancer.nat_pool.size(); ++i) {
         const Prefix& pool = config.load_balancer.nat_pool[i];

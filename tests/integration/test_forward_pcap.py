@@ -47,7 +47,7 @@ GOOD_P0 = [
     ("IPv4 TTL 2 survives", eth() / IP(src="10.0.0.6", dst="10.1.0.5", ttl=2) / UDP(sport=3, dport=4)),
     ("IPv4 first fragment", eth() / IP(src="10.0.0.7", dst="10.1.0.6", flags="MF", id=99) / Raw(b"a" * 24)),
     ("IPv4 later fragment", eth() / IP(src="10.0.0.7", dst="10.1.0.6", frag=3, id=99, proto=17) / Raw(b"b" * 24)),
-    ("VLAN-tagged IPv4 (tag stripped)", eth() / Dot1Q(vlan=100) / IP(src="10.0.0.8", dst="10.1.0.7") / TCP(sport=5, dport=6)),
+    ("IPv4 on p0's VLAN 100 (leaves p1 untagged)", eth() / Dot1Q(vlan=100) / IP(src="10.0.0.8", dst="10.1.0.7") / TCP(sport=5, dport=6)),
     ("IPv6 TCP", eth() / IPv6(src="2001:db8::1", dst="2001:db8:1::1", hlim=64) / TCP(sport=1234, dport=80)),
     ("IPv6 UDP via hop-by-hop", eth() / IPv6(src="2001:db8::2", dst="2001:db8:1::1") / IPv6ExtHdrHopByHop() / UDP(sport=9, dport=10)),
     ("IPv6 ICMPv6 echo", eth() / IPv6(src="2001:db8::3", dst="2001:db8:1::2") / ICMPv6EchoRequest(id=3)),
@@ -82,7 +82,9 @@ GOOD_P1 = [
 def forwarding_config(tmp_path, p0_tx, p1_tx, **extra):
     config = {
         "ports": [
-            {"name": "p0", "device": f"net_pcap0,rx_pcap={tmp_path}/in0.pcap,{p0_tx}"},
+            # p0 carries the VLANs the batteries' tagged frames use; a frame of any other VLAN is dropped.
+            {"name": "p0", "device": f"net_pcap0,rx_pcap={tmp_path}/in0.pcap,{p0_tx}",
+             "vlans": [{"id": 5}, {"id": 10}, {"id": 100}]},
             {"name": "p1", "device": f"net_pcap1,rx_pcap={tmp_path}/in1.pcap,{p1_tx}"},
         ],
         "lcores": [{"id": 1, "roles": ["rx", "worker"]}],
@@ -96,7 +98,7 @@ def forwarding_config(tmp_path, p0_tx, p1_tx, **extra):
 
 
 def expected_output(frame, next_hop, port_mac):
-    """The exact frame sluice must emit for a valid input: VLAN tags stripped, MACs rewritten, TTL or hop limit
+    """The exact frame sluice must emit for a valid input: untagged (p1 has no VLAN), MACs rewritten, TTL or hop limit
     decremented, IPv4 header checksum valid, everything else untouched."""
     inner = (frame[Dot1Q].payload if Dot1Q in frame else frame.payload).copy()
     if isinstance(inner, IP):

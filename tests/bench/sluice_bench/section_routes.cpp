@@ -58,7 +58,7 @@ std::unique_ptr<Snapshot> routed_snapshot(const Dpdk& d, IpFamily family, uint32
     config.routes.push_back(RouteConfig{.family = family, .next_hops = hops});  // the default route
     for (uint32_t i = 0; i < count; ++i)
         config.routes.push_back(RouteConfig{.prefix = random_prefix(family, rng), .family = family, .next_hops = hops});
-    live.neighbours = [](IpFamily f, const IpAddress& a) -> std::optional<rte_ether_addr> {
+    live.neighbours = [](uint16_t, IpFamily f, const IpAddress& a) -> std::optional<rte_ether_addr> {
         return rte_ether_addr{{0x02, 0, 0, 0, 0x0b, f == IpFamily::ipv4 ? a.bytes[3] : a.bytes[15]}};
     };
     live.routes = &writer;

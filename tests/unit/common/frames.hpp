@@ -182,7 +182,30 @@ inline Bytes fragment_of(const Bytes& whole, uint32_t id, std::size_t offset, st
     return out;
 }
 
-// What a test reads back from a frame sluice sent (untagged Ethernet, IPv4 or IPv6 without extension headers).
+// The frame with an 802.1Q tag (TPID 0x8100, VLAN vlan, priority pcp) after its MAC addresses.
+inline Bytes tagged(const Bytes& untagged_frame, uint16_t vlan, uint8_t pcp = 0) {
+    Bytes out(untagged_frame.size() + 4);
+    std::copy_n(untagged_frame.begin(), 12, out.begin());
+    put16(&out[12], 0x8100);
+    put16(&out[14], static_cast<uint16_t>(pcp << 13 | vlan));
+    std::copy(untagged_frame.begin() + 12, untagged_frame.end(), out.begin() + 16);
+    return out;
+}
+
+// The VLAN of a frame's outer 802.1Q tag; -1 when it has none.
+inline int vlan_of(const Bytes& b) { return get16(&b[12]) == 0x8100 ? get16(&b[14]) & 0xfff : -1; }
+
+// The frame without its outer 802.1Q tag (as it is when it has none).
+inline Bytes untagged(const Bytes& b) {
+    if (vlan_of(b) < 0) return b;
+    Bytes out(b.size() - 4);
+    std::copy_n(b.begin(), 12, out.begin());
+    std::copy(b.begin() + 16, b.end(), out.begin() + 12);
+    return out;
+}
+
+// What a test reads back from a frame sluice sent (Ethernet with at most one 802.1Q tag, IPv4 or IPv6 without
+// extension headers).
 struct SeenFrame {
     std::string src, dst;
     uint8_t proto = 0;
@@ -193,9 +216,15 @@ struct SeenFrame {
     uint8_t ttl = 0;
     uint8_t dst_mac_last = 0;
     bool checksums_ok = false;
+    int vlan = -1;  // its 802.1Q tag's VLAN; -1: untagged
 };
 
 inline SeenFrame read_frame(const Bytes& b) {
+    if (vlan_of(b) >= 0) {
+        SeenFrame s = read_frame(untagged(b));
+        s.vlan = vlan_of(b);
+        return s;
+    }
     SeenFrame s;
     const bool v6 = get16(&b[12]) == 0x86dd;
     const uint8_t* ip = &b[14];

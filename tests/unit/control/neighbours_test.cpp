@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "control/neighbours.hpp"
+#include "packet/vlan.hpp"
 
 using namespace sluice;
 
@@ -28,7 +29,7 @@ TEST_CASE("neighbours: a gleaned host is solicited, kept while it answers, forgo
     CHECK_FALSE(table.want(target(11)));  // a target already
     CHECK(table.due(now).size() == 2);
     CHECK(table.gleaned().empty());
-    CHECK(table.learn(IpFamily::ipv4, target(99).address, kMac, now));
+    CHECK(table.learn(1, IpFamily::ipv4, target(99).address, kMac, now));
     REQUIRE(table.gleaned().size() == 1);
     CHECK(table.gleaned()[0].first.address == target(99).address);
     table.set_targets({target(11)});  // a reload keeps it
@@ -63,8 +64,8 @@ TEST_CASE("neighbours: the listing shows each entry's port, MAC, state, age and 
     auto now = NeighbourTable::Clock::now();
     CHECK(table.want(target(99)));
     table.due(now);  // solicits all three
-    table.learn(IpFamily::ipv4, target(11).address, kMac, now);
-    table.learn(IpFamily::ipv4, target(99).address, kMac, now);
+    table.learn(1, IpFamily::ipv4, target(11).address, kMac, now);
+    table.learn(1, IpFamily::ipv4, target(99).address, kMac, now);
     CHECK(table.unresolved_targets() == 1);
     now += std::chrono::seconds(5);
     const auto port_name = [](uint16_t id) { return id == 1 ? std::string("wan") : std::string("?"); };
@@ -84,4 +85,19 @@ TEST_CASE("neighbours: the listing shows each entry's port, MAC, state, age and 
     CHECK(lines[1].starts_with("192.0.2.12 on wan unresolved"));
     CHECK(lines[2] == "1 more not shown");
     CHECK(describe_neighbours({}, port_name, 10) == std::vector<std::string>{"no neighbours"});
+}
+
+TEST_CASE("neighbours: keyed by interface: an address heard on another VLAN teaches nothing", "[neighbours]") {
+    NeighbourTable table;
+    NeighbourTarget on_vlan = target(11);
+    on_vlan.port_id = interface_id(1, 100);
+    table.set_targets({target(11), on_vlan});  // one address on port 1's own link and on its VLAN 100
+    CHECK(table.size() == 2);
+    const auto now = NeighbourTable::Clock::now();
+    CHECK_FALSE(table.learn(interface_id(1, 200), IpFamily::ipv4, on_vlan.address, kMac, now));
+    CHECK_FALSE(table.lookup(interface_id(1, 100), IpFamily::ipv4, on_vlan.address));
+    CHECK(table.learn(interface_id(1, 100), IpFamily::ipv4, on_vlan.address, kMac, now));
+    CHECK(table.lookup(interface_id(1, 100), IpFamily::ipv4, on_vlan.address));
+    CHECK_FALSE(table.lookup(1, IpFamily::ipv4, on_vlan.address));  // port 1's own link is another
+    CHECK(table.resolved() == 1);
 }

@@ -183,7 +183,7 @@ std::vector<Bytes> PipelineLab::take_sent(const std::string& port) {
 
 LiveState PipelineLab::live_state() {
     LiveState live;
-    live.neighbours = [this](IpFamily family, const IpAddress& address) -> std::optional<rte_ether_addr> {
+    live.neighbours = [this](uint16_t, IpFamily family, const IpAddress& address) -> std::optional<rte_ether_addr> {
         const std::string key(reinterpret_cast<const char*>(address.bytes), family == IpFamily::ipv4 ? 4 : 16);
         const auto it = neighbours_.find(key);
         return it == neighbours_.end() ? std::nullopt : std::optional(it->second);
@@ -203,7 +203,8 @@ void PipelineLab::set_neighbour(const std::string& address, std::optional<std::a
 
 void PipelineLab::add_connected_host(const std::string& address, const std::string& port,
                                      const std::array<uint8_t, 6>& mac) {
-    ConnectedHost host{.family = is_v6(address) ? IpFamily::ipv6 : IpFamily::ipv4, .port = port_id(port)};
+    ConnectedHost host{.family = is_v6(address) ? IpFamily::ipv6 : IpFamily::ipv4,
+                       .port = interface_named(identities_, config_.canonical_interface(port))};
     const Bytes bytes = address_bytes(address);
     std::memcpy(host.address.bytes, bytes.data(), bytes.size());
     std::memcpy(host.mac.addr_bytes, mac.data(), 6);

@@ -54,7 +54,8 @@ public:
     // As ARP/ND answering (or a neighbour that stops answering: nullopt): the address's MAC, republished as the
     // daemon republishes on a change of neighbours (rebuild_live).
     void set_neighbour(const std::string& address, std::optional<std::array<uint8_t, 6>> mac);
-    // As the daemon's glean: a host on port's connected link resolved at mac, republished likewise.
+    // As the daemon's glean: a host on the connected link of port (or of a VLAN: "trunk.100") resolved at mac,
+    // republished likewise.
     void add_connected_host(const std::string& address, const std::string& port, const std::array<uint8_t, 6>& mac);
 
     void advance_seconds(double seconds) { now_tsc_ += static_cast<uint64_t>(seconds * static_cast<double>(tsc_hz_)); }

@@ -203,8 +203,8 @@ TEST_CASE("xdp steering: entries from the config and the interface", "[xdp]") {
 
     const std::string yaml = R"(
 ports:
-  - {name: lan, device: "net_af_xdp0,iface=eth1", addresses: [10.0.0.1/24]}
-  - {name: wan, device: "net_af_xdp1,iface=eth2", addresses: [192.0.2.1/24]}
+  - {name: lan, device: "net_af_xdp0,iface=eth1", addresses: [10.0.0.1/24], vlans: [{id: 50, addresses: [10.0.50.1/24]}]}
+  - {name: wan, device: "net_af_xdp1,iface=eth2", addresses: [192.0.2.1/24], vlans: [{id: 60, addresses: [10.0.60.1/24]}]}
 lcores:
   - {id: 1, roles: [rx, worker]}
 load_balancer: {nat_pool: [10.0.3.100]}
@@ -226,11 +226,13 @@ services:
     };
     CHECK(has(0x0a000005, 32, SteeringVerdict::kernel));
     CHECK(has(0x0a000001, 32, SteeringVerdict::sluice));        // lan's own address
+    CHECK(has(0x0a003201, 32, SteeringVerdict::sluice));        // lan's VLAN 50's: the program reads past tags
     CHECK_FALSE(has(0xc0000201, 32, SteeringVerdict::sluice));  // wan's is not lan's
+    CHECK_FALSE(has(0x0a003c01, 32, SteeringVerdict::sluice));  // nor wan's VLAN's
     CHECK(has(0x0a000364, 32, SteeringVerdict::sluice));        // the NAT pool
     CHECK(has(0x0a006401, 32, SteeringVerdict::sluice));        // the VIP wins over a kernel address that clashes
     CHECK_FALSE(has(0x0a006401, 32, SteeringVerdict::kernel));
-    CHECK(entries.size() == 4);
+    CHECK(entries.size() == 5);
 }
 
 }  // namespace sluice
