@@ -205,7 +205,9 @@ private:
         reloader_->attach(*running_dataplane_);
         dataplane_->launch();
         reloader_->apply_health_targets();
-        stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_);
+        std::vector<const Port*> devices;
+        for (const auto& port : ports_) devices.push_back(port.get());
+        stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_, devices);
     }
 
     // Telemetry, BGP and metrics: what reads the running data plane from other threads.
@@ -217,6 +219,7 @@ private:
         view_.rules = &stats_->rules();
         view_.backends = &stats_->backends();
         view_.xdp = &xdp_stats_;
+        view_.xsk = &stats_->xsk();
         view_.bgp = &bgp_stats_;
         if (config().bgp.enabled) {
             // The first control-loop turn writes the include file (empty or not) and has BIRD read it, so VIPs a

@@ -283,6 +283,15 @@ void add_xdp(Families& out, const XdpRecord& xdp) {
     out.add_per_item(kXdpPortFamilies, xdp.ports, [](const XdpPortRecord& p) { return Labels{{"port", p.port}}; });
 }
 
+void add_xsk(Families& out, const XskRecord& xsk) {
+    if (xsk.ports.empty()) return;
+    for (const XskCounterInfo& info : kXskCounterInfo) {
+        MetricFamily& family = out.add({info.family, MetricType::Counter, info.help});
+        for (const XskPortRecord& p : xsk.ports)
+            Families::sample(family, {{"port", p.port}}, static_cast<double>(p.counters.*info.member));
+    }
+}
+
 void add_bgp(Families& out, const BgpRecord& bgp) {
     if (!bgp.enabled) return;
     out.add_per_item(kBgpVipFamilies, bgp.vips, [](const BgpVipRecord& v) { return Labels{{"vip", v.vip}}; });
@@ -311,6 +320,7 @@ Scrape read_scrape(const StatusView& view, const std::string& version) {
     scrape.rules = view.rules->read();
     if (view.backends) scrape.backends = view.backends->read();
     if (view.xdp) scrape.xdp = view.xdp->read();
+    if (view.xsk) scrape.xsk = view.xsk->read();
     if (view.bgp) scrape.bgp = view.bgp->read();
     scrape.reload = view.reload->read();
     return scrape;
@@ -335,6 +345,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
         });
     if (scrape.backends) add_nat_ports(out, *scrape.backends);
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
+    add_xsk(out, scrape.xsk);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
     add_reload(out, scrape.reload);
     return out.take();

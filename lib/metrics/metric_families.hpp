@@ -23,6 +23,7 @@ struct Scrape {
     RuleHitsRecord rules;
     std::optional<BackendsRecord> backends;
     std::optional<XdpRecord> xdp;
+    XskRecord xsk;  // empty without net_af_xdp ports
     std::optional<BgpRecord> bgp;
     ReloadRecord reload;
 };
