@@ -9,7 +9,7 @@ import memif_bench as mb
 JOBS = ("plain", "firewall", "lb", "pipeline")
 JOB_TEXT = {
     "plain": "plain forwarding (TTL, MACs)",
-    "firewall": f"firewall: conntrack + rules, default deny",
+    "firewall": "firewall: conntrack + rules, default deny",
     "lb": "load balancer: DNAT to 8 backends + SNAT to the pool",
     "pipeline": "full pipeline: firewall + load balancer",
 }
@@ -216,7 +216,8 @@ def targets(combined_path):
 MARK = "<!-- peer_ovs.sh appends rows above this line -->"
 HEADER = """### OVS-DPDK side by side (`tests/bench/peer_ovs.sh`)
 
-| date (UTC) | machine | command | job | busy cycles/pkt: OVS EMC / OVS SMC / sluice | OVS/sluice, EMC (rounds) | OVS/sluice, SMC (rounds) | Mpps sent: OVS EMC / SMC / sluice |
+| date (UTC) | machine | command | job | busy cycles/pkt: OVS EMC / OVS SMC / sluice | OVS/sluice, EMC (rounds) \
+| OVS/sluice, SMC (rounds) | Mpps sent: OVS EMC / SMC / sluice |
 | --- | --- | --- | --- | ---: | ---: | ---: | ---: |
 """
 
@@ -225,7 +226,8 @@ def record(doc, combined_path, date, machine, command):
     rows = []
     for line in open(combined_path).read().splitlines():
         job, emc, smc, slu, emc_cell, smc_cell, rates, others = line.split("\t")
-        rows.append(f"| {date} | {machine}; others used {others} CPU | {command} | {JOB_TEXT[job]} | "
+        noisy = ": **noisy**" if float(others.rstrip("%")) > 5 else ""
+        rows.append(f"| {date} | {machine}; others used {others} CPU{noisy} | {command} | {JOB_TEXT[job]} | "
                     f"{emc} / {smc} / {slu} | {emc_cell} | {smc_cell} | {rates} |")
     text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
     if MARK not in text:

@@ -72,7 +72,8 @@ for tool in "$OVS_VSWITCHD" ovsdb-tool ovsdb-server ovs-vsctl ovs-ofctl ovs-appc
     command -v "$tool" >/dev/null || die "$tool not found: deploy/install-deps.sh --bench-extras installs OVS-DPDK"
 done
 bench_start
-log "sluice binary $SLUICE ($SLUICE_ID); OVS $("$OVS_VSWITCHD" --version | head -n1); jobs: $JOBS; $ROUNDS rounds;" \
+ovs_version() { "$OVS_VSWITCHD" --version | head -n1 | sed 's/.*) //'; }
+log "sluice binary $SLUICE ($SLUICE_ID); OVS $(ovs_version); jobs: $JOBS; $ROUNDS rounds;" \
     "window ${DURATION} s after ${WARMUP} s warm-up; work dir $WORK"
 
 # --- traffic, sluice's configs, OVS's tables ------------------------------------------------------------------
@@ -102,7 +103,8 @@ taskset -c 0 ovsdb-server "$OVS_DIR/conf.db" --remote="punix:$OVS_DIR/db.sock" -
     --log-file="$OVS_DIR/ovsdb-server.log" </dev/null >/dev/null 2>&1 &
 DB_PID=$!
 PIDS+=("$DB_PID")
-wait_for "$DB_PID" 20 "${VSCTL[@]}" --no-wait init 2>/dev/null || die "ovsdb-server did not start ($OVS_DIR/ovsdb-server.log)"
+wait_for "$DB_PID" 20 "${VSCTL[@]}" --no-wait init 2>/dev/null \
+    || die "ovsdb-server did not start ($OVS_DIR/ovsdb-server.log)"
 PREFIXES+=("$ID-ovs")
 "${VSCTL[@]}" --no-wait set Open_vSwitch . other_config:dpdk-init=true \
     "other_config:dpdk-extra=--no-pci --in-memory --file-prefix=$ID-ovs" other_config:dpdk-lcore-mask=0x1 \
@@ -113,7 +115,10 @@ PREFIXES+=("$ID-ovs")
        "options:dpdk-devargs=net_memif0,role=client,socket=$SOCK_OVS,id=0" \
     -- add-port br0 out -- set Interface out type=dpdk ofport_request=2 "options:dpdk-devargs=net_null0,no-rx=1"
 
-ovs_ready() { $OFCTL dump-ports-desc br0 2>/dev/null | grep -q '^ 1(in)' && $OFCTL dump-ports-desc br0 | grep -q '^ 2(out)'; }
+ovs_ready() {
+    local ports
+    ports=$($OFCTL dump-ports-desc br0 2>/dev/null) && grep -q '^ 1(in)' <<<"$ports" && grep -q '^ 2(out)' <<<"$ports"
+}
 
 # run_ovs K JOB: round K's OVS run of JOB: $WORK/ovs-JOB-K-emc.json and -smc.json.
 run_ovs() {
@@ -129,12 +134,15 @@ run_ovs() {
     $OFCTL replace-flows br0 "$WORK/ovs-$job.flows"
     sleep "$WARMUP"
     peer ovs_window "$WORK/$name-emc.json" "$DURATION" "$GEN_PID $vs_pid" "$APPCTL" "$OFCTL"
-    peer ovs_summary "$WORK/$name-emc.json" "round $k: $job: OVS (EMC on, SMC off)" || { show_log "$WORK/$name.log"; FAILED=1; }
+    peer ovs_summary "$WORK/$name-emc.json" "round $k: $job: OVS (EMC on, SMC off)" \
+        || { show_log "$WORK/$name.log"; FAILED=1; }
     "${VSCTL[@]}" set Open_vSwitch . other_config:smc-enable=true other_config:emc-insert-inv-prob=0
     sleep 2  # the SMC fills from megaflow hits: every flow comes by several times a second
     peer ovs_window "$WORK/$name-smc.json" "$DURATION" "$GEN_PID $vs_pid" "$APPCTL" "$OFCTL"
-    peer ovs_summary "$WORK/$name-smc.json" "round $k: $job: OVS (SMC on, EMC off)" || { show_log "$WORK/$name.log"; FAILED=1; }
-    [[ $job == plain ]] || log "round $k: $job: OVS conntrack: $($APPCTL dpctl/ct-stats-show | sed -n 's/^ *Total: //p') entries"
+    peer ovs_summary "$WORK/$name-smc.json" "round $k: $job: OVS (SMC on, EMC off)" \
+        || { show_log "$WORK/$name.log"; FAILED=1; }
+    [[ $job == plain ]] \
+        || log "round $k: $job: OVS conntrack: $($APPCTL dpctl/ct-stats-show | sed -n 's/^ *Total: //p') entries"
     finish_run "$name" "$vs_pid" TERM receiver-first
 }
 
@@ -145,10 +153,12 @@ run_sluice() {
     "$WORK/sluice" --config "$WORK/sluice-$job.yaml" </dev/null >"$WORK/$name.log" 2>&1 &
     local sl_pid=$!
     PIDS+=("$sl_pid")
-    wait_for "$sl_pid" 30 grep -qs "ready:" "$WORK/$name.log" || { show_log "$WORK/$name.log"; die "$name: sluice did not start"; }
+    wait_for "$sl_pid" 30 grep -qs "ready:" "$WORK/$name.log" \
+        || { show_log "$WORK/$name.log"; die "$name: sluice did not start"; }
     local rate=(/sluice/stats port/out/tx_packets /ethdev/stats,0)
     [[ $job != lb && $job != pipeline ]] || rate+=(/sluice/backends)
-    BENCH_PIDS="$GEN_PID $sl_pid" bench sample "$RUNDIR/$ID-sluice/dpdk_telemetry.v2" "$WARMUP" "$DURATION" "${rate[@]}" \
+    BENCH_PIDS="$GEN_PID $sl_pid" bench sample "$RUNDIR/$ID-sluice/dpdk_telemetry.v2" "$WARMUP" "$DURATION" \
+        "${rate[@]}" \
         >"$WORK/$name.json" || { show_log "$WORK/$name.log"; die "$name: sluice's telemetry did not answer"; }
     finish_run "$name" "$sl_pid" TERM receiver-first
     bench summary "$WORK/$name.json" "round $k: $job: sluice"
@@ -189,7 +199,8 @@ echo "note: the machine is shared; the ratios within a round compare, the cycles
 if (( RECORD )); then
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1 | sed 's/(R)//g; s/(TM)//g; s/  */ /g')
     rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    if [[ $rev != unknown ]] && ! git -C "$REPO" diff --quiet HEAD -- . ":(exclude)${BENCH_DOC#"$REPO"/}" 2>/dev/null; then
+    if [[ $rev != unknown ]] \
+        && ! git -C "$REPO" diff --quiet HEAD -- . ":(exclude)${BENCH_DOC#"$REPO"/}" 2>/dev/null; then
         rev+=-dirty
     fi
     env=""
@@ -197,6 +208,6 @@ if (( RECORD )); then
     [[ $ROUNDS == 3 ]] || env+="ROUNDS=$ROUNDS "
     [[ $FLOWS == 100000 && $RULES == 1000 ]] || env+="FLOWS=$FLOWS RULES=$RULES "
     peer record "$BENCH_DOC" "$WORK/combined.tsv" "$(date -u '+%Y-%m-%d %H:%M')" "$cpu, $(nproc) vCPU" \
-        "\`${env}tests/bench/peer_ovs.sh\` @ $rev, sluice binary $SLUICE_ID, $("$OVS_VSWITCHD" --version | head -n1 | sed 's/.*) //')"
+        "\`${env}tests/bench/peer_ovs.sh\` @ $rev, sluice binary $SLUICE_ID, OVS $(ovs_version)"
     log "rows appended to $BENCH_DOC"
 fi
