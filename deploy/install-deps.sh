@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Installs every Debian package sluice's build, tests and lab need, reserves 2 MiB hugepages and mounts hugetlbfs.
 # Idempotent: run it as often as you like. Hugepage count: SLUICE_HUGEPAGES (default 512 = 1 GiB).
+#
+#   deploy/install-deps.sh [--bench-extras]
+#
+# --bench-extras (or SLUICE_BENCH_EXTRAS=1) also installs the peers the benchmarks compare sluice with and that the
+# product never needs: OVS-DPDK for tests/bench/peer_ovs.sh. The daemon the package would start is stopped and
+# disabled again (peer_ovs.sh runs its own, with its own database and run directories).
 set -euo pipefail
 
 hugepages=${SLUICE_HUGEPAGES:-512}
+bench_extras=${SLUICE_BENCH_EXTRAS:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --bench-extras) bench_extras=1 ;;
+    *) echo "usage: $0 [--bench-extras]" >&2; exit 2 ;;
+  esac
+done
 packages=(
   build-essential pkg-config meson ninja-build python3
   libdpdk-dev dpdk dpdk-dev
@@ -18,6 +31,10 @@ packages=(
   prometheus  # promtool: tests/integration/test_deploy_files.py checks the alert rules and the dashboard's queries
   debhelper dh-python lintian scdoc  # the Debian package (debian/, dpkg-buildpackage) and its man pages (docs/man)
 )
+bench_packages=(
+  openvswitch-switch-dpdk  # tests/bench/peer_ovs.sh: OVS-DPDK on the same DPDK 22.11, doing sluice's four jobs
+)
+if [[ $bench_extras == 1 ]]; then packages+=("${bench_packages[@]}"); fi
 
 say() { printf 'install-deps: %s\n' "$*"; }
 
@@ -25,6 +42,8 @@ if [ "$(id -u)" -ne 0 ]; then
   say "must run as root (apt-get and hugepages)"; exit 1
 fi
 
+ovs_was_installed=0
+dpkg-query -W -f='${Status}' openvswitch-switch 2>/dev/null | grep -q 'install ok installed' && ovs_was_installed=1
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -43,6 +62,17 @@ if ((${#missing[@]})); then
       # sysvinit, or a container whose policy-rc.d kept it from starting (then stop refuses: nothing runs)
       update-rc.d prometheus disable >/dev/null 2>&1 || true
       invoke-rc.d prometheus stop >/dev/null 2>&1 || true
+    fi
+  fi
+  # The same for Open vSwitch's daemon (openvswitch-switch, pulled in by -dpdk): a system OVS on a benchmark
+  # machine would busy-poll a CPU once given DPDK ports.
+  if [[ " ${missing[*]} " == *" openvswitch-switch-dpdk "* && $ovs_was_installed == 0 ]]; then
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now openvswitch-switch.service ovs-vswitchd.service ovsdb-server.service >/dev/null 2>&1 \
+        || say "WARNING: could not stop the Open vSwitch daemons the package started"
+    else
+      update-rc.d openvswitch-switch disable >/dev/null 2>&1 || true
+      invoke-rc.d openvswitch-switch stop >/dev/null 2>&1 || true
     fi
   fi
 else

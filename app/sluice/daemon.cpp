@@ -226,7 +226,9 @@ private:
         reloader_->attach(*running_dataplane_);
         dataplane_->launch();
         reloader_->apply_health_targets();
-        stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_);
+        std::vector<const Port*> devices;
+        for (const auto& port : ports_) devices.push_back(port.get());
+        stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_, devices);
         start_sync();
     }
 
@@ -303,6 +305,7 @@ private:
         view_.rules = &stats_->rules();
         view_.backends = &stats_->backends();
         view_.xdp = &xdp_stats_;
+        view_.xsk = &stats_->xsk();
         view_.bgp = &bgp_stats_;
         view_.neighbours = &neighbour_stats_;
         view_.routes = &route_stats_;
@@ -790,7 +793,6 @@ private:
     RouteStats route_stats_;
     std::unique_ptr<KernelRouteMirror> kernel_routes_;                           // routing.kernel_table configured
     std::optional<std::chrono::steady_clock::time_point> routes_pending_since_;  // kernel changes not published
-    std::vector<int> link_up_;  // per port: -1 unknown, 0 down, 1 up (control loop)
     std::optional<std::chrono::steady_clock::time_point> drain_ends_;
     double drain_ends_unix_ = 0;
     HealthTransitionQueue health_transitions_;  // from the checker's thread

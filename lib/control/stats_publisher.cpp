@@ -18,12 +18,22 @@ std::string decision_log_line(const DecisionLogRecord& record, const FirewallTab
 }
 
 StatsPublisher::StatsPublisher(Dataplane& dataplane, const Reloader& reloader, const HealthChecker* health,
-                               std::vector<PortIdentity> ports)
-    : dataplane_(dataplane), reloader_(reloader), health_(health), ports_(std::move(ports)) {}
+                               std::vector<PortIdentity> ports, std::vector<const Port*> devices)
+    : dataplane_(dataplane), reloader_(reloader), health_(health), ports_(std::move(ports)),
+      devices_(std::move(devices)) {}
 
 void StatsPublisher::refresh() {
     refresh_rule_stats();
     refresh_backend_stats();
+    refresh_xsk_stats();
+}
+
+void StatsPublisher::refresh_xsk_stats() {
+    XskRecord record;
+    for (const Port* port : devices_)
+        if (const std::optional<XskCounters> counters = port->xsk_counters())
+            record.ports.push_back({port->name(), *counters});
+    if (!record.ports.empty()) xsk_.write(std::move(record));
 }
 
 void StatsPublisher::refresh_rule_stats() {

@@ -21,14 +21,15 @@ std::string decision_log_line(const DecisionLogRecord& record, const FirewallTab
 
 class StatsPublisher {
 public:
-    // health may be null (no checks).
+    // health may be null (no checks). devices: the running ports, which outlive the publisher.
     StatsPublisher(Dataplane& dataplane, const Reloader& reloader, const HealthChecker* health,
-                   std::vector<PortIdentity> ports);
+                   std::vector<PortIdentity> ports, std::vector<const Port*> devices);
 
     const RuleStats& rules() const { return rules_; }
     const BackendStats& backends() const { return backends_; }
+    const XskStats& xsk() const { return xsk_; }
 
-    // Every control-loop turn: the rules' and backends' records.
+    // Every control-loop turn: the rules', backends' and AF_XDP sockets' records.
     void refresh();
     // Every control-loop turn: the decisions workers logged, and once a second how many the log rate left out.
     void write_decision_log();
@@ -36,6 +37,7 @@ public:
 private:
     void refresh_rule_stats();
     void refresh_backend_stats();
+    void refresh_xsk_stats();
     // A nat backend's port spaces, summed over the workers.
     void count_nat_ports(uint32_t backend_id, std::size_t pool_addresses, BackendRecord& r) const;
 
@@ -43,8 +45,10 @@ private:
     const Reloader& reloader_;
     const HealthChecker* health_;
     std::vector<PortIdentity> ports_;
+    std::vector<const Port*> devices_;
     RuleStats rules_;
     BackendStats backends_;
+    XskStats xsk_;
     std::chrono::steady_clock::time_point last_suppressed_report_{};
     uint64_t reported_suppressed_ = 0;
 };

@@ -18,6 +18,7 @@
 #include <rte_ring.h>
 
 #include "dpdk/mempool.hpp"
+#include "dpdk/port.hpp"
 #include "pipeline/dataplane.hpp"
 
 namespace sluice {
@@ -103,6 +104,16 @@ struct XdpRecord {
     std::vector<XdpPortRecord> ports;
 };
 
+// The kernel's counters of each net_af_xdp port's AF_XDP sockets (Port::xsk_counters), read by the control thread.
+struct XskPortRecord {
+    std::string port;
+    XskCounters counters;
+};
+
+struct XskRecord {
+    std::vector<XskPortRecord> ports;
+};
+
 // A record written by the control thread and read by telemetry and the exporter, under a mutex.
 template <typename Record>
 class Published {
@@ -153,6 +164,7 @@ using RuleStats = Published<RuleHitsRecord>;
 using NeighbourStats = Published<NeighboursRecord>;
 using BackendStats = Published<BackendsRecord>;
 using XdpStats = Published<XdpRecord>;
+using XskStats = Published<XskRecord>;
 using BgpStats = Published<BgpRecord>;
 
 // The route table: routes by source (connected, host, static, kernel: RouteSource's order) as of the last commit, and
@@ -174,6 +186,7 @@ struct StatusView {
     const RuleStats* rules = nullptr;
     const BackendStats* backends = nullptr;
     const XdpStats* xdp = nullptr;
+    const XskStats* xsk = nullptr;
     const BgpStats* bgp = nullptr;
     const NeighbourStats* neighbours = nullptr;
     const RouteStats* routes = nullptr;
@@ -201,6 +214,22 @@ inline constexpr std::array kPortDeviceCounterInfo = {
     PortDeviceCounterInfo{#name, &rte_eth_stats::member, "hw_" #name, "sluice_port_" #name "_total", help},
     SLUICE_PORT_DEVICE_COUNTERS(SLUICE_PORT_DEVICE_COUNTER_INFO)
 #undef SLUICE_PORT_DEVICE_COUNTER_INFO
+};
+
+// Each net_af_xdp port's AF_XDP socket counters, declared once in SLUICE_XSK_COUNTERS: /sluice/stats
+// "port/NAME/xdp_<name>", Prometheus sluice_port_xdp_<name>_total{port}.
+struct XskCounterInfo {
+    std::string_view telemetry_key;  // after "port/NAME/"
+    uint64_t XskCounters::*member;
+    std::string_view family;
+    std::string_view help;
+};
+
+inline constexpr std::array kXskCounterInfo = {
+#define SLUICE_XSK_COUNTER_INFO(name, help) \
+    XskCounterInfo{"xdp_" #name, &XskCounters::name, "sluice_port_xdp_" #name "_total", help},
+    SLUICE_XSK_COUNTERS(SLUICE_XSK_COUNTER_INFO)
+#undef SLUICE_XSK_COUNTER_INFO
 };
 
 // What the outside views (telemetry, Prometheus) read of the data plane at one moment, read once here so that both

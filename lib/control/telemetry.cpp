@@ -66,6 +66,10 @@ int stats_command(const char*, const char*, rte_tel_data* d) {
         for (const PortDeviceCounterInfo& info : kPortDeviceCounterInfo)
             add(prefix + std::string(info.telemetry_key), (*port.device).*info.member);
     }
+    if (g_view->xsk)
+        for (const XskPortRecord& port : g_view->xsk->read().ports)
+            for (const XskCounterInfo& info : kXskCounterInfo)
+                add("port/" + port.port + "/" + std::string(info.telemetry_key), port.counters.*info.member);
     add("rx_packets", rx);
     add("tx_packets", tx);
     add("drops", totals.total_drops());

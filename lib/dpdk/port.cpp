@@ -1,7 +1,14 @@
 #include "dpdk/port.hpp"
 
+#include <dirent.h>
+#include <linux/if_xdp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <iterator>
 
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -43,6 +50,34 @@ bool holds_rss_key(uint16_t port_id, const std::vector<uint8_t>& key) {
     conf.rss_key_len = static_cast<uint8_t>(held.size());
     if (rte_eth_dev_rss_hash_conf_get(port_id, &conf) != 0) return true;
     return held == key;
+}
+
+// Reads an AF_XDP socket's counters; false for any other descriptor. A kernel older than 5.9 fills the first three.
+bool read_xsk_statistics(int fd, xdp_statistics& stats) {
+    stats = {};
+    socklen_t length = sizeof stats;
+    return getsockopt(fd, SOL_XDP, XDP_STATISTICS, &stats, &length) == 0;
+}
+
+// The AF_XDP sockets among this process's descriptors, in order. net_af_xdp keeps its sockets to itself, so a port
+// learns which are its own by looking before and after its RX queues are set up.
+std::vector<int> open_xsk_fds() {
+    std::vector<int> fds;
+    DIR* dir = opendir("/proc/self/fd");
+    if (!dir) return fds;
+    while (const dirent* entry = readdir(dir)) {
+        char* end = nullptr;
+        const long fd = std::strtol(entry->d_name, &end, 10);
+        struct stat st {};
+        xdp_statistics stats;
+        if (*end != '\0' || end == entry->d_name || fd == dirfd(dir)) continue;
+        if (fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode) &&
+            read_xsk_statistics(static_cast<int>(fd), stats))
+            fds.push_back(static_cast<int>(fd));
+    }
+    closedir(dir);
+    std::sort(fds.begin(), fds.end());
+    return fds;
 }
 
 std::string format_mac(const rte_ether_addr& mac) {
@@ -107,8 +142,21 @@ std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int so
     return std::vector<bool>(port_sockets.size(), one_pool);
 }
 
+// XSK_RING_CONS__DEFAULT_NUM_DESCS, the fill-ring stock of 22.11's net_af_xdp (ETH_AF_XDP_DFLT_NUM_DESCS).
+constexpr uint32_t kAfXdpFillRingMbufs = 2048;
+
+bool is_af_xdp(const std::string& device) { return device.starts_with("net_af_xdp"); }
+
 void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     const std::string who = "port '" + spec_.name + "'";
+    // The driver keeps at most its fill ring's stock in flight whatever the RX ring's size: a larger ring would
+    // only turn "RX ring full" drops into "fill ring empty" ones while the pool held mbufs it can never use.
+    if (is_af_xdp(spec_.device) && spec_.rx_descriptors > kAfXdpFillRingMbufs)
+        throw StartupError(who + ": rx_descriptors " + std::to_string(spec_.rx_descriptors) +
+                           " on net_af_xdp: the driver stocks each AF_XDP fill ring with " +
+                           std::to_string(kAfXdpFillRingMbufs) + " buffers whatever the RX ring's size, so a ring " +
+                           "larger than that drops as \"fill ring empty\" what it would drop as \"RX ring full\"; " +
+                           "set rx_descriptors to " + std::to_string(kAfXdpFillRingMbufs) + " or less");
     rte_eth_dev_info info{};
     int ret = rte_eth_dev_info_get(port_id_, &info);
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_info_get: " + errstr(ret));
@@ -151,10 +199,20 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     if (ret != 0) throw StartupError(who + ": descriptor counts: " + errstr(ret));
 
     const unsigned socket_id = static_cast<unsigned>(socket());
+    const std::vector<int> xsk_before = is_af_xdp(spec_.device) ? open_xsk_fds() : std::vector<int>{};
     for (uint16_t q = 0; q < spec_.rx_queues; ++q) {
         ret = rte_eth_rx_queue_setup(port_id_, q, rx_desc, socket_id, nullptr, pool);
         if (ret != 0) throw StartupError(who + ": RX queue " + std::to_string(q) + ": " + errstr(ret));
         rx_queues_set_up_ = static_cast<uint16_t>(q + 1);
+    }
+    if (is_af_xdp(spec_.device)) {
+        const std::vector<int> xsk_after = open_xsk_fds();
+        xsk_fds_.clear();
+        std::set_difference(xsk_after.begin(), xsk_after.end(), xsk_before.begin(), xsk_before.end(),
+                            std::back_inserter(xsk_fds_));
+        if (xsk_fds_.size() != spec_.rx_queues)
+            spdlog::warn("{}: found {} AF_XDP socket(s) for {} RX queue(s): its xdp_* counters may be incomplete", who,
+                         xsk_fds_.size(), spec_.rx_queues);
     }
     rte_eth_txconf txconf = info.default_txconf;
     txconf.offloads = conf.txmode.offloads;
@@ -192,11 +250,6 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
         spec_.mtu, socket_id, (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) ? ", tx fast free" : "");
 }
 
-// XSK_RING_CONS__DEFAULT_NUM_DESCS, the fill-ring stock of 22.11's net_af_xdp (ETH_AF_XDP_DFLT_NUM_DESCS).
-constexpr uint32_t kAfXdpFillRingMbufs = 2048;
-
-bool is_af_xdp(const std::string& device) { return device.starts_with("net_af_xdp"); }
-
 uint32_t Port::mbufs_kept_by_driver() const {
     return is_af_xdp(spec_.device) ? uint32_t{spec_.rx_queues} * kAfXdpFillRingMbufs : 0;
 }
@@ -205,9 +258,23 @@ uint32_t Port::mbufs_held_by_driver() const {
     return is_af_xdp(spec_.device) ? uint32_t{rx_queues_set_up_} * kAfXdpFillRingMbufs : 0;
 }
 
+std::optional<XskCounters> Port::xsk_counters() const {
+    if (xsk_fds_.empty()) return std::nullopt;
+    XskCounters total;
+    for (const int fd : xsk_fds_) {
+        xdp_statistics stats;
+        if (!read_xsk_statistics(fd, stats)) return std::nullopt;
+#define SLUICE_XSK_COUNTER_ADD(name, help) total.name += stats.name;
+        SLUICE_XSK_COUNTERS(SLUICE_XSK_COUNTER_ADD)
+#undef SLUICE_XSK_COUNTER_ADD
+    }
+    return total;
+}
+
 void Port::stop() {
     if (!started_) return;
     started_ = false;
+    xsk_fds_.clear();  // the driver closes them with the device; their numbers may be reused
     // net_af_xdp frees a sent mbuf only when a later TX call reaps the completion ring; an empty burst reaps them
     // (the lcores have stopped: the control thread owns the queues now).
     if (is_af_xdp(spec_.device))

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,23 @@ std::vector<bool> plan_tx_fast_free(const std::vector<int>& port_sockets, int so
 // device's hash_key_size (40 on most NICs, 52 on Intel's 700 and 800 series).
 std::vector<uint8_t> symmetric_rss_key(std::size_t bytes);
 
+// The kernel's counters of an AF_XDP socket (struct xdp_statistics, getsockopt XDP_STATISTICS), declared once as
+// X(name, help). DPDK 22.11's net_af_xdp reports only rx_dropped (as imissed) and has no xstats for the rest.
+#define SLUICE_XSK_COUNTERS(X)                                                                                   \
+    X(rx_dropped, "Frames the kernel dropped at the port's AF_XDP sockets other than for a full RX ring, those " \
+                  "that found the fill ring empty included (what net_af_xdp reports as rx_missed)")              \
+    X(rx_invalid_descs, "Frames the kernel dropped at the port's AF_XDP sockets for an invalid RX descriptor")   \
+    X(tx_invalid_descs, "Frames the kernel dropped at the port's AF_XDP sockets for an invalid TX descriptor")   \
+    X(rx_ring_full, "Frames the kernel dropped because a socket's RX ring was full: the RX lcore fell behind")   \
+    X(rx_fill_ring_empty_descs, "Times the kernel found a socket's fill ring empty: no buffer for a frame")      \
+    X(tx_ring_empty_descs, "Times the kernel, woken to send, found a socket's TX ring empty (not drops)")
+
+struct XskCounters {
+#define SLUICE_XSK_COUNTER_MEMBER(name, help) uint64_t name = 0;
+    SLUICE_XSK_COUNTERS(SLUICE_XSK_COUNTER_MEMBER)
+#undef SLUICE_XSK_COUNTER_MEMBER
+};
+
 // A configured, started port. Owned by the daemon; closes the device when it goes.
 class Port {
 public:
@@ -79,6 +97,9 @@ public:
     uint32_t mbufs_kept_by_driver() const;
     // What the driver holds that way now: none for queues never set up (a start that failed before them).
     uint32_t mbufs_held_by_driver() const;
+    // net_af_xdp ports: the kernel's counters of the port's AF_XDP sockets, summed; nullopt for other devices or
+    // when the kernel would not say. Control thread only: a getsockopt per RX queue.
+    std::optional<XskCounters> xsk_counters() const;
     void log_link() const;
 
 private:
@@ -91,6 +112,7 @@ private:
     bool started_ = false;
     uint16_t rx_queues_set_up_ = 0;
     uint16_t tx_queues_ = 0;
+    std::vector<int> xsk_fds_;  // the AF_XDP sockets net_af_xdp opened for this port's RX queues
 };
 
 }  // namespace sluice

@@ -325,6 +325,15 @@ void add_xdp(Families& out, const XdpRecord& xdp) {
     out.add_per_item(kXdpPortFamilies, xdp.ports, [](const XdpPortRecord& p) { return Labels{{"port", p.port}}; });
 }
 
+void add_xsk(Families& out, const XskRecord& xsk) {
+    if (xsk.ports.empty()) return;
+    for (const XskCounterInfo& info : kXskCounterInfo) {
+        MetricFamily& family = out.add({info.family, MetricType::Counter, info.help});
+        for (const XskPortRecord& p : xsk.ports)
+            Families::sample(family, {{"port", p.port}}, static_cast<double>(p.counters.*info.member));
+    }
+}
+
 void add_bgp(Families& out, const BgpRecord& bgp) {
     if (!bgp.enabled) return;
     out.add_per_item(kBgpVipFamilies, bgp.vips, [](const BgpVipRecord& v) { return Labels{{"vip", v.vip}}; });
@@ -394,6 +403,7 @@ Scrape read_scrape(const StatusView& view, const std::string& version) {
     scrape.rules = view.rules->read();
     if (view.backends) scrape.backends = view.backends->read();
     if (view.xdp) scrape.xdp = view.xdp->read();
+    if (view.xsk) scrape.xsk = view.xsk->read();
     if (view.bgp) scrape.bgp = view.bgp->read();
     if (view.neighbours) scrape.neighbours = view.neighbours->read();
     if (view.routes) scrape.routes = view.routes->read();
@@ -422,6 +432,7 @@ std::vector<MetricFamily> render_families(const Scrape& scrape) {
         });
     if (scrape.backends) add_nat_ports(out, *scrape.backends);
     if (scrape.xdp) add_xdp(out, *scrape.xdp);
+    add_xsk(out, scrape.xsk);
     if (scrape.bgp) add_bgp(out, *scrape.bgp);
     if (scrape.routes) add_routes(out, *scrape.routes);
     if (scrape.sync) add_sync(out, *scrape.sync);

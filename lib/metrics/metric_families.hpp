@@ -30,6 +30,7 @@ struct Scrape {
     RuleHitsRecord rules;
     std::optional<BackendsRecord> backends;
     std::optional<XdpRecord> xdp;
+    XskRecord xsk;  // empty without net_af_xdp ports
     std::optional<BgpRecord> bgp;
     NeighboursRecord neighbours;
     std::optional<RoutesRecord> routes;

@@ -52,6 +52,7 @@ Scrape full_scrape() {
     backend.nat_ports_capacity = 64512;
     s.backends = BackendsRecord{{backend}, {"10.1.0.100"}};
     s.xdp = XdpRecord{{XdpPortRecord{"wan", "eth0", "all", 1, 2, 3, 4}}};
+    s.xsk = XskRecord{{XskPortRecord{"wan", XskCounters{21, 22, 23, 24, 25, 26}}}};
     BgpRecord bgp;
     bgp.enabled = true;
     bgp.vips = {BgpVipRecord{"192.0.2.100", true, true, 1, 0}};
@@ -215,6 +216,25 @@ TEST_CASE("prometheus: every port counter has its family, with the device's only
     }
 }
 
+TEST_CASE("prometheus: a net_af_xdp port's AF_XDP socket counters, a family each, named as in telemetry", "[metrics]") {
+    Scrape scrape = full_scrape();
+    const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
+    CHECK(families.at("sluice_port_xdp_rx_dropped_total").metric.at(0).counter.value == 21);
+    CHECK(families.at("sluice_port_xdp_rx_ring_full_total").metric.at(0).counter.value == 24);
+    CHECK(families.at("sluice_port_xdp_rx_fill_ring_empty_descs_total").metric.at(0).counter.value == 25);
+    CHECK(families.at("sluice_port_xdp_tx_ring_empty_descs_total").metric.at(0).counter.value == 26);
+    for (const XskCounterInfo& info : kXskCounterInfo) {
+        INFO(info.family);
+        const MetricFamily& f = families.at(std::string(info.family));
+        CHECK(f.help == info.help);
+        REQUIRE(f.metric.size() == 1);
+        CHECK(f.metric[0].label.at(0).name == "port");
+        CHECK(f.metric[0].label.at(0).value == "wan");
+        CHECK(f.metric[0].counter.value == static_cast<double>(scrape.xsk.ports[0].counters.*info.member));
+        CHECK("sluice_port_" + std::string(info.telemetry_key) + "_total" == info.family);
+    }
+}
+
 TEST_CASE("prometheus: every family is documented in docs/metrics.md with its type and labels, and back", "[metrics]") {
     const std::map<std::string, MetricFamily> families = by_name(render_families(full_scrape()));
     const std::map<std::string, DocumentedFamily> documented = documented_families();
@@ -240,6 +260,7 @@ TEST_CASE("prometheus: families of absent features stay out", "[metrics]") {
     Scrape scrape = full_scrape();
     scrape.backends.reset();
     scrape.xdp->ports.clear();
+    scrape.xsk.ports.clear();
     scrape.bgp->enabled = false;
     scrape.routes->kernel_mirrored = false;
     const std::map<std::string, MetricFamily> families = by_name(render_families(scrape));
