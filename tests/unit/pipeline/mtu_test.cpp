@@ -39,8 +39,6 @@ services:
     backends: [{address: 172.16.0.10, port: 8080, mac: "02:00:00:00:0c:0a"}]
 )";
 
-std::array<uint8_t, 6> mac(uint8_t last) { return {0x02, 0, 0, 0, 0x0b, last}; }
-
 void resolve(PipelineLab& lab) {
     lab.set_neighbour("192.0.2.11", mac(11));
     lab.set_neighbour("2001:db8:1::11", mac(0x11));

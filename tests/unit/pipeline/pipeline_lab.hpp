@@ -102,4 +102,7 @@ private:
     uint64_t now_tsc_ = 0;
 };
 
+// The MAC the route tests give their neighbours: 02:00:00:00:0b:LAST.
+inline std::array<uint8_t, 6> mac(uint8_t last) { return {0x02, 0, 0, 0, 0x0b, last}; }
+
 }  // namespace sluice::test

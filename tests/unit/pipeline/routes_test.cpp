@@ -30,8 +30,6 @@ routes:
   - {prefix: "2001:db8:5::/48", next_hops: ["2001:db8:1::11"]}
 )";
 
-std::array<uint8_t, 6> mac(uint8_t last) { return {0x02, 0, 0, 0, 0x0b, last}; }
-
 // The next hops of kRoutes resolved, each at 02:00:00:00:0b:<its last address byte>.
 void resolve_all(PipelineLab& lab) {
     for (const char* a : {"192.0.2.11", "192.0.2.12", "192.0.2.21", "192.0.2.22", "192.0.2.23"})

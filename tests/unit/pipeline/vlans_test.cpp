@@ -30,8 +30,6 @@ routes:
 
 constexpr std::array<uint8_t, 6> kHost{0x02, 0, 0, 0, 0x0c, 0x05};
 
-std::array<uint8_t, 6> mac(uint8_t last) { return {0x02, 0, 0, 0, 0x0b, last}; }
-
 FrameSpec udp(const char* src, uint16_t sport, const char* dst) { return udp_spec(src, sport, dst, 53); }
 
 // Hosts on the trunk's three links and on wan, resolved as the daemon's glean would.
