@@ -232,7 +232,8 @@ lb_health() {
 # into kernel table 100; sluice mirrors that table. Waits for the route in sluice, then fetches from behind the router.
 routed() {
   local deadline=$((SECONDS + 30)) t0=$SECONDS
-  until "${SLUICECTL[@]}" routes 2>/dev/null | grep -q '10\.77\.50\.0/24.*kernel'; do
+  # Its next hop resolved too (sluice asks ARP for it once the route arrives): no first request dropped meanwhile.
+  until "${SLUICECTL[@]}" routes 2>/dev/null | grep '10\.77\.50\.0/24.*kernel' | grep -qv unresolved; do
     [ "$SECONDS" -lt "$deadline" ] || {
       note "10.77.50.0/24 did not reach sluice's route table within 30 s; sluicectl routes:"
       "${SLUICECTL[@]}" routes 2>&1 | sed 's/^/     /'
