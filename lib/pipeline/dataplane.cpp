@@ -129,26 +129,7 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
             ctx->neighbour_requests = neighbour_requests_;
             ctx->pool = spec.solicitation_pool;
         }
-        if (spec.conntrack) {
-            try {
-                ctx->conn_table = new ConnTable("sluice_ct" + std::to_string(next_worker), spec.conn_table_size, socket,
-                                                spec.conn_timeouts, rte_get_tsc_hz(), spec.conn_table_ipv6_size);
-                ctx->rule_traffic = static_cast<RuleTraffic*>(rte_zmalloc_socket(
-                    "sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
-                if (!ctx->rule_traffic) throw std::runtime_error("out of memory for rule counters");
-                ctx->backend_traffic = static_cast<BackendTraffic*>(rte_zmalloc_socket(
-                    "sluice_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
-                if (!ctx->backend_traffic) throw std::runtime_error("out of memory for backend counters");
-                ctx->nat_ports = new NatPortPool(spec.nat_port_first, spec.nat_port_last, next_worker,
-                                                 static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
-                ctx->nat_ports->prepare(*shared_->snapshot.load(std::memory_order_relaxed)->lb);
-                ctx->conn_table->set_release_hook(release_connection, ctx);
-                if (spec.sync_ring_size) set_up_sync(*ctx, spec, socket);
-            } catch (const std::exception& e) {
-                throw StartupError(std::string("connection table of worker ") + std::to_string(next_worker) + ": " +
-                                   e.what());
-            }
-        }
+        if (spec.conntrack) set_up_conntrack(*ctx, spec, next_worker, socket);
         ++next_worker;
         for (uint16_t port : spec.tx_port_ids) {
             auto* buffer = static_cast<rte_eth_dev_tx_buffer*>(
@@ -160,6 +141,27 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
             ctx->tx_buffers[port] = buffer;
             ctx->tx_ports[ctx->tx_port_count++] = port;
         }
+    }
+}
+
+// A worker's connection table, its rule and backend counters, its NAT ports and, with sync, its event rings.
+void Dataplane::set_up_conntrack(LcoreContext& ctx, const DataplaneSpec& spec, uint16_t worker, int socket) {
+    try {
+        ctx.conn_table = new ConnTable("sluice_ct" + std::to_string(worker), spec.conn_table_size, socket,
+                                       spec.conn_timeouts, rte_get_tsc_hz(), spec.conn_table_ipv6_size);
+        ctx.rule_traffic = static_cast<RuleTraffic*>(
+            rte_zmalloc_socket("sluice_rule_traffic", sizeof(RuleTraffic) * kMaxCountedRules, kCacheLine, socket));
+        if (!ctx.rule_traffic) throw std::runtime_error("out of memory for rule counters");
+        ctx.backend_traffic = static_cast<BackendTraffic*>(
+            rte_zmalloc_socket("sluice_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
+        if (!ctx.backend_traffic) throw std::runtime_error("out of memory for backend counters");
+        ctx.nat_ports = new NatPortPool(spec.nat_port_first, spec.nat_port_last, worker,
+                                        static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
+        ctx.nat_ports->prepare(*shared_->snapshot.load(std::memory_order_relaxed)->lb);
+        ctx.conn_table->set_release_hook(release_connection, &ctx);
+        if (spec.sync_ring_size) set_up_sync(ctx, spec, socket);
+    } catch (const std::exception& e) {
+        throw StartupError(std::string("connection table of worker ") + std::to_string(worker) + ": " + e.what());
     }
 }
 

@@ -98,6 +98,7 @@ private:
     void build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& initial);
     void release();
     // A worker's sync rings and refresh intervals.
+    void set_up_conntrack(LcoreContext& ctx, const DataplaneSpec& spec, uint16_t worker, int socket);
     void set_up_sync(LcoreContext& ctx, const DataplaneSpec& spec, int socket);
 
     SharedState* shared_ = nullptr;

@@ -64,7 +64,7 @@ struct SyncChannelSettings {
     X(resyncs_served, "sluice_sync_resyncs_served_total", "Full resyncs peers asked this instance for")
 
 struct SyncCounters {
-#define SLUICE_SYNC_COUNTER_MEMBER(member, family, help) std::atomic<uint64_t> member{0};
+#define SLUICE_SYNC_COUNTER_MEMBER(member, family, help) std::atomic<uint64_t> member = 0;
     SLUICE_SYNC_COUNTERS(SLUICE_SYNC_COUNTER_MEMBER)
 #undef SLUICE_SYNC_COUNTER_MEMBER
 };
