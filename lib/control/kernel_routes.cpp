@@ -212,7 +212,12 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
             break;  // EAGAIN: all read
         }
         int left = static_cast<int>(n);
-        for (const auto* msg = reinterpret_cast<const nlmsghdr*>(buffer); NLMSG_OK(msg, left);
+        // NLMSG_OK, with its length comparison signed on both sides (the macro's mixes __u32 and int).
+        const auto whole = [](const nlmsghdr* m, int bytes) {
+            return bytes >= static_cast<int>(sizeof(nlmsghdr)) && m->nlmsg_len >= sizeof(nlmsghdr) &&
+                   static_cast<int64_t>(m->nlmsg_len) <= bytes;
+        };
+        for (const auto* msg = reinterpret_cast<const nlmsghdr*>(buffer); whole(msg, left);
              msg = NLMSG_NEXT(msg, left)) {
             if (msg->nlmsg_type == NLMSG_DONE || msg->nlmsg_type == NLMSG_ERROR) {
                 if (dump_family_ && msg->nlmsg_seq == sequence_) {

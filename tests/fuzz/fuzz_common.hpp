@@ -47,13 +47,30 @@ inline bool is_icmp_error_type(uint8_t proto, uint8_t type) {
     return proto == IPPROTO_ICMPV6 && type >= 1 && type <= 4;
 }
 
+// The flow ports of a non-error ICMP/ICMPv6 message (its 8-byte header at l4), as docs/config.md states them: an
+// echo's identifier in both; a query's type as the destination port (its reply's: the source port, holding the
+// query's type); an error none; any other type as the destination port, from source port 0.
+inline void reference_icmp_ports(uint8_t proto, const uint8_t* l4, uint16_t& src_port, uint16_t& dst_port) {
+    src_port = dst_port = 0;
+    if (is_icmp_error_type(proto, l4[0])) return;  // a quoted error: no flow of its own
+    if (is_echo(proto, l4[0])) {
+        src_port = dst_port = raw16(l4 + 4);
+        return;
+    }
+    const bool reply = proto == IPPROTO_ICMP ? (l4[0] == 14 || l4[0] == 16 || l4[0] == 18) : l4[0] == 140;
+    const uint8_t type[2] = {0, static_cast<uint8_t>(reply ? l4[0] - 1 : l4[0])};
+    (reply ? src_port : dst_port) = raw16(type);
+}
+
 // The tuple of the flow an ICMP error quotes (q: the quoted IP header, avail: bytes of quote up to the end of the
 // error's IP datagram), or false when the quote is unusable. parse.cpp's promises (parse.hpp, read_quoted_tuple):
 //  - the quote is an IP header of the error's own family (IPv4: IHL >= 5 and the whole header present; IPv6: the
 //    fixed 40 bytes, extension headers not walked) followed, for TCP/UDP/SCTP/ICMP/ICMPv6, by at least 8 L4 bytes;
 //  - the tuple is the quoted packet's own (not reversed): its source, destination and protocol, in the error's family;
 //  - a later IPv4 fragment (offset != 0) quotes no ports, like the flow tuple of any non-first fragment;
-//  - TCP/UDP/SCTP ports are the first 4 L4 bytes; an ICMP echo's identifier fills both slots; other ICMP: none.
+//  - TCP/UDP/SCTP ports are the first 4 L4 bytes; an ICMP echo's identifier fills both slots; an ICMP query's
+//    type is the destination port (its reply's: the source port, holding the query's type); any other ICMP type is
+//    the destination port, from source port 0 (docs/config.md, ICMP connections).
 inline bool reference_quote(const uint8_t* q, uint32_t avail, IpFamily family, FiveTuple& t) {
     t = FiveTuple{};
     uint32_t header_length;
@@ -86,7 +103,7 @@ inline bool reference_quote(const uint8_t* q, uint32_t avail, IpFamily family, F
     case IPPROTO_ICMP:
     case IPPROTO_ICMPV6:
         if (l4_avail < 8) return false;
-        if (is_echo(t.proto, l4[0])) t.src_port = t.dst_port = raw16(l4 + 4);
+        reference_icmp_ports(t.proto, l4, t.src_port, t.dst_port);
         return true;
     default: return true;
     }

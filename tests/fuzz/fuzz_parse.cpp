@@ -129,7 +129,7 @@ void check_accepted(const uint8_t* f, uint32_t n, const Parsed& p) {
             case IPPROTO_ICMPV6:
                 FUZZ_CHECK(m.l4_offset + 8u <= end, "ICMP header beyond the datagram");
                 FUZZ_CHECK(!is_icmp_error_type(m.l4_proto, l4[0]), "ICMP error type %u not flagged", l4[0]);
-                if (is_echo(m.l4_proto, l4[0])) sport = dport = raw16(l4 + 4);
+                reference_icmp_ports(m.l4_proto, l4, sport, dport);
                 break;
             default: break;
             }
