@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Adds up the JUnit XML files of every suite tests/run.sh ran and prints the one closing line CI reads:
-'N passed, N failed' (', N skipped' when any). Exits 1 when anything failed or nothing ran."""
+'N passed, N failed' (', N skipped' when any), after the name of each failed case (CI shows only the tail of the
+log). Exits 1 when anything failed or nothing ran."""
 
 import sys
 import xml.etree.ElementTree as ET
@@ -17,6 +18,7 @@ for path in sorted(Path(sys.argv[1]).glob("*.xml")):
     for case in cases:
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
+            print(f"FAILED: {path.stem}: {case.get('classname', '')}::{case.get('name', '')}")
         elif case.find("skipped") is not None:
             skipped += 1
         else:
