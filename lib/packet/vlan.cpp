@@ -27,7 +27,7 @@ DropReason take_vlan_tag(rte_mbuf* m, PacketMeta& meta, uint32_t& datagram_end, 
     const uint16_t vlan = tci & 0xfff;
     if (vlan != 0 && (!vlans || !vlans->carries(m->port, vlan))) return DropReason::vlan_unknown;
     if (!stripped) {
-        std::memmove(frame + sizeof(rte_vlan_hdr), frame, 2 * RTE_ETHER_ADDR_LEN);
+        std::memmove(frame + sizeof(rte_vlan_hdr), frame, size_t{2} * RTE_ETHER_ADDR_LEN);
         rte_pktmbuf_adj(m, sizeof(rte_vlan_hdr));
         meta.l3_offset = kUntagged;
         if (meta.l4_offset) meta.l4_offset = static_cast<uint16_t>(meta.l4_offset - sizeof(rte_vlan_hdr));
@@ -45,7 +45,7 @@ bool insert_vlan_tag(rte_mbuf* m) {
     uint8_t* old_start = rte_pktmbuf_mtod(m, uint8_t*);
     auto* frame = reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, sizeof(rte_vlan_hdr)));
     if (!frame) return false;
-    std::memmove(frame, old_start, 2 * RTE_ETHER_ADDR_LEN);
+    std::memmove(frame, old_start, size_t{2} * RTE_ETHER_ADDR_LEN);
     const uint16_t tpid = RTE_BE16(RTE_ETHER_TYPE_VLAN), tci = rte_cpu_to_be_16(m->vlan_tci);
     std::memcpy(frame + 12, &tpid, 2);
     std::memcpy(frame + 14, &tci, 2);
