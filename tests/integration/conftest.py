@@ -15,6 +15,11 @@ def _refuse_lookup(*args, **kwargs):
 scapy.layers.l2.getmacbyip = _refuse_lookup
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "project_files: checks the project's files (docs, deploy/), not how the sluice "
+                            "binary behaves; tests/run.sh runs these once, in the release pass, not again under ASan")
+
+
 def pytest_runtest_protocol(item, nextitem):
     """A test that failed with FramesLostBeforeSluice (the kernel's capture ring in front of a net_pcap port
     overflowed while the machine left sluice's RX lcore unscheduled: the test's premise, not sluice, failed) runs

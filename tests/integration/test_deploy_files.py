@@ -15,6 +15,8 @@ import yaml
 
 from sluice_harness import ROOT
 
+pytestmark = pytest.mark.project_files
+
 PROMETHEUS_YML = ROOT / "deploy/prometheus/prometheus.yml"
 ALERTS_YML = ROOT / "deploy/prometheus/sluice-alerts.yml"
 DASHBOARD_JSON = ROOT / "deploy/grafana/sluice.json"

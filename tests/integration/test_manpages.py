@@ -11,6 +11,8 @@ import pytest
 
 from sluice_harness import ROOT, SLUICE
 
+pytestmark = pytest.mark.project_files
+
 MAN = ROOT / "docs/man"
 CONFIG_MD = ROOT / "docs/config.md"
 PAGES = ["sluice.8", "sluicectl.8", "sluice.yaml.5"]
