@@ -364,6 +364,10 @@ private:
                 if (!b.has_mac)
                     for (const std::string& interface : config.interfaces()) add(interface, b.family, b.address);
         neighbours_.set_targets(targets);
+        const NeighboursConfig& timing = config.neighbours;
+        neighbours_.set_timing({.reachable = std::chrono::milliseconds(timing.reachable_ms),
+                                .retransmit = std::chrono::milliseconds(timing.retransmit_ms),
+                                .probes = static_cast<int>(timing.probes)});
     }
 
     // Control thread, every loop: learn what the workers saw, solicit what is due, forget what stopped answering;
