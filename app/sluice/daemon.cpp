@@ -225,6 +225,7 @@ private:
     // Control thread: kernel route changes into the route table, published kRouteBatch after the first of a batch.
     void run_kernel_routes(bool readable) {
         if (!kernel_routes_) return;
+        kernel_routes_->check_dump(KernelRouteMirror::Clock::now());
         if (readable && kernel_routes_->read(reloader_->routes(), config(), port_identities_) && !routes_pending_since_)
             routes_pending_since_ = std::chrono::steady_clock::now();
         if (!routes_pending_since_ || std::chrono::steady_clock::now() - *routes_pending_since_ < kRouteBatch) return;
@@ -239,6 +240,7 @@ private:
         for (std::size_t s = 0; s < counts.size(); ++s) record.by_source[s] = counts[s];
         record.kernel_mirrored = kernel_routes_ != nullptr;
         record.kernel_left_out = kernel_routes_ ? kernel_routes_->left_out() : 0;
+        record.kernel_resyncs = kernel_routes_ ? kernel_routes_->resyncs() : 0;
         route_stats_.write(record);
     }
 
@@ -364,6 +366,10 @@ private:
                 if (!b.has_mac)
                     for (const std::string& interface : config.interfaces()) add(interface, b.family, b.address);
         neighbours_.set_targets(targets);
+        const NeighboursConfig& timing = config.neighbours;
+        neighbours_.set_timing({.reachable = std::chrono::milliseconds(timing.reachable_ms),
+                                .retransmit = std::chrono::milliseconds(timing.retransmit_ms),
+                                .probes = static_cast<int>(timing.probes)});
     }
 
     // Control thread, every loop: learn what the workers saw, solicit what is due, forget what stopped answering;

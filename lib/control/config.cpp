@@ -400,7 +400,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         d.errors().push_back({name, 0, 0, "the file is empty"});
     } else if (d.map(root, "the top level",
                      {"eal", "log", "dataplane", "metrics", "ports", "lcores", "forward", "firewall", "load_balancer",
-                      "services", "bgp", "routes", "routing", "sync"})) {
+                      "services", "bgp", "routes", "routing", "neighbours", "sync"})) {
         d.field(root, "eal", "the config", false, [&](const YAML::Node& v) {
             if (!d.sequence(v, "eal")) return;
             for (const YAML::Node& a : v) {
@@ -487,6 +487,7 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
         decode_forward_next_hops(d, root["forward"], config);
         d.field(root, "routes", "the config", false, [&](const YAML::Node& v) { decode_routes(d, v, config); });
         d.field(root, "routing", "the config", false, [&](const YAML::Node& v) { decode_routing(d, v, config); });
+        d.field(root, "neighbours", "the config", false, [&](const YAML::Node& v) { decode_neighbours(d, v, config); });
         d.field(root, "sync", "the config", false, [&](const YAML::Node& v) { decode_sync(d, v, config); });
         check_dsr_backends(d, root["services"], config);
     }

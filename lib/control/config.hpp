@@ -243,6 +243,15 @@ struct RoutingConfig {
     friend bool operator==(const RoutingConfig&, const RoutingConfig&) = default;
 };
 
+// neighbours: how sluice's ARP/ND resolver keeps next hops (docs/config.md, "Neighbours"); Linux's neigh sysctls
+// base_reachable_time_ms, retrans_time_ms and ucast_solicit by other names.
+struct NeighboursConfig {
+    uint32_t reachable_ms = 30000;  // an entry confirmed this long ago is probed again
+    uint32_t retransmit_ms = 1000;  // between two solicitations or probes of one address
+    uint32_t probes = 3;            // unanswered probes before a resolved address is forgotten
+    friend bool operator==(const NeighboursConfig&, const NeighboursConfig&) = default;
+};
+
 // One end of the sync channel: an IP address and UDP port.
 struct SyncEndpoint {
     IpAddress address;
@@ -287,6 +296,7 @@ struct Config {
     std::vector<ForwardConfig> forward;
     std::vector<RouteConfig> routes;
     RoutingConfig routing;
+    NeighboursConfig neighbours;
 
     const PortSpec* find_port(const std::string& name) const;
     // The canonical name of the interface `name` refers to: a port's name, or "PORT.ID" for one of its VLANs (named

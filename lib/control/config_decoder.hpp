@@ -214,6 +214,7 @@ void decode_bgp(Decoder& d, const YAML::Node& node, Config& config);
 // routes: after the ports' addresses (a next hop must be on one of their links).
 void decode_routes(Decoder& d, const YAML::Node& node, Config& config);
 void decode_routing(Decoder& d, const YAML::Node& node, Config& config);
+void decode_neighbours(Decoder& d, const YAML::Node& node, Config& config);
 
 // config_sync.cpp
 

@@ -86,17 +86,22 @@ bool parse_kernel_route(const nlmsghdr* msg, uint32_t table, KernelRouteMessage&
 }
 
 KernelRouteMirror::KernelRouteMirror(uint32_t table) : table_(table) {
-    socket_.reset(::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE));
-    if (!socket_.valid()) throw std::runtime_error(std::string("netlink socket: ") + std::strerror(errno));
+    socket_ = open_socket();
+    request_dump(AF_INET);
+}
+
+UniqueFd KernelRouteMirror::open_socket() {
+    UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE));
+    if (!fd.valid()) throw std::runtime_error(std::string("netlink socket: ") + std::strerror(errno));
     // SO_RCVBUFFORCE goes past rmem_max with CAP_NET_ADMIN (which sluice has); else the plain one, capped.
-    if (setsockopt(socket_.get(), SOL_SOCKET, SO_RCVBUFFORCE, &kReceiveBuffer, sizeof kReceiveBuffer) != 0)
-        setsockopt(socket_.get(), SOL_SOCKET, SO_RCVBUF, &kReceiveBuffer, sizeof kReceiveBuffer);
+    if (setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &kReceiveBuffer, sizeof kReceiveBuffer) != 0)
+        setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &kReceiveBuffer, sizeof kReceiveBuffer);
     sockaddr_nl local{};
     local.nl_family = AF_NETLINK;
     local.nl_groups = RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
-    if (bind(socket_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof local) != 0)
+    if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), sizeof local) != 0)
         throw std::runtime_error(std::string("netlink bind: ") + std::strerror(errno));
-    request_dump(AF_INET);
+    return fd;
 }
 
 void KernelRouteMirror::request_dump(int family) {
@@ -115,6 +120,32 @@ void KernelRouteMirror::request_dump(int family) {
         0)
         spdlog::error("routing: cannot ask the kernel for table {} ({}); retrying", table_, std::strerror(errno));
     dump_family_ = family;
+    dump_heard_ = Clock::now();
+}
+
+void KernelRouteMirror::resync(const char* why) {
+    spdlog::warn("routing: {}; reading kernel table {} again", why, table_);
+    ++resyncs_;
+    resync_ = true;
+    if (dump_family_) {
+        redump_ = true;  // the dump running may have lost messages too: another follows it
+    } else {
+        dumped_.clear();
+        request_dump(AF_INET);
+    }
+}
+
+void KernelRouteMirror::check_dump(Clock::time_point now) {
+    if (!dump_family_ || now - dump_heard_ < kDumpSilence) return;
+    // A socket of its own: the kernel refuses a dump (EBUSY) while the lost one still runs on the old socket.
+    try {
+        socket_ = open_socket();
+    } catch (const std::exception& e) {
+        spdlog::error("routing: {}; the dump of table {} is asked for again on the old socket", e.what(), table_);
+    }
+    dump_family_ = 0;
+    redump_ = false;
+    resync("a dump of the kernel's routes stopped before its end");
 }
 
 void KernelRouteMirror::take(const KernelRouteMessage& m, std::map<Key, ByMetric>& into) {
@@ -196,17 +227,8 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
         const ssize_t n = recv(socket_.get(), buffer, sizeof buffer, 0);
         if (n < 0) {
             if (errno == EINTR) continue;
-            if (errno == ENOBUFS) {
-                // Notifications were lost: the table is read again whole and replaces what sluice has.
-                spdlog::warn("routing: kernel route notifications lost (socket buffer full); reading table {} again",
-                             table_);
-                resync_ = true;
-                if (dump_family_) {
-                    redump_ = true;  // the dump running may have lost messages too: another follows it
-                } else {
-                    dumped_.clear();
-                    request_dump(AF_INET);
-                }
+            if (errno == ENOBUFS) {  // the table is read again whole and replaces what sluice has
+                resync("kernel route notifications lost (socket buffer full)");
                 continue;
             }
             break;  // EAGAIN: all read
@@ -219,8 +241,22 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
         };
         for (const auto* msg = reinterpret_cast<const nlmsghdr*>(buffer); whole(msg, left);
              msg = NLMSG_NEXT(msg, left)) {
+            const bool of_dump = dump_family_ && msg->nlmsg_seq == sequence_;
+            if (of_dump && msg->nlmsg_type == NLMSG_ERROR) {
+                // The kernel refused the dump: check_dump asks again once kDumpSilence has passed.
+                const auto* error = static_cast<const nlmsgerr*>(NLMSG_DATA(msg));
+                if (msg->nlmsg_len >= NLMSG_LENGTH(sizeof(nlmsgerr)) && error->error != 0) {
+                    spdlog::error("routing: the kernel refused a dump of table {}: {}", table_,
+                                  std::strerror(-error->error));
+                    continue;
+                }
+            }
+            if (of_dump) dump_heard_ = Clock::now();
+            // The table changed while the kernel walked it: the dump may miss routes or hold removed ones.
+            if (of_dump && (msg->nlmsg_flags & NLM_F_DUMP_INTR) && !redump_)
+                resync("the kernel interrupted a dump of its routes");
             if (msg->nlmsg_type == NLMSG_DONE || msg->nlmsg_type == NLMSG_ERROR) {
-                if (dump_family_ && msg->nlmsg_seq == sequence_) {
+                if (of_dump) {
                     if (dump_family_ == AF_INET) {
                         request_dump(AF_INET6);
                     } else {
@@ -249,8 +285,8 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
             KernelRouteMessage m;
             if (!parse_kernel_route(msg, table_, m)) continue;
             ++taken;
-            if (resync_) take(m, dumped_);
-            if (!resync_ || !dump_family_ || msg->nlmsg_seq != sequence_) {
+            if (resync_) take(m, dumped_);  // a change told during the resync's dump may be newer than the dump
+            if (!resync_ || !of_dump) {
                 take(m, routes_);
                 write({m.family, {m.prefix.address.quads[0], m.prefix.address.quads[1]}, m.prefix.length}, writer,
                       config, ports);

@@ -1,12 +1,14 @@
 // A kernel routing table mirrored into sluice's route table (routing.kernel_table): the routes BIRD or FRR install.
 // Plain rtnetlink (RFC 3549, rtnetlink(7)): a dump of both families at start, then RTM_NEWROUTE / RTM_DELROUTE as
-// they come; lost notifications (ENOBUFS) start a new dump that replaces the kernel routes whole. The socket lives in
+// they come. Lost notifications (ENOBUFS), a dump the kernel marks interrupted (NLM_F_DUMP_INTR) and a dump whose
+// end never comes start a new dump that replaces the kernel routes whole, as BIRD and FRR do. The socket lives in
 // the network namespace sluice runs in. Kernel devices are not sluice's ports: a next hop's address decides its port
 // through the ports' addresses (connected routes), and a route with no next hop on a link of sluice's is left out.
 // Control thread only.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -49,6 +51,10 @@ public:
     // std::runtime_error when netlink cannot be opened.
     explicit KernelRouteMirror(uint32_t table);
 
+    using Clock = std::chrono::steady_clock;
+    // A dump that sends nothing for this long lost its end (or its request): it is asked for again.
+    static constexpr auto kDumpSilence = std::chrono::seconds(5);
+
     int fd() const { return socket_.get(); }
     // Reads what the kernel sent and writes the changes into writer (its pending changes; the caller commits them).
     // Next hops find their ports by config's addresses. Returns the route messages taken.
@@ -57,9 +63,17 @@ public:
     void rewrite(RouteTableWriter& writer, const Config& config, const std::vector<PortIdentity>& ports);
     // The next hops of the kernel routes in the table, to resolve with ARP/ND: (port name, family, address).
     std::vector<std::tuple<std::string, IpFamily, IpAddress>> next_hops(const Config& config) const;
+    // Prefixes of the mirrored table (those left out included).
+    std::size_t prefixes() const { return routes_.size(); }
     // Kernel routes left out of the table: no next hop on a link of sluice's.
     std::size_t left_out() const { return left_out_; }
     bool dumping() const { return dump_family_ != 0; }
+    // Control loop, every turn: a dump silent for kDumpSilence is started again, on a new socket (fd() changes), and
+    // replaces the table when done.
+    void check_dump(Clock::time_point now);
+    // Fresh dumps started because the mirrored table could no longer be trusted (lost notifications, an interrupted
+    // dump, a dump that never ended).
+    uint64_t resyncs() const { return resyncs_; }
 
 private:
     using Key = std::tuple<IpFamily, std::array<uint64_t, 2>, uint8_t>;
@@ -69,7 +83,11 @@ private:
     };
     using ByMetric = std::map<uint32_t, Route>;
 
+    // A netlink socket subscribed to both families' route changes. Throws std::runtime_error.
+    static UniqueFd open_socket();
     void request_dump(int family);
+    // Reads the table whole again; it replaces the mirrored one when both families are in.
+    void resync(const char* why);
     void take(const KernelRouteMessage& m, std::map<Key, ByMetric>& into);
     // The route sluice installs for the prefix (its lowest metric), if any of its next hops is on a link.
     bool compile(const Key& key, const ByMetric& routes, const Config& config, const std::vector<PortIdentity>& ports,
@@ -84,6 +102,8 @@ private:
     std::map<Key, ByMetric> dumped_;  // a resync's dump, which replaces routes_ when both families are in
     bool resync_ = false;             // the next dump replaces routes_ (notifications were lost)
     bool redump_ = false;             // notifications were lost during a dump: dump again once it ends
+    Clock::time_point dump_heard_{};  // the running dump's request or last message
+    uint64_t resyncs_ = 0;
     std::map<Key, bool> left_out_keys_;
     std::size_t left_out_ = 0;
 };

@@ -52,10 +52,13 @@ bool NeighbourTable::learn(uint16_t interface, IpFamily family, const IpAddress&
 std::vector<NeighbourTarget> NeighbourTable::due(Clock::time_point now) {
     std::vector<NeighbourTarget> out;
     for (auto& [k, e] : entries_) {
-        const bool stale = !e.mac || now - e.confirmed >= kReachable;
-        if (!stale || now - e.last_solicited < kRetry) continue;
-        // A probe of a resolved entry, or any solicitation of a gleaned one: counts until an answer resets it.
-        if (e.mac || e.gleaned) ++e.unanswered;
+        if (!stale(e, now) || now - e.last_solicited < timing_.retransmit) continue;
+        // A probe of a resolved entry, or any solicitation of a gleaned one: counts until an answer resets it; once
+        // all went unanswered, expire() forgets the entry.
+        if (e.mac || e.gleaned) {
+            if (e.unanswered >= timing_.probes) continue;
+            ++e.unanswered;
+        }
         e.last_solicited = now;
         out.push_back(e.target);
     }
@@ -66,7 +69,9 @@ bool NeighbourTable::expire(Clock::time_point now) {
     bool changed = false;
     for (auto it = entries_.begin(); it != entries_.end();) {
         Entry& e = it->second;
-        const bool silent = e.unanswered > kProbes && (!e.mac || now - e.confirmed >= kReachable);
+        // The last probe had its retransmit interval to be answered.
+        const bool silent =
+            e.unanswered >= timing_.probes && stale(e, now) && now - e.last_solicited >= timing_.retransmit;
         if (e.gleaned && silent) {
             changed |= e.mac.has_value();  // a host nobody asks for again is not kept
             --gleaned_count_;
@@ -105,7 +110,7 @@ std::vector<NeighbourTable::Listing> NeighbourTable::listing(Clock::time_point n
     std::vector<Listing> out;
     out.reserve(entries_.size());
     for (const auto& [k, e] : entries_) {
-        Listing l{e.target, e.mac, std::nullopt, e.unanswered, e.gleaned};
+        Listing l{e.target, e.mac, std::nullopt, e.unanswered, e.gleaned, e.mac && stale(e, now)};
         if (e.confirmed != Clock::time_point{}) l.age = now - e.confirmed;
         out.push_back(l);
     }
@@ -127,8 +132,7 @@ std::vector<std::string> describe_neighbours(const std::vector<NeighbourTable::L
             const auto& m = n.mac->addr_bytes;
             line += fmt::format(" at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
         }
-        const bool stale = !n.age || *n.age >= NeighbourTable::kReachable;
-        line += !n.mac ? " unresolved" : stale ? " resolved, probing" : " resolved, reachable";
+        line += !n.mac ? " unresolved" : n.probing ? " resolved, probing" : " resolved, reachable";
         if (n.age)
             line += ", confirmed " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(*n.age).count()) +
                     " s ago";

@@ -1,7 +1,8 @@
 // sluice's own ARP/ND resolver (RFC 826, RFC 4861 section 7.3 in spirit): the addresses it must reach (next hops
 // given by address, backends on its links) are its targets; workers report every ARP/ND sender they see, and the
-// table keeps what targets said. Unresolved targets are solicited every second; resolved ones are probed again after
-// kReachable and forgotten when kProbes probes go unanswered. Control thread only; not fast-path code.
+// table keeps what targets said. Unresolved targets are solicited every retransmit interval; resolved ones are probed
+// again once not confirmed for the reachable time, and forgotten when `probes` probes went unanswered (Linux's
+// REACHABLE, PROBE and FAILED states, without STALE's delay). Control thread only; not fast-path code.
 #pragma once
 
 #include <chrono>
@@ -29,17 +30,24 @@ struct NeighbourTarget {
 class NeighbourTable {
 public:
     using Clock = std::chrono::steady_clock;
-    static constexpr auto kReachable = std::chrono::seconds(30);  // then probed again
-    static constexpr auto kRetry = std::chrono::seconds(1);       // between solicitations
-    static constexpr int kProbes = 3;                             // unanswered probes before an entry is dropped
+    // The config's neighbours section (its defaults are Linux's).
+    struct Timing {
+        Clock::duration reachable = std::chrono::seconds(30);  // then probed again
+        Clock::duration retransmit = std::chrono::seconds(1);  // between solicitations or probes
+        int probes = 3;                                        // unanswered probes before an entry is dropped
+    };
 
     static constexpr std::size_t kMaxGleaned = 4096;  // hosts resolved for connected routes at once
+
+    // Applies from the next due() and expire() on; entries keep what they learned.
+    void set_timing(const Timing& timing) { timing_ = timing; }
+    const Timing& timing() const { return timing_; }
 
     // The addresses to resolve; learned MACs of targets that remain are kept, and so are gleaned hosts.
     void set_targets(const std::vector<NeighbourTarget>& targets);
 
     // A worker routed a packet to target, a host on a connected link that is no target (glean): resolved and probed
-    // like a target while it answers; forgotten when kProbes solicitations or probes go unanswered. At most
+    // like a target while it answers; forgotten when `probes` solicitations or probes go unanswered. At most
     // kMaxGleaned at once (others are ignored until room frees up). True when it was new.
     bool want(const NeighbourTarget& target);
     // The gleaned hosts resolved now, with their MACs.
@@ -50,7 +58,7 @@ public:
     bool learn(uint16_t interface, IpFamily family, const IpAddress& address, const rte_ether_addr& mac,
                Clock::time_point now);
 
-    // Targets to solicit now (each at most once per kRetry).
+    // Targets to solicit now (each at most once per retransmit interval).
     std::vector<NeighbourTarget> due(Clock::time_point now);
 
     // Drops entries whose probes went unanswered. True when one was dropped (rebuild).
@@ -69,6 +77,7 @@ public:
         std::optional<Clock::duration> age;  // since its MAC was last confirmed (none before the first answer)
         int unanswered = 0;                  // solicitations or probes since the last answer
         bool gleaned = false;                // a host on a connected link, not a next hop of the config
+        bool probing = false;                // resolved, but not confirmed within the reachable time
     };
     std::vector<Listing> listing(Clock::time_point now) const;
 
@@ -81,6 +90,10 @@ private:
         int unanswered = 0;
         bool gleaned = false;
     };
+    // Not resolved, or not confirmed within the reachable time: to be solicited or probed.
+    bool stale(const Entry& e, Clock::time_point now) const { return !e.mac || now - e.confirmed >= timing_.reachable; }
+
+    Timing timing_;
     std::size_t gleaned_count_ = 0;
     // By (interface, address): a port's VLANs are links of their own.
     using Key = std::tuple<uint16_t, uint8_t, uint64_t, uint64_t>;

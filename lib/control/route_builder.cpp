@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <string_view>
+#include <tuple>
 
 #include <rte_errno.h>
 #include <rte_fib.h>
@@ -37,8 +39,12 @@ Prefix network_of(const IpAddress& address, uint8_t length) {
 
 std::vector<RouteNeighbour> route_neighbours(const Config& config) {
     std::vector<RouteNeighbour> out;
+    // Each once: a large table has many routes and few next hops.
+    std::set<std::tuple<std::string_view, IpFamily, uint64_t, uint64_t>> seen;
     for (const RouteConfig& r : config.routes)
-        for (const RouteNextHop& hop : r.next_hops) out.push_back({hop.port, r.family, hop.address});
+        for (const RouteNextHop& hop : r.next_hops)
+            if (seen.emplace(hop.port, r.family, hop.address.quads[0], hop.address.quads[1]).second)
+                out.push_back({hop.port, r.family, hop.address});
     return out;
 }
 

@@ -18,16 +18,9 @@ namespace {
 
 std::atomic<uint64_t> g_copy_generation{0};  // rte_fib names its tables; every copy gets fresh names
 
-// At one prefix the route of the lowest rank wins.
-int rank(RouteSource source) {
-    switch (source) {
-    case RouteSource::config: return 0;
-    case RouteSource::neighbour: return 1;
-    case RouteSource::connected: return 2;
-    case RouteSource::kernel: return 3;
-    }
-    return 4;
-}
+// At one prefix the route of the first source here wins.
+constexpr RouteSource kRanked[] = {RouteSource::config, RouteSource::neighbour, RouteSource::connected,
+                                   RouteSource::kernel};
 
 std::string group_key(const CompiledRoute& r) {
     std::string key;
@@ -86,63 +79,76 @@ void RouteTableWriter::release_group(uint32_t group) {
     free_groups_.push_back(group);
 }
 
-void RouteTableWriter::set_candidate(const Key& key, RouteSource source, uint32_t group) {
-    Slot& slot = routes_[key];
-    auto it = std::find_if(slot.candidates.begin(), slot.candidates.end(),
-                           [&](const Candidate& c) { return c.source == source; });
-    if (it != slot.candidates.end()) {
-        if (it->group == group) {
-            if (group != kNone) release_group(group);  // taken twice: once by the caller
-            return;
-        }
-        release_group(it->group);
-        if (group == kNone) slot.candidates.erase(it);
-        else it->group = group;
-    } else if (group != kNone) {
-        slot.candidates.push_back({source, group});
-    } else {
-        if (slot.candidates.empty() && slot.id == kNone) routes_.erase(key);
+void RouteTableWriter::set_candidate(Routes::iterator at, RouteSource source, uint32_t group) {
+    const Key& key = at->first;
+    Slot& slot = at->second;
+    uint32_t& candidate = slot.candidates[static_cast<std::size_t>(source)];
+    if (candidate == group) {
+        if (group != kNone) release_group(group);  // taken twice: once by the caller
+        else if (slot.empty() && slot.id == kNone && !slot.dirty) routes_.erase(at);
         return;
     }
-    dirty_.insert(key);
+    if (candidate != kNone) release_group(candidate);
+    candidate = group;
+    if (!slot.dirty) {
+        slot.dirty = true;
+        dirty_.push_back(key);
+    }
+}
+
+bool RouteTableWriter::mark_given(Slot& slot, RouteSource source) const {
+    if (slot.pass != pass_) {
+        slot.pass = pass_;
+        slot.given = 0;
+    }
+    const auto bit = static_cast<uint8_t>(1u << static_cast<unsigned>(source));
+    if (slot.given & bit) return false;
+    slot.given |= bit;
+    return true;
+}
+
+void RouteTableWriter::remove_not_given(uint8_t sources) {
+    // A candidate removed marks its prefix dirty, which keeps the prefix (and the iterator) until the commit.
+    for (auto at = routes_.begin(); at != routes_.end(); ++at)
+        for (std::size_t s = 0; s < kRouteSourceCount; ++s) {
+            const Slot& slot = at->second;
+            const bool given = slot.pass == pass_ && (slot.given >> s & 1u);
+            if ((sources >> s & 1u) && slot.candidates[s] != kNone && !given)
+                set_candidate(at, static_cast<RouteSource>(s), kNone);
+        }
 }
 
 void RouteTableWriter::replace_config_routes(const std::vector<CompiledRoute>& routes) {
-    std::set<std::pair<Key, RouteSource>> given;
+    ++pass_;
     for (const CompiledRoute& r : routes) {
-        const Key key = key_of(r.family, r.prefix);
-        if (!given.insert({key, r.source}).second) continue;  // one route per prefix and source: the first
-        set_candidate(key, r.source, acquire_group(r));
+        const auto at = routes_.try_emplace(key_of(r.family, r.prefix)).first;
+        if (!mark_given(at->second, r.source)) continue;  // one route per prefix and source: the first
+        set_candidate(at, r.source, acquire_group(r));
     }
-    std::vector<std::pair<Key, RouteSource>> gone;
-    for (const auto& [key, slot] : routes_)
-        for (const Candidate& c : slot.candidates)
-            if (c.source != RouteSource::kernel && !given.count({key, c.source})) gone.push_back({key, c.source});
-    for (const auto& [key, source] : gone) set_candidate(key, source, kNone);
+    uint8_t config_sources = 0;
+    for (std::size_t s = 0; s < kRouteSourceCount; ++s)
+        if (static_cast<RouteSource>(s) != RouteSource::kernel) config_sources |= static_cast<uint8_t>(1u << s);
+    remove_not_given(config_sources);
 }
 
 void RouteTableWriter::set_kernel_route(const CompiledRoute& route) {
     CompiledRoute r = route;
     r.source = RouteSource::kernel;
-    set_candidate(key_of(r.family, r.prefix), RouteSource::kernel, acquire_group(r));
+    set_candidate(routes_.try_emplace(key_of(r.family, r.prefix)).first, RouteSource::kernel, acquire_group(r));
 }
 
 void RouteTableWriter::remove_kernel_route(IpFamily family, const Prefix& prefix) {
-    const Key key = key_of(family, prefix);
-    if (routes_.count(key)) set_candidate(key, RouteSource::kernel, kNone);
+    if (const auto at = routes_.find(key_of(family, prefix)); at != routes_.end())
+        set_candidate(at, RouteSource::kernel, kNone);
 }
 
 void RouteTableWriter::replace_kernel_routes(const std::vector<CompiledRoute>& routes) {
-    std::set<Key> given;
+    ++pass_;
     for (const CompiledRoute& r : routes) {
-        given.insert(key_of(r.family, r.prefix));
+        mark_given(routes_.try_emplace(key_of(r.family, r.prefix)).first->second, RouteSource::kernel);
         set_kernel_route(r);
     }
-    std::vector<Key> gone;
-    for (const auto& [key, slot] : routes_)
-        for (const Candidate& c : slot.candidates)
-            if (c.source == RouteSource::kernel && !given.count(key)) gone.push_back(key);
-    for (const Key& key : gone) set_candidate(key, RouteSource::kernel, kNone);
+    remove_not_given(static_cast<uint8_t>(1u << static_cast<unsigned>(RouteSource::kernel)));
 }
 
 std::shared_ptr<const RouteFib> RouteTableWriter::commit() {
@@ -164,9 +170,12 @@ std::shared_ptr<const RouteFib> RouteTableWriter::commit() {
         const auto found = routes_.find(key);
         if (found == routes_.end()) continue;
         Slot& slot = found->second;
-        const Candidate* winner = nullptr;
-        for (const Candidate& c : slot.candidates)
-            if (!winner || rank(c.source) < rank(winner->source)) winner = &c;
+        const RouteSource* winner = nullptr;
+        for (const RouteSource& source : kRanked)
+            if (slot.candidates[static_cast<std::size_t>(source)] != kNone) {
+                winner = &source;
+                break;
+            }
         undo.push_back({key, slot.id, slot.group, slot.source});
         const IpFamily family = std::get<0>(key);
         Prefix prefix;
@@ -191,14 +200,15 @@ std::shared_ptr<const RouteFib> RouteTableWriter::commit() {
             }
             ops.push_back({true, family, prefix, slot.id});
         }
-        if (slot.group != winner->group || group_of_[slot.id] != winner->group) ++report_.changes;
-        slot.group = winner->group;
-        slot.source = winner->source;
-        group_of_[slot.id] = winner->group;
+        const uint32_t group = slot.candidates[static_cast<std::size_t>(*winner)];
+        if (slot.group != group || group_of_[slot.id] != group) ++report_.changes;
+        slot.group = group;
+        slot.source = *winner;
+        group_of_[slot.id] = group;
         ++counts_[static_cast<std::size_t>(slot.source)];
     }
     if (ops.empty() && report_.changes == 0) {  // the same routes won again (a reload that kept them)
-        dirty_.clear();
+        clear_dirty();
         return current_;
     }
     std::shared_ptr<RouteFib> copy;
@@ -218,14 +228,20 @@ std::shared_ptr<const RouteFib> RouteTableWriter::commit() {
         counts_ = counts_before;
         throw;
     }
-    for (const Key& key : dirty_)
-        if (const auto found = routes_.find(key);
-            found != routes_.end() && found->second.candidates.empty() && found->second.id == kNone)
-            routes_.erase(found);
-    dirty_.clear();
+    clear_dirty();
     report_.milliseconds =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     return current_;
+}
+
+void RouteTableWriter::clear_dirty() {
+    for (const Key& key : dirty_) {
+        const auto found = routes_.find(key);
+        if (found == routes_.end()) continue;
+        found->second.dirty = false;
+        if (found->second.empty() && found->second.id == kNone) routes_.erase(found);
+    }
+    dirty_.clear();
 }
 
 std::shared_ptr<RouteFib> RouteTableWriter::writable_copy(const std::vector<FibOp>& ops) {
@@ -263,18 +279,18 @@ std::shared_ptr<RouteFib> RouteTableWriter::writable_copy(const std::vector<FibO
     return copy;
 }
 
-bool RouteTableWriter::apply(RouteFib& copy, const FibOp& op) const {
+bool RouteTableWriter::apply(RouteFib& copy, const FibOp& op, bool fresh) const {
     if (op.family == IpFamily::ipv4) {
         if (!copy.v4) return false;
         const uint32_t ip = rte_be_to_cpu_32(op.prefix.address.words[0]);
         // rte_fib_add on a prefix it holds reports success even when it could not write the change: delete first.
-        if (rte_rib_lookup_exact(rte_fib_get_rib(copy.v4), ip, op.prefix.length) &&
+        if (!fresh && rte_rib_lookup_exact(rte_fib_get_rib(copy.v4), ip, op.prefix.length) &&
             rte_fib_delete(copy.v4, ip, op.prefix.length) < 0)
             return false;
         return !op.add || rte_fib_add(copy.v4, ip, op.prefix.length, op.id + 1) == 0;
     }
     if (!copy.v6) return false;
-    if (rte_rib6_lookup_exact(rte_fib6_get_rib(copy.v6), op.prefix.address.bytes, op.prefix.length) &&
+    if (!fresh && rte_rib6_lookup_exact(rte_fib6_get_rib(copy.v6), op.prefix.address.bytes, op.prefix.length) &&
         rte_fib6_delete(copy.v6, op.prefix.address.bytes, op.prefix.length) < 0)
         return false;
     return !op.add || rte_fib6_add(copy.v6, op.prefix.address.bytes, op.prefix.length, op.id + 1) == 0;
@@ -325,12 +341,20 @@ std::shared_ptr<RouteFib> RouteTableWriter::build_copy() {
         if (!copy->v6)
             throw std::runtime_error("routes (IPv6): rte_fib6_create: " + std::string(rte_strerror(rte_errno)));
     }
-    for (const auto& [key, slot] : routes_) {
-        if (slot.id == kNone) continue;
+    // Shorter prefixes first: DIR-24-8 then never walks the more specific routes under a prefix it adds (writing
+    // around each of them), which took most of a full table's build in random order.
+    std::vector<std::pair<uint8_t, const Routes::value_type*>> installed;
+    installed.reserve(v4_count + v6_count);
+    for (const auto& route : routes_)
+        if (route.second.id != kNone) installed.emplace_back(std::get<2>(route.first), &route);
+    std::stable_sort(installed.begin(), installed.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [length, route] : installed) {
+        const auto& [key, slot] = *route;
         Prefix prefix;
         std::memcpy(prefix.address.quads, std::get<1>(key).data(), 16);
-        prefix.length = std::get<2>(key);
-        if (!apply(*copy, {true, std::get<0>(key), prefix, slot.id}))
+        prefix.length = length;
+        if (!apply(*copy, {true, std::get<0>(key), prefix, slot.id}, true))
             throw std::runtime_error("routes: cannot add a route (out of memory?)");
     }
     copy->group_of = group_of_;

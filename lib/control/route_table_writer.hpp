@@ -6,6 +6,7 @@
 // Control thread only; not fast-path code.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -13,6 +14,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "pipeline/route_table.hpp"
@@ -58,16 +60,19 @@ public:
     void keep_spare_ready() { keep_spare_ready_ = true; }
 
 private:
+    static constexpr uint32_t kNone = UINT32_MAX;
     using Key = std::tuple<IpFamily, std::array<uint64_t, 2>, uint8_t>;  // family, address, length
-    struct Candidate {
-        RouteSource source;
-        uint32_t group;
-    };
     struct Slot {
-        std::vector<Candidate> candidates;         // at most one per source
-        uint32_t id = kNone;                       // installed: its route id
-        uint32_t group = kNone;                    // installed: its group
-        RouteSource source = RouteSource::kernel;  // installed: its winner's
+        std::array<uint32_t, kRouteSourceCount> candidates{kNone, kNone, kNone, kNone};  // group by source, or kNone
+        uint32_t id = kNone;                                                             // installed: its route id
+        uint32_t group = kNone;                                                          // installed: its group
+        RouteSource source = RouteSource::kernel;                                        // installed: its winner's
+        bool dirty = false;                                                              // in dirty_
+        uint8_t given = 0;  // sources given in replace pass `pass` (a bit each)
+        uint32_t pass = 0;
+        bool empty() const {
+            return std::all_of(candidates.begin(), candidates.end(), [](uint32_t g) { return g == kNone; });
+        }
     };
     struct Group {
         CompiledRoute route;  // no prefix
@@ -80,22 +85,39 @@ private:
         Prefix prefix;
         uint32_t id;
     };
-    static constexpr uint32_t kNone = UINT32_MAX;
 
     static Key key_of(IpFamily family, const Prefix& prefix);
     uint32_t acquire_group(const CompiledRoute& route);
     void release_group(uint32_t group);
-    void set_candidate(const Key& key, RouteSource source, uint32_t group);  // kNone: removes it
+    struct KeyHash {
+        std::size_t operator()(const Key& k) const {
+            const auto& [family, quads, length] = k;
+            uint64_t h = quads[0] * 0x9e3779b97f4a7c15ull ^ quads[1] * 0xc2b2ae3d27d4eb4full;
+            h ^= (uint64_t{length} << 8 | static_cast<uint64_t>(family)) * 0x165667b19e3779f9ull;
+            return static_cast<std::size_t>(h ^ h >> 29);
+        }
+    };
+    // Hashed: a full table's prefixes are looked up one by one, in no useful order.
+    using Routes = std::unordered_map<Key, Slot, KeyHash>;
+    void set_candidate(Routes::iterator at, RouteSource source, uint32_t group);  // kNone: removes it
+    // A replace_* call's routes: each (prefix, source) once. False when it was given before in this pass.
+    bool mark_given(Slot& slot, RouteSource source) const;
+    // After a replace_* pass: the candidates of `sources` (a bit each) that it did not give are removed.
+    void remove_not_given(uint8_t sources);
     // The copy to write: the spare with the last commit's and ops written in, or a new one built whole.
     std::shared_ptr<RouteFib> writable_copy(const std::vector<FibOp>& ops);
     std::shared_ptr<RouteFib> build_copy();
-    bool apply(RouteFib& copy, const FibOp& op) const;
+    // After a commit: the dirty marks gone, and the prefixes with no route left forgotten.
+    void clear_dirty();
+    // fresh: the copy is being built and cannot hold the prefix yet.
+    bool apply(RouteFib& copy, const FibOp& op, bool fresh = false) const;
 
     int socket_;
-    std::map<Key, Slot> routes_;
-    std::set<Key> dirty_;  // prefixes whose candidates changed since the last commit
+    Routes routes_;
+    std::vector<Key> dirty_;  // prefixes whose candidates changed since the last commit, each once
+    uint32_t pass_ = 0;       // replace_* calls so far
     std::vector<Group> groups_;
-    std::map<std::string, uint32_t> group_ids_;
+    std::unordered_map<std::string, uint32_t> group_ids_;
     std::vector<uint32_t> free_groups_;
     std::vector<uint32_t> group_of_;  // by route id
     std::vector<uint32_t> free_ids_;

@@ -79,7 +79,7 @@ RouteTables resolve_routes(std::shared_ptr<const RouteFib> fib,
                            const std::array<rte_ether_addr, RTE_MAX_ETHPORTS>& port_mac,
                            const NeighbourLookup& neighbours, const std::vector<ConnectedHost>& hosts = {},
                            int socket = 0);
-// The addresses the routes need resolved, as (interface name, family, address): their next hops.
+// The addresses the routes need resolved, as (interface name, family, address): their next hops, each once.
 struct RouteNeighbour {
     std::string port;
     IpFamily family = IpFamily::none;

@@ -168,11 +168,12 @@ using XskStats = Published<XskRecord>;
 using BgpStats = Published<BgpRecord>;
 
 // The route table: routes by source (connected, host, static, kernel: RouteSource's order) as of the last commit, and
-// the mirrored kernel table's routes left out (no next hop on a link of sluice's).
+// the mirrored kernel table's routes left out (no next hop on a link of sluice's) and its resyncs.
 struct RoutesRecord {
     std::array<uint64_t, 4> by_source{};
     bool kernel_mirrored = false;
     uint64_t kernel_left_out = 0;
+    uint64_t kernel_resyncs = 0;  // the mirrored table read whole again (notifications lost, a dump cut short)
 };
 using RouteStats = Published<RoutesRecord>;
 

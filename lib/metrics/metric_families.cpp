@@ -176,6 +176,10 @@ constexpr FamilyDecl kRoutes{"sluice_routes", MetricType::Gauge,
 constexpr FamilyDecl kKernelRoutesLeftOut{
     "sluice_kernel_routes_left_out", MetricType::Gauge,
     "Routes of the mirrored kernel table left out of the route table: no next hop on a link of sluice's"};
+constexpr FamilyDecl kKernelRoutesResyncs{
+    "sluice_kernel_routes_resyncs_total", MetricType::Counter,
+    "Times the mirrored kernel table was read whole again: notifications lost (ENOBUFS), a dump interrupted or cut "
+    "short"};
 
 // The sync channel's counters, from their X-macro table (sync_channel.hpp).
 constexpr std::array kSyncCounterFamilies = {
@@ -356,8 +360,10 @@ void add_routes(Families& out, const RoutesRecord& routes) {
     constexpr const char* kSources[] = {"connected", "host", "static", "kernel"};
     for (std::size_t s = 0; s < routes.by_source.size(); ++s)
         Families::sample(by_source, {{"source", kSources[s]}}, static_cast<double>(routes.by_source[s]));
-    if (routes.kernel_mirrored)
+    if (routes.kernel_mirrored) {
         Families::sample(out.add(kKernelRoutesLeftOut), {}, static_cast<double>(routes.kernel_left_out));
+        Families::sample(out.add(kKernelRoutesResyncs), {}, static_cast<double>(routes.kernel_resyncs));
+    }
 }
 
 void add_sync(Families& out, const SyncRecord& sync) {

@@ -108,6 +108,16 @@ class Sluice:
     def stats(self):
         return self.telemetry.query("/sluice/stats")
 
+    def routes(self):
+        """sluicectl routes' lines, wrapped lines joined."""
+        lines = []
+        for line in self.telemetry.query("/sluice/routes"):
+            if line.startswith(" ") and lines:
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        return lines
+
     def tolerate_kernel_losses(self):
         """For a test that floods on purpose and counts what arrived: the kernel's losses so far are part of it, and
         the waits below look only at losses after this call."""

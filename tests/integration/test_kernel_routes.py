@@ -60,17 +60,6 @@ def ip_route(ns, verb, *args, family="-4"):
     ns.exec("ip", family, "route", verb, *args[:at], "table", TABLE, *args[at:])
 
 
-def routes(sluice):
-    """sluicectl routes' lines, wrapped lines joined."""
-    lines = []
-    for line in sluice.telemetry.query("/sluice/routes"):
-        if line.startswith(" ") and lines:
-            lines[-1] += " " + line.strip()
-        else:
-            lines.append(line)
-    return lines
-
-
 def port_mac(sluice, name):
     return re.search(rf"port '{name}':.*? mac ([0-9a-f:]{{17}})", sluice.log()).group(1)
 
@@ -78,8 +67,8 @@ def port_mac(sluice, name):
 def appears(sluice, line, present=True, within=1.0):
     """Waits (at most `within` seconds) for line to be in the route table (or gone); returns the seconds it took."""
     started = time.monotonic()
-    wait_until(lambda: (line in routes(sluice)) == present, timeout=within, interval=0.02,
-               what=f"{line!r} {'in' if present else 'out of'} the route table: {routes(sluice)}")
+    wait_until(lambda: (line in sluice.routes()) == present, timeout=within, interval=0.02,
+               what=f"{line!r} {'in' if present else 'out of'} the route table: {sluice.routes()}")
     return time.monotonic() - started
 
 
@@ -87,8 +76,8 @@ def test_kernel_routes_appear_and_go_within_a_second(tmp_path, ns):
     ip_route(ns, "add", "198.51.100.0/24", "via", "192.0.2.11")  # before sluice starts
     sluice = Sluice(tmp_path, config(tmp_path), netns=ns)
     with sluice:
-        assert "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)" in routes(sluice)
-        assert "192.0.2.0/24 connected on server" in routes(sluice)
+        assert "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)" in sluice.routes()
+        assert "192.0.2.0/24 connected on server" in sluice.routes()
 
         ip_route(ns, "add", "100.64.0.0/16", "nexthop", "via", "192.0.2.11",
                  "nexthop", "via", "192.0.2.12", "weight", "2")
@@ -104,12 +93,12 @@ def test_kernel_routes_appear_and_go_within_a_second(tmp_path, ns):
         ip_route(ns, "add", "100.67.0.0/16", "via", "10.9.9.9", "dev", "gw0", "onlink")
         ip_route(ns, "del", "198.51.100.0/24")
         appears(sluice, "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)", present=False)
-        assert not any(line.startswith("100.67.0.0/16") for line in routes(sluice))
+        assert not any(line.startswith("100.67.0.0/16") for line in sluice.routes())
         # A route of another table is not sluice's business.
         ns.exec("ip", "route", "add", "100.68.0.0/16", "table", "101", "via", "192.0.2.11")
         ip_route(ns, "del", "100.65.0.0/16")
         appears(sluice, "100.65.0.0/16 kernel blackhole", present=False)
-        assert not any(line.startswith("100.68.0.0/16") for line in routes(sluice))
+        assert not any(line.startswith("100.68.0.0/16") for line in sluice.routes())
         assert sluice.stop() == 0, sluice.log()
 
 
@@ -137,7 +126,7 @@ def test_packets_follow_a_kernel_route_that_changes_under_traffic(tmp_path, ns):
         sender.join()
         stats = sluice.wait_accounted(len(answers) + count)
         assert stats.get("drop/no_route", 0) == 0 and stats.get("drop/neighbour_unresolved", 0) == 0, stats
-        assert "198.51.100.0/24 kernel via 192.0.2.12 on server (02:00:00:00:02:12)" in routes(sluice)
+        assert "198.51.100.0/24 kernel via 192.0.2.12 on server (02:00:00:00:02:12)" in sluice.routes()
         assert sluice.stop() == 0, sluice.log()
     sent = [p for p in rdpcap(str(tmp_path / "server_out.pcap")) if UDP in p and p[IP].dst == "198.51.100.5"]
     assert len(sent) == count  # none lost
@@ -211,7 +200,7 @@ def test_routes_a_router_announces_over_bgp_reach_sluice_through_the_gateways_bi
             subprocess.run(["birdc", "-s", str(tmp_path / "router.ctl"), "configure"], check=True,
                            capture_output=True, timeout=10)
             appears(sluice, "100.70.0.0/16 kernel via 192.0.2.11 on server (unresolved)", present=False, within=10)
-            assert "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)" in routes(sluice)
+            assert "198.51.100.0/24 kernel via 192.0.2.11 on server (unresolved)" in sluice.routes()
             assert sluice.stop() == 0, sluice.log()
     finally:
         for bird in birds:

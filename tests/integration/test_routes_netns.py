@@ -1,7 +1,7 @@
 """Routes with real Linux hosts as next hops: sluice's server port (net_af_packet on a veth) sits on a bridge with
 three router namespaces, whose own kernels answer sluice's ARP. A route to 203.0.113.0/24 via all three spreads
 flows over them (each flow on one), a reload that moves the route under traffic loses no packet, and a router that
-goes silent leaves the group with only its own flows moving.
+goes silent (it stops answering ARP) leaves the group within the neighbour timers, with only its own flows moving.
 
 Each router counts what reaches it on a packet socket in its namespace; nothing leaves the test's namespaces."""
 
@@ -159,3 +159,53 @@ def test_a_route_moved_by_a_reload_under_traffic_loses_no_datagram(tmp_path, lab
         old = [sequence for index, f, sequence in got if f == flow and index == 0]
         new = [sequence for index, f, sequence in got if f == flow and index == 1]
         assert not old or not new or max(old) < min(new), (flow, max(old), min(new))
+
+
+def test_a_router_that_stops_answering_arp_leaves_the_group_and_only_its_flows_move(tmp_path, lab):
+    gateway, routers = lab
+    timers = {"reachable_ms": 1000, "retransmit_ms": 300, "probes": 3}
+    forgotten_within = (timers["reachable_ms"] + timers["probes"] * timers["retransmit_ms"]) / 1000
+    cfg = config(ROUTERS)
+    cfg["neighbours"] = timers
+    cfg["metrics"] = {"listen": "127.0.0.1:9473"}  # in the gateway's namespace
+
+    def unresolved():
+        text = gateway.exec("curl", "-s", "-m", "5", f"http://{cfg['metrics']['listen']}/metrics", check=False).stdout
+        found = re.search(r"^sluice_next_hops_unresolved (\S+)$", text, re.M)
+        return float(found.group(1)) if found else None
+
+    sluice = Sluice(tmp_path, cfg, netns=gateway)
+    with sluice:
+        sockets = [router.listen(f"nh{index}") for index, router in enumerate(routers, 1)]
+        wait_resolved(sluice, ROUTERS)
+        mac = client_mac(sluice)
+        flows = 1500
+        gateway.inject("cl0", [datagram(mac, flow, 0) for flow in range(flows)])
+        before = {flow: index for index, flow, _ in collect(sockets, flows)}
+        assert len(before) == flows and set(before.values()) == {0, 1, 2}, Counter(before.values())
+        # Still probed every second, all three answer: none leaves the group.
+        time.sleep(2 * forgotten_within)
+        assert unresolved() == 0 and "unresolved" not in "".join(sluice.routes())
+        # The third router's kernel stops answering ARP; it still receives (and counts) what is sent to its MAC.
+        routers[2].exec("nft", "add table arp silent { chain in { type filter hook input priority 0; drop; }; "
+                        "chain out { type filter hook output priority 0; drop; }; }")
+        silenced = time.monotonic()
+        wait_until(lambda: unresolved() == 1, timeout=forgotten_within + 5, interval=0.1,
+                   what="the silent router to count as an unresolved next hop")
+        took = time.monotonic() - silenced
+        # Its last answer came at most reachable_ms before it went silent; the control loop and a scrape add little.
+        assert took <= forgotten_within + 1.0, f"left the group after {took:.1f} s"
+        line = next(line for line in sluice.routes() if line.startswith("203.0.113.0/24"))
+        assert f"{ROUTERS[2]} on server (unresolved)" in line and line.count("(unresolved)") == 1, line
+        arrivals(sockets)  # nothing in flight is counted below
+        gateway.inject("cl0", [datagram(mac, flow, 1) for flow in range(flows)])
+        after = {flow: index for index, flow, sequence in collect(sockets, flows) if sequence == 1}
+        assert sluice.stop() == 0, sluice.log()
+    assert "a neighbour stopped answering" in sluice.log()
+    assert len(after) == flows, f"{flows - len(after)} flows lost"
+    assert 2 not in after.values(), "a flow still went to the silent router"
+    moved = [flow for flow in range(flows) if before[flow] != after[flow]]
+    assert all(before[flow] == 2 for flow in moved), "a flow of a router that still answers moved"
+    assert len(moved) == Counter(before.values())[2]
+    share = Counter(after[flow] for flow in moved)
+    assert share[0] > len(moved) / 4 and share[1] > len(moved) / 4, share  # Maglev hands its slots to both

@@ -1,14 +1,26 @@
 // Route messages of the mirrored kernel table, as rtnetlink sends them: a multipath route's next hops and weights,
-// blackhole / unreachable / prohibit kinds, other tables and kinds left alone.
+// blackhole / unreachable / prohibit kinds, other tables and kinds left alone; and, on a real netlink socket in a
+// namespace of the test's own, the resyncs that follow lost notifications or a dump that never ends.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <linux/rtnetlink.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "control/kernel_routes.hpp"
+#include "control/route_table_writer.hpp"
 
 using namespace sluice;
 
@@ -127,4 +139,99 @@ TEST_CASE("kernel routes: blackhole, unreachable and prohibit; local routes and 
     CHECK_FALSE(parse_kernel_route(other.done(), 100, out));
     CHECK(parse_kernel_route(other.done(), 254, out));  // the default route of the main table
     CHECK(out.prefix.length == 0);
+}
+
+namespace {
+
+// The calling thread in a network namespace of its own while it lives (root only), so that the test's routes touch
+// no real table; back in the one it came from at the end. Commands run with system() fork from this thread: theirs.
+class FreshNetworkNamespace {
+public:
+    FreshNetworkNamespace() : home_(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) {
+        entered_ = home_.valid() && ::unshare(CLONE_NEWNET) == 0;
+    }
+    ~FreshNetworkNamespace() {
+        if (entered_) ::setns(home_.get(), CLONE_NEWNET);
+    }
+    bool entered() const { return entered_; }
+
+private:
+    UniqueFd home_;
+    bool entered_ = false;
+};
+
+// Reads until the mirror has no dump running (or the deadline passed).
+void read_until_dumped(KernelRouteMirror& mirror, RouteTableWriter& writer, const Config& config,
+                       const std::vector<PortIdentity>& ports) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    do {
+        pollfd fd{mirror.fd(), POLLIN, 0};
+        ::poll(&fd, 1, 50);
+        mirror.read(writer, config, ports);
+    } while (mirror.dumping() && std::chrono::steady_clock::now() < deadline);
+}
+
+constexpr const char* kGatewayConfig = R"(
+ports:
+  - {name: server, device: net_null0, addresses: 192.0.2.1/24}
+lcores:
+  - {id: 1, roles: [rx, worker]}
+routing: {kernel_table: 100}
+)";
+
+}  // namespace
+
+TEST_CASE("kernel routes: notifications lost to a full socket buffer, or a dump that never ends, start a resync",
+          "[routes][kernel]") {
+    FreshNetworkNamespace netns;
+    if (!netns.entered()) {
+        WARN("skipped: a network namespace of its own needs root");
+        return;
+    }
+    const ConfigResult loaded = load_config_text(kGatewayConfig, "gateway.yaml");
+    REQUIRE(loaded.config);
+    const Config& config = *loaded.config;
+    const std::vector<PortIdentity> ports{{"server", 0, {}}};
+    // The kernel's leg on sluice's link, which the routes' gateways are on (veth: this kernel has no dummy links).
+    REQUIRE(std::system("ip link add gw0 type veth peer name gw0p && ip link set gw0 up && ip link set gw0p up && "
+                        "ip addr add 192.0.2.254/24 dev gw0") == 0);
+    RouteTableWriter writer;
+    KernelRouteMirror mirror(100);
+    read_until_dumped(mirror, writer, config, ports);
+    REQUIRE_FALSE(mirror.dumping());
+    CHECK(mirror.prefixes() == 0);
+
+    // A burst far beyond the smallest buffer the kernel allows: most notifications are lost, and recv says so.
+    const int tiny = 1024;
+    REQUIRE(setsockopt(mirror.fd(), SOL_SOCKET, SO_RCVBUF, &tiny, sizeof tiny) == 0);
+    constexpr int kRoutes = 500;
+    const std::string batch = "/tmp/sluice-kernel-routes-" + std::to_string(::getpid()) + ".batch";
+    {
+        std::ofstream out(batch);
+        for (int i = 0; i < kRoutes; ++i)
+            out << "route add 198.18." << i / 256 << "." << i % 256 << "/32 via 192.0.2.11 table 100\n";
+    }
+    const int added = std::system(("ip -batch " + batch).c_str());
+    std::remove(batch.c_str());
+    REQUIRE(added == 0);
+    // Room again, as in the daemon (8 MiB): the resync's own dump is not cut short in turn.
+    const int roomy = 1 << 20;
+    REQUIRE(setsockopt(mirror.fd(), SOL_SOCKET, SO_RCVBUF, &roomy, sizeof roomy) == 0);
+    read_until_dumped(mirror, writer, config, ports);
+    CHECK(mirror.resyncs() == 1);
+    CHECK_FALSE(mirror.dumping());
+    CHECK(mirror.prefixes() == kRoutes);  // every route, from the resync's dump
+    CHECK(writer.pending() == kRoutes);
+
+    // A dump whose end does not come within kDumpSilence is asked for again, and the second one replaces the table.
+    RouteTableWriter other_writer;
+    KernelRouteMirror other(100);  // its first dump is requested, but nothing of it is read yet
+    REQUIRE(std::system("ip route del 198.18.0.0/32 table 100") == 0);
+    other.check_dump(KernelRouteMirror::Clock::now() + KernelRouteMirror::kDumpSilence);
+    CHECK(other.resyncs() == 1);
+    read_until_dumped(other, other_writer, config, ports);
+    CHECK_FALSE(other.dumping());
+    CHECK(other.prefixes() == kRoutes - 1);
+    other.check_dump(KernelRouteMirror::Clock::now() + KernelRouteMirror::kDumpSilence);  // no dump runs: nothing
+    CHECK(other.resyncs() == 1);
 }

@@ -34,7 +34,7 @@ TEST_CASE("neighbours: a gleaned host is solicited, kept while it answers, forgo
     CHECK(table.gleaned()[0].first.address == target(99).address);
     table.set_targets({target(11)});  // a reload keeps it
     CHECK(table.gleaned().size() == 1);
-    // Silent from now on: probed after kReachable, forgotten after kProbes unanswered probes.
+    // Silent from now on: probed after the reachable time, forgotten after `probes` unanswered probes.
     bool forgotten = false;
     for (int second = 1; second < 60 && !forgotten; ++second) {
         now += std::chrono::seconds(1);
@@ -43,6 +43,33 @@ TEST_CASE("neighbours: a gleaned host is solicited, kept while it answers, forgo
     }
     CHECK(forgotten);
     CHECK(table.size() == 1);  // the target stays
+}
+
+TEST_CASE("neighbours: a silent next hop is forgotten after the reachable time and its unanswered probes",
+          "[neighbours]") {
+    using std::chrono::milliseconds;
+    NeighbourTable table;
+    table.set_timing({.reachable = milliseconds(1500), .retransmit = milliseconds(200), .probes = 2});
+    table.set_targets({target(11)});
+    auto now = NeighbourTable::Clock::now();
+    CHECK(table.due(now).size() == 1);  // unresolved: solicited
+    table.learn(1, IpFamily::ipv4, target(11).address, kMac, now);
+    const auto confirmed = now;
+    std::vector<milliseconds> probes;
+    std::optional<milliseconds> forgotten;
+    for (int tick = 1; tick <= 100 && !forgotten; ++tick) {  // a control loop turning every 50 ms
+        now += milliseconds(50);
+        if (!table.due(now).empty()) probes.push_back(duration_cast<milliseconds>(now - confirmed));
+        if (table.expire(now)) forgotten = duration_cast<milliseconds>(now - confirmed);
+    }
+    CHECK(probes == std::vector<milliseconds>{milliseconds(1500), milliseconds(1700)});
+    REQUIRE(forgotten);
+    CHECK(*forgotten == milliseconds(1900));  // reachable + probes x retransmit
+    CHECK_FALSE(table.lookup(1, IpFamily::ipv4, target(11).address));
+    CHECK(table.unresolved_targets() == 1);  // a target stays, unresolved: solicited again
+    CHECK(table.due(now).size() == 1);
+    // It answers again: back in use.
+    CHECK(table.learn(1, IpFamily::ipv4, target(11).address, kMac, now + milliseconds(300)));
 }
 
 TEST_CASE("neighbours: a gleaned host that never answers goes after a few solicitations", "[neighbours]") {
@@ -75,8 +102,8 @@ TEST_CASE("neighbours: the listing shows each entry's port, MAC, state, age and 
                                    "192.0.2.12 on wan unresolved (next hop)",
                                    "192.0.2.99 on wan at 02:00:00:00:00:63 resolved, reachable, confirmed 5 s ago "
                                    "(host)"});
-    // Past kReachable and probed without an answer: still used, but probing.
-    now += NeighbourTable::kReachable;
+    // Past the reachable time and probed without an answer: still used, but probing.
+    now += table.timing().reachable;
     table.due(now);
     const auto lines = describe_neighbours(table.listing(now), port_name, 2);
     REQUIRE(lines.size() == 3);
