@@ -380,9 +380,9 @@ def test_active_active_keeps_nat_connections_when_an_instance_dies_and_announces
         wait_until(lambda: next_hops(router, AA["vip"]) == {uplink(2)[0]}, timeout=5, interval=0.01,
                    what="BFD to drop instance 1's next hop")
         dropped_after = time.monotonic() - killed
-        birds[1].kill()
         session = subprocess.run(["birdc", "-s", str(state / "bird-router.ctl"), "show", "protocols", "up1"],
                                  capture_output=True, text=True, timeout=10).stdout
+        birds[1].kill()  # after the look: its exit resets the TCP session, which would overwrite BFD's reason
         assert "BFD session down" in session, session
         after = client.echo_round()
         print(f"instance 1 killed: its next hop gone after {dropped_after:.2f} s; echo round after the kill: "
