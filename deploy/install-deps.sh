@@ -27,6 +27,7 @@ packages=(
   libssl-dev  # libcrypto: the sync channel's HMAC-SHA256 (lib/sync)
   python3-scapy python3-pytest python3-yaml systemd iproute2 iputils-ping ethtool tcpdump curl procps
   bird2  # BGP for the scale-out lab (deploy/lab/ecmp.sh) and the example in deploy/bird/
+  keepalived  # VRRP for the active/standby pair of tests/e2e/test_failover.py (it runs its own, per namespace)
   nftables iperf3  # tests/bench/kernel_compare.sh: the kernel doing sluice's job, side by side
   prometheus  # promtool: tests/integration/test_deploy_files.py checks the alert rules and the dashboard's queries
   debhelper dh-python lintian scdoc  # the Debian package (debian/, dpkg-buildpackage) and its man pages (docs/man)
@@ -62,6 +63,15 @@ if ((${#missing[@]})); then
       # sysvinit, or a container whose policy-rc.d kept it from starting (then stop refuses: nothing runs)
       update-rc.d prometheus disable >/dev/null 2>&1 || true
       invoke-rc.d prometheus stop >/dev/null 2>&1 || true
+    fi
+  fi
+  # keepalived likewise: the tests run their own in namespaces; a system one would move addresses on this host.
+  if [[ " ${missing[*]} " == *" keepalived "* ]]; then
+    if [ -d /run/systemd/system ]; then
+      systemctl disable --now keepalived.service >/dev/null 2>&1 || say "WARNING: could not stop the keepalived the package started"
+    else
+      update-rc.d keepalived disable >/dev/null 2>&1 || true
+      invoke-rc.d keepalived stop >/dev/null 2>&1 || true
     fi
   fi
   # The same for Open vSwitch's daemon (openvswitch-switch, pulled in by -dpdk): a system OVS on a benchmark

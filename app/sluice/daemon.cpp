@@ -202,11 +202,16 @@ private:
     // thread that drains them (FlowWalk::sync_dump). On the control thread, like the flows listing's walks.
     void serve_resync() {
         if (!sync_ || !resync_wanted_.exchange(false, std::memory_order_relaxed)) return;
+        sync_->dump_starting();
         const auto walks = dataplane_->walk_flows({}, 0, nullptr, std::chrono::seconds(120), true);
         uint64_t dumped = 0;
         for (const auto& walk : walks) dumped += walk->dumped;
-        if (walks.empty()) spdlog::warn("sync: the resync for a peer did not finish within 120 s");
-        else spdlog::info("sync: resync for a peer: {} connection(s) sent", dumped);
+        if (walks.empty()) {
+            spdlog::warn("sync: the resync for a peer did not finish within 120 s");
+            return;  // no resync_done for it: the peer's own timeout, or a later dump, ends its wait
+        }
+        sync_->dump_finished();
+        spdlog::info("sync: resync for a peer: {} connection(s) sent", dumped);
     }
 
     // Start: the kernel table as it is, in the first snapshot (its routes wait in the writer for build_first).
@@ -618,6 +623,13 @@ private:
     // "Announcing VIPs over BGP".
     void update_announcements(bool force = false) {
         if (!bgp_) return;
+        // A started instance takes traffic only once it holds its peers' connections (or gave up waiting).
+        const bool resyncing = sync_ && sync_->resync_pending();
+        if (resyncing != resync_gate_logged_) {
+            resync_gate_logged_ = resyncing;
+            if (resyncing) spdlog::info("bgp: no VIP announced until the sync peers' resync is done");
+            else spdlog::info("bgp: sync resync over: VIPs may be announced");
+        }
         const bool links_up =
             std::all_of(link_up_.begin(), link_up_.end(), [](int up) { return up == 1; }) && !link_up_.empty();
         std::vector<ServiceHealth> services;
@@ -632,9 +644,18 @@ private:
                 const auto status = id && health_ ? health_->status(*id) : std::nullopt;
                 if (!status || (status->up && status->checks > status->failures)) ++h.usable;
             }
+            // A nat service's replies come back to the pool: its addresses go where the VIP goes (an ECMP fleet
+            // shares them, each instance taking the replies the routers send it).
+            if (service.mode == LbMode::nat)
+                for (std::size_t a = 0; a < config().load_balancer.nat_pool.size(); ++a)
+                    if (config().load_balancer.nat_pool_families[a] == service.family)
+                        services.push_back(ServiceHealth{
+                            service.name, to_string(config().load_balancer.nat_pool[a].address, service.family),
+                            service.family, h.usable, h.min_healthy});
             services.push_back(std::move(h));
         }
-        bgp_->update(wanted_vips(services, links_up, drain_ends_.has_value()), std::chrono::steady_clock::now(), force);
+        bgp_->update(wanted_vips(services, links_up, drain_ends_.has_value() || resyncing),
+                     std::chrono::steady_clock::now(), force);
         publish_bgp();
     }
 
@@ -734,6 +755,7 @@ private:
     std::unique_ptr<StatsPublisher> stats_;
     std::unique_ptr<SyncChannel> sync_;                   // sync section on
     std::atomic<bool> resync_wanted_{false};              // a peer asked for a full resync (set on the sync thread)
+    bool resync_gate_logged_ = false;                     // update_announcements said VIPs wait for the resync
     std::vector<std::unique_ptr<XdpSteering>> steering_;  // net_af_xdp ports that run sluice's program
     std::vector<std::vector<SteeringEntry>> steering_published_;  // what each holds now
     XdpStats xdp_stats_;

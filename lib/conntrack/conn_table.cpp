@@ -487,6 +487,8 @@ uint32_t ConnTable::expire(uint64_t now_tsc, uint32_t budget) {
     for (; scan > 0 && removed < budget; --scan) {
         const ConnEntry& e = entries_[cursor];
         if ((e.flags & kConnFlagLive) && e.expires_tsc <= now_tsc) {
+            if (expiry_hook_ && !(e.flags & kConnFlagAlias))
+                expiry_hook_(expiry_arg_, *this, static_cast<int32_t>(cursor), now_tsc);
             remove(static_cast<int32_t>(cursor));
             ++removed;
         }

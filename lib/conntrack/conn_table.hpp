@@ -188,6 +188,13 @@ public:
         release_arg_ = arg;
     }
 
+    // Called by expire() with each connection it is about to remove (state sync tells the peers). Owning worker only.
+    using ExpiryHook = void (*)(void* arg, ConnTable& table, int32_t index, uint64_t now_tsc);
+    void set_expiry_hook(ExpiryHook hook, void* arg) {
+        expiry_hook_ = hook;
+        expiry_arg_ = arg;
+    }
+
     // Where the replies of an alias's connection go back to (ConnAlias).
     void set_origin(int32_t alias, const IpAddress& client, uint16_t client_port, const IpAddress& vip,
                     uint16_t vip_port) {
@@ -289,6 +296,8 @@ private:
     rte_hash* ipv6_ = nullptr;  // 40-byte keys (FiveTuple); positions ipv4_slots_ .. slots_ - 1
     ReleaseHook release_hook_ = nullptr;
     void* release_arg_ = nullptr;
+    ExpiryHook expiry_hook_ = nullptr;
+    void* expiry_arg_ = nullptr;
     KeyStore ipv4_keys_, ipv6_keys_;
     ConnEntry* entries_ = nullptr;
     TcpWindow* windows_ = nullptr;  // parallel to entries_

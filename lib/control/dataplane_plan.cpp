@@ -1,5 +1,9 @@
 #include "control/dataplane_plan.hpp"
 
+#include <algorithm>
+#include <string>
+#include <tuple>
+
 #include <rte_lcore.h>
 
 #include <spdlog/spdlog.h>
@@ -20,6 +24,14 @@ DataplaneSpec dataplane_spec(const Config& config, const std::vector<PortIdentit
     if (config.sync.enabled && spec.conntrack) {
         spec.sync_ring_size = config.sync.ring_size;
         spec.sync_refresh_fraction = config.sync.refresh_fraction;
+        // Every instance lists the same sync addresses (its own and its peers'): their order gives each its share.
+        const auto key = [](const SyncEndpoint& e) {
+            return std::make_tuple(e.family, std::string(reinterpret_cast<const char*>(e.address.bytes), 16), e.port);
+        };
+        const auto own = key(config.sync.listen);
+        spec.nat_shares = static_cast<uint16_t>(config.sync.peers.size() + 1);
+        spec.nat_share_index = static_cast<uint16_t>(std::count_if(
+            config.sync.peers.begin(), config.sync.peers.end(), [&](const SyncEndpoint& p) { return key(p) < own; }));
     }
     for (const PortIdentity& port : ports) spec.tx_port_ids.push_back(port.id);
     const auto queues = assign_rx_queues(config);

@@ -231,6 +231,7 @@ int sync_command(const char*, const char*, rte_tel_data* d) {
     if (!g_view->sync) return 0;
     const SyncChannel& sync = *g_view->sync;
     rte_tel_data_add_dict_u64(d, "epoch", sync.epoch());
+    rte_tel_data_add_dict_u64(d, "resync_pending", sync.resync_pending());
     const SyncCounters& c = sync.counters();
 #define SLUICE_SYNC_COUNTER_TELEMETRY(member, family, help) \
     rte_tel_data_add_dict_u64(d, #member, c.member.load(std::memory_order_relaxed));

@@ -5,10 +5,13 @@
 namespace sluice {
 
 NatPortPool::NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, uint16_t worker_count,
-                         std::size_t addresses)
-    : step_(worker_count), addresses_(addresses), by_backend_(kMaxBackends, nullptr) {
+                         std::size_t addresses, uint16_t share_index, uint16_t shares)
+    : step_(worker_count), addresses_(addresses), share_index_(share_index), shares_(shares ? shares : 1),
+      by_backend_(kMaxBackends, nullptr) {
     first_port_ = first + (worker_index + worker_count - first % worker_count) % worker_count;
     ports_ = first_port_ > last ? 0 : (last - first_port_) / step_ + 1;
+    const uint32_t mine = ports_ > share_index_ ? (ports_ - share_index_ + shares_ - 1) / shares_ : 0;
+    reserved_ = ports_ - mine;
     words_ = (ports_ + 63) / 64;
     summary_words_ = (words_ + 63) / 64;
     lane_words_ = 2 + summary_words_ + words_;
@@ -31,10 +34,21 @@ void NatPortPool::prepare(const LbTables& lb) {
                 // Bits past the last port (or word) count as taken: a search never stops on them.
                 if (ports_ % 64) lane[2 + summary_words_ + words_ - 1] = ~uint64_t{0} << (ports_ % 64);
                 if (words_ % 64) lane[2 + summary_words_ - 1] = ~uint64_t{0} << (words_ % 64);
+                reserve_other_shares(lane);
             }
         }
         by_backend_[id] = block.get();
     }
+}
+
+void NatPortPool::reserve_other_shares(uint64_t* at) const {
+    if (shares_ == 1) return;
+    const Lane lane{at, at + 1, at + 2, at + 2 + summary_words_};
+    for (uint32_t bit = 0; bit < ports_; ++bit)
+        if (!in_share(bit)) lane.used[bit / 64] |= uint64_t{1} << (bit % 64);
+    for (uint32_t word = 0; word < words_; ++word) mark_word(lane, word);
+    *lane.in_use = reserved_;
+    *lane.cursor = share_index_;  // the first port of the share: the search starts on a free bit
 }
 
 uint32_t NatPortPool::free_bit_after_word(const Lane& lane, uint32_t word) const {
@@ -51,7 +65,7 @@ uint32_t NatPortPool::free_bit_after_word(const Lane& lane, uint32_t word) const
 
 std::size_t NatPortPool::in_use(std::size_t address, uint32_t backend) const {
     if (backend >= by_backend_.size() || !by_backend_[backend]) return 0;
-    return counter_read(*lane_of(address, backend).in_use);
+    return counter_read(*lane_of(address, backend).in_use) - reserved_;
 }
 
 }  // namespace sluice

@@ -14,6 +14,10 @@
 // Threads: prepare() control thread only, before the snapshot naming the backends is published (the publishing
 // release store orders it before a worker's first use); allocate, peek_next and release owning worker only (fast-path
 // safe: no allocation); in_use and capacity any thread. take: owning worker only.
+// Instances that sync their state (lib/sync) share the pool addresses, so each allocates only from its share of every
+// space: share s of n owns the worker's ports whose index among them is s modulo n (the others are marked taken from
+// the start and never handed out here), so two instances never give one backend the same source port. A peer's port
+// is taken from its connection without being tracked here: only the peer allocates it.
 #pragma once
 
 #include <atomic>
@@ -40,8 +44,10 @@ struct NatPortGuess {
 
 class NatPortPool {
 public:
-    // Ports [first, last] (host order) owned by worker_index of worker_count, on each of `addresses` pool addresses.
-    NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, uint16_t worker_count, std::size_t addresses);
+    // Ports [first, last] (host order) owned by worker_index of worker_count, on each of `addresses` pool addresses;
+    // this instance allocates from share share_index of shares.
+    NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, uint16_t worker_count, std::size_t addresses,
+                uint16_t share_index = 0, uint16_t shares = 1);
     ~NatPortPool();
     NatPortPool(const NatPortPool&) = delete;
     NatPortPool& operator=(const NatPortPool&) = delete;
@@ -69,6 +75,7 @@ public:
             return false;
         Lane lane = lane_of(address, backend);
         const uint32_t bit = (port - first_port_) / step_;
+        if (!in_share(bit)) return true;  // the peer's: it alone allocates it
         if (lane.used[bit / 64] & (uint64_t{1} << (bit % 64))) return false;
         lane.used[bit / 64] |= uint64_t{1} << (bit % 64);
         mark_word(lane, bit / 64);
@@ -90,6 +97,7 @@ public:
     void release(std::size_t address, uint32_t backend, uint16_t port) {
         Lane lane = lane_of(address, backend);
         const uint32_t bit = (port - first_port_) / step_;
+        if (!in_share(bit)) return;  // a peer's port: never marked here
         lane.used[bit / 64] &= ~(uint64_t{1} << (bit % 64));
         lane.full[bit / 64 / 64] &= ~(uint64_t{1} << (bit / 64 % 64));
         std::atomic_ref<uint64_t>(*lane.in_use).store(*lane.in_use - 1, std::memory_order_relaxed);
@@ -97,8 +105,8 @@ public:
 
     // Ports taken toward backend on pool address `address` (0 for a backend with no space); any thread.
     std::size_t in_use(std::size_t address, uint32_t backend) const;
-    // Ports each space holds on this worker.
-    std::size_t capacity() const { return ports_; }
+    // Ports each space holds for this worker and instance.
+    std::size_t capacity() const { return ports_ - reserved_; }
     std::size_t free_ports(std::size_t address, uint32_t backend) const {
         return capacity() - in_use(address, backend);
     }
@@ -117,6 +125,7 @@ private:
         return Lane{at, at + 1, at + 2, at + 2 + summary_words_};
     }
     uint16_t port_of(uint32_t bit) const { return static_cast<uint16_t>(first_port_ + bit * step_); }
+    bool in_share(uint32_t bit) const { return shares_ == 1 || bit % shares_ == share_index_; }
     // The first free bit at or after `from`, going round; the lane must have one. Inline: the word at `from` nearly
     // always has one (ports are taken in turn).
     uint32_t free_bit_from(const Lane& lane, uint64_t from) const {
@@ -125,6 +134,8 @@ private:
         if (SLUICE_LIKELY(room != 0)) return word * 64 + static_cast<uint32_t>(__builtin_ctzll(room));
         return free_bit_after_word(lane, word);
     }
+    // Marks the bits of other instances' shares taken in a new lane (`at`: its first word), counted in in_use.
+    void reserve_other_shares(uint64_t* at) const;
     // The first free bit in the words after `word`, going round (the summary says which, 64 words at a time).
     uint32_t free_bit_after_word(const Lane& lane, uint32_t word) const;
     static void mark_word(const Lane& lane, uint32_t word) {
@@ -138,7 +149,9 @@ private:
     uint32_t summary_words_ = 0;
     std::size_t lane_words_ = 0;
     std::size_t addresses_ = 0;
-    std::vector<uint64_t*> by_backend_;                          // stable id -> its space's block (kMaxBackends)
+    uint32_t share_index_ = 0, shares_ = 1;
+    uint32_t reserved_ = 0;              // the worker's ports of other instances' shares, marked taken in every lane
+    std::vector<uint64_t*> by_backend_;  // stable id -> its space's block (kMaxBackends)
     std::map<std::string, std::unique_ptr<uint64_t[]>> spaces_;  // address:port -> block
 };
 

@@ -16,6 +16,7 @@
 #include "dpdk/startup_error.hpp"
 #include "packet/syn_proxy.hpp"
 #include "pipeline/forward_stage.hpp"
+#include "pipeline/sync_steps.hpp"
 #include "sync/sync_event.hpp"
 
 namespace sluice {
@@ -155,8 +156,9 @@ void Dataplane::set_up_conntrack(LcoreContext& ctx, const DataplaneSpec& spec, u
         ctx.backend_traffic = static_cast<BackendTraffic*>(
             rte_zmalloc_socket("sluice_backend_traffic", sizeof(BackendTraffic) * kMaxBackends, kCacheLine, socket));
         if (!ctx.backend_traffic) throw std::runtime_error("out of memory for backend counters");
-        ctx.nat_ports = new NatPortPool(spec.nat_port_first, spec.nat_port_last, worker,
-                                        static_cast<uint16_t>(rings_.size()), spec.nat_pool_addresses);
+        ctx.nat_ports =
+            new NatPortPool(spec.nat_port_first, spec.nat_port_last, worker, static_cast<uint16_t>(rings_.size()),
+                            spec.nat_pool_addresses, spec.nat_share_index, spec.nat_shares);
         ctx.nat_ports->prepare(*shared_->snapshot.load(std::memory_order_relaxed)->lb);
         ctx.conn_table->set_release_hook(release_connection, &ctx);
         if (spec.sync_ring_size) set_up_sync(ctx, spec, socket);
@@ -176,6 +178,7 @@ void Dataplane::set_up_sync(LcoreContext& ctx, const DataplaneSpec& spec, int so
     if (!out || !in) throw std::runtime_error(std::string("cannot create its sync rings: ") + rte_strerror(rte_errno));
     ctx.sync_out = out;
     ctx.sync_in = in;
+    ctx.conn_table->set_expiry_hook(emit_expired, &ctx);
     ctx.tsc_hz = rte_get_tsc_hz();
     for (std::size_t s = 0; s < ctx.sync_refresh_s.size(); ++s) {
         const double seconds =

@@ -32,7 +32,8 @@ struct DataplaneSpec {
     uint16_t nat_port_first = 1024;  // each worker's NAT ports: those of this range it owns (nat_ports.hpp)
     uint16_t nat_port_last = 65535;
     std::size_t nat_pool_addresses = 0;
-    rte_mempool* solicitation_pool = nullptr;  // worker 0 builds ARP/ND solicitations from it
+    uint16_t nat_share_index = 0, nat_shares = 1;  // this instance's share of each NAT port space (sync peers)
+    rte_mempool* solicitation_pool = nullptr;      // worker 0 builds ARP/ND solicitations from it
     // State sync (sync_steps.hpp): events per worker ring each way, 0 when sync is off; with conntrack only.
     uint32_t sync_ring_size = 0;
     double sync_refresh_fraction = 0.5;  // of a state's timeout, between two refreshes of an entry

@@ -186,6 +186,11 @@ void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEven
     counter_add(ctx.counters.sync_events_queued);
 }
 
+void emit_expired(void* arg, ConnTable& table, int32_t conn, uint64_t now_tsc) {
+    if (table.entry(conn).flags & kConnFlagLearned) return;  // its owner tells the peers
+    emit_sync_event(*static_cast<LcoreContext*>(arg), table, conn, SyncEventKind::closed, now_tsc);
+}
+
 void sync_housekeeping(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
     if (ctx.sync_in && ctx.counters.polls % kApplyPolls == 0) install_from_ring(ctx, snapshot, now_tsc);
     if (ctx.sync_out) refresh_walk(ctx, now_tsc);

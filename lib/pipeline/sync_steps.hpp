@@ -41,6 +41,10 @@ inline void sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEv
     if (SLUICE_UNLIKELY(ctx.sync_out != nullptr)) emit_sync_event(ctx, table, conn, kind, now_tsc);
 }
 
+// ConnTable's expiry hook (arg: the worker's LcoreContext): a connection of this instance's that times out is
+// announced closed, so peers drop their copy now rather than at their own, possibly later, expiry.
+void emit_expired(void* arg, ConnTable& table, int32_t conn, uint64_t now_tsc);
+
 // Once per loop iteration, when sync is on: installs a bounded number of peers' events from the apply ring, and
 // walks a few slots of the table for entries due a refresh.
 void sync_housekeeping(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc);

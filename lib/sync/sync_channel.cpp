@@ -1,5 +1,6 @@
 #include "sync/sync_channel.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
@@ -8,6 +9,8 @@
 #include <poll.h>
 #include <stdexcept>
 #include <sys/socket.h>
+
+#include <spdlog/spdlog.h>
 
 #include "lb/nat_ports.hpp"
 
@@ -70,12 +73,20 @@ SyncChannel::SyncChannel(SyncChannelSettings settings, std::vector<rte_ring*> ev
 
 SyncChannel::~SyncChannel() { stop(); }
 
-void SyncChannel::start() {
+void SyncChannel::ask_peers_for_resync() {
     // Whatever peers hold of ours, and we of theirs, is older than this process: ask each for a full dump.
+    const uint64_t now = steady_ms();
+    std::lock_guard lock(peers_mutex_);
     for (Peer& peer : peers_) {
         send_request(peer, SyncMessageType::resync_request);
         counters_.resyncs_requested.fetch_add(1, std::memory_order_relaxed);
+        peer.resync_asked_ms = now;
     }
+    resync_pending_.store(!peers_.empty(), std::memory_order_release);
+}
+
+void SyncChannel::start() {
+    ask_peers_for_resync();
     running_.store(true);
     thread_ = std::thread([this] {
         while (running_.load(std::memory_order_relaxed)) run_once(static_cast<int>(kFlushIntervalMs));
@@ -93,7 +104,11 @@ void SyncChannel::run_once(int timeout_ms) {
     ::poll(&fd, 1, pending_.count() ? 0 : timeout_ms);
     const uint64_t now = steady_ms();
     receive(now);
+    // Read before the rings are drained: once they are empty, every event the finished dump queued was taken.
+    const uint64_t dumps_finished = dumps_finished_.load(std::memory_order_acquire);
     drain_events(now);
+    if (dumps_finished) answer_dumps(dumps_finished, now);
+    if (resync_pending_.load(std::memory_order_relaxed)) give_up_resyncs(now);
     if (pending_.count() && now - pending_since_ms_ >= kFlushIntervalMs) flush(now);
     if (now - last_sent_ms_ >= kKeepaliveIntervalMs) flush(now);  // an empty datagram: peers see us up
 }
@@ -146,6 +161,60 @@ void SyncChannel::send_request(Peer& peer, SyncMessageType type, uint64_t first,
     send_to(peer, writer.seal(settings_.key));
 }
 
+// Peers whose resync the finished dump answers are told so once its events are all sent: the event rings are empty
+// (the dump's events were queued before it finished) and the datagram being filled goes out first.
+void SyncChannel::answer_dumps(uint64_t finished, uint64_t now_ms) {
+    const auto answered = [finished](const Peer& p) { return p.dump_wanted != 0 && p.dump_wanted <= finished; };
+    if (std::none_of(peers_.begin(), peers_.end(), answered)) return;
+    for (rte_ring* ring : event_rings_)
+        if (!rte_ring_empty(ring)) return;
+    flush(now_ms);  // also when empty: resync_done names a sequence the peer can wait for
+    const uint64_t last = next_sequence_ - 1;
+    for (Peer& peer : peers_) {
+        if (!answered(peer)) continue;
+        peer.dump_wanted = 0;
+        SyncDatagramWriter writer(SyncHeader{SyncMessageType::resync_done, 0, settings_.instance, epoch_, last});
+        send_to(peer, writer.seal(settings_.key));
+    }
+}
+
+// A peer's dump is complete once its resync_done came and the datagrams up to the one it names are here.
+void SyncChannel::settle_resync(Peer& peer, uint64_t now_ms) {
+    if (peer.resync_asked_ms == 0 || peer.done_sequence == 0 || peer.done_epoch != peer.window.epoch() ||
+        peer.window.highest() < peer.done_sequence)
+        return;
+    counters_.resyncs_completed.fetch_add(1, std::memory_order_relaxed);
+    spdlog::info("sync: resync from {} done in {} ms", peer.address.text, now_ms - peer.resync_asked_ms);
+    end_resync(peer);
+}
+
+// A peer silent since the request is down (nothing to learn from it); one that never finishes is not waited for.
+void SyncChannel::give_up_resyncs(uint64_t now_ms) {
+    for (Peer& peer : peers_) {
+        if (peer.resync_asked_ms == 0) continue;
+        const uint64_t heard = std::max(peer.resync_asked_ms, peer.last_heard_ms);
+        const bool silent = now_ms - heard >= settings_.resync_silence_ms;
+        if (!silent && now_ms - peer.resync_asked_ms < settings_.resync_timeout_ms) continue;
+        counters_.resyncs_timed_out.fetch_add(1, std::memory_order_relaxed);
+        if (silent)
+            spdlog::warn("sync: no resync from {}: silent for {} ms (down?); going on without its connections",
+                         peer.address.text, now_ms - heard);
+        else
+            spdlog::warn("sync: the resync from {} did not finish within {} ms; going on without the rest of it",
+                         peer.address.text, settings_.resync_timeout_ms);
+        end_resync(peer);
+    }
+}
+
+void SyncChannel::end_resync(Peer& peer) {
+    {
+        std::lock_guard lock(peers_mutex_);
+        peer.resync_asked_ms = 0;
+    }
+    const bool waiting = std::any_of(peers_.begin(), peers_.end(), [](const Peer& p) { return p.resync_asked_ms; });
+    if (!waiting) resync_pending_.store(false, std::memory_order_release);
+}
+
 SyncChannel::Peer* SyncChannel::peer_at(const void* from) {
     const auto* sa = static_cast<const sockaddr*>(from);
     for (Peer& peer : peers_) {
@@ -196,7 +265,14 @@ void SyncChannel::receive(uint64_t now_ms) {
         }
         if (h.type == SyncMessageType::resync_request) {
             counters_.resyncs_served.fetch_add(1, std::memory_order_relaxed);
+            peer->dump_wanted = dumps_started_.load(std::memory_order_acquire) + 1;  // the next dump to start
             if (request_resync_) request_resync_();
+            continue;
+        }
+        if (h.type == SyncMessageType::resync_done) {
+            peer->done_epoch = h.epoch;
+            peer->done_sequence = h.sequence;
+            settle_resync(*peer, now_ms);
             continue;
         }
         uint64_t gap_first, gap_last;
@@ -210,8 +286,10 @@ void SyncChannel::receive(uint64_t now_ms) {
             peer->last_heard_ms = now_ms;
         }
         counters_.datagrams_received.fetch_add(1, std::memory_order_relaxed);
-        if (peer->window.take_new_epoch() && h.sequence != 1) {
-            // A peer we hear from mid-stream (it started before us, or we missed its start): its table in full.
+        // A peer we hear from mid-stream (it started before us, or we missed its start): its table in full. Also
+        // one that started after our start's request (it never got it) while we still wait for its dump.
+        const bool missed_our_request = peer->resync_asked_ms != 0 && h.epoch >= epoch_;
+        if (peer->window.take_new_epoch() && (h.sequence != 1 || missed_our_request)) {
             send_request(*peer, SyncMessageType::resync_request);
             counters_.resyncs_requested.fetch_add(1, std::memory_order_relaxed);
         }
@@ -220,6 +298,7 @@ void SyncChannel::receive(uint64_t now_ms) {
             send_request(*peer, SyncMessageType::resend_request, gap_first, gap_last);
         }
         take(*peer, scratch_);
+        settle_resync(*peer, now_ms);
     }
 }
 
@@ -252,6 +331,7 @@ std::vector<SyncPeerStatus> SyncChannel::peers() const {
         s.instance = p.instance;
         s.epoch = p.window.epoch();
         s.highest_sequence = p.window.highest();
+        s.resync_pending = p.resync_asked_ms != 0;
         out.push_back(s);
     }
     return out;

@@ -3,7 +3,9 @@
 // peer, and hands what peers send to the owning worker's apply ring (the worker that owns the NAT port, or the
 // flow's worker by its symmetric hash, as the RX lcores choose). Reliability in the spirit of conntrackd's FTFW:
 // a sequence number per sender, a receiver that asks for the datagrams a gap skipped (the sender keeps the last
-// kHistory), and a full resync (every worker's table, paced) asked for when a peer starts or comes back.
+// kHistory), and a full resync (every worker's table, paced) asked for when a peer starts or comes back. The dump
+// ends with a resync_done naming its last datagram; until every peer's has come (or the peer stayed silent, or the
+// dump overran its timeout) resync_pending() holds, and the daemon announces no VIP over BGP.
 // Threads: construction, start, stop and the accessors from the control thread; the loop on its own thread. The
 // rings are the workers' SP/SC rings: the sync thread is their only consumer (events) and producer (apply).
 #pragma once
@@ -36,6 +38,10 @@ struct SyncChannelSettings {
     std::vector<SyncAddress> peers;
     std::string key;
     uint32_t instance = 0;  // this instance's id in the header (for logs and sluicectl)
+    // How long a start waits for a peer's resync: a peer that sends nothing for resync_silence_ms is taken as down;
+    // one that answers but does not finish its dump within resync_timeout_ms is given up on.
+    uint64_t resync_silence_ms = 3000;
+    uint64_t resync_timeout_ms = 60000;
 };
 
 // Everything the channel counted; any thread reads (relaxed).
@@ -61,7 +67,12 @@ struct SyncChannelSettings {
     X(truncated, "sluice_sync_truncated_total", "Sync datagrams shorter than their header, MAC and body: dropped")     \
     X(unknown_source, "sluice_sync_unknown_source_total", "Sync datagrams from an address that is no peer: dropped")   \
     X(resyncs_requested, "sluice_sync_resyncs_requested_total", "Full resyncs this instance asked peers for")          \
-    X(resyncs_served, "sluice_sync_resyncs_served_total", "Full resyncs peers asked this instance for")
+    X(resyncs_served, "sluice_sync_resyncs_served_total", "Full resyncs peers asked this instance for")                \
+    X(resyncs_completed, "sluice_sync_resyncs_completed_total",                                                        \
+      "Full resyncs a peer sent whole (its resync_done came and every datagram before it)")                            \
+    X(resyncs_timed_out, "sluice_sync_resyncs_timed_out_total",                                                        \
+      "Resyncs given up at start: the peer stayed silent, or its dump did not end in time (VIPs announced without "    \
+      "it)")
 
 struct SyncCounters {
 #define SLUICE_SYNC_COUNTER_MEMBER(member, family, help) std::atomic<uint64_t> member = 0;
@@ -77,6 +88,7 @@ struct SyncPeerStatus {
     uint32_t instance = 0;
     uint64_t epoch = 0;
     uint64_t highest_sequence = 0;
+    bool resync_pending = false;  // this instance waits for the peer's dump
 };
 
 class SyncChannel {
@@ -95,10 +107,24 @@ public:
     SyncChannel(const SyncChannel&) = delete;
     SyncChannel& operator=(const SyncChannel&) = delete;
 
+    // Asks every peer for a full resync (resync_pending() until every one is in or given up on), then starts the
+    // thread.
     void start();
     void stop();
+    // start()'s first step, apart for tests that drive run_once themselves.
+    void ask_peers_for_resync();
     // One turn of the loop, waiting at most timeout_ms for a datagram (the thread's body; tests call it directly).
     void run_once(int timeout_ms);
+
+    // True from the start until every peer's resync arrived whole or was given up on (any thread).
+    bool resync_pending() const { return resync_pending_.load(std::memory_order_acquire); }
+    // The dump a peer's request asked for (the daemon's walk of every table into the event rings), control thread:
+    // dump_starting() before the walk, dump_finished() once every worker has queued its connections. Peers whose
+    // request came before dump_starting() are told resync_done once the sync thread has sent what was queued.
+    void dump_starting() { dumps_started_.fetch_add(1, std::memory_order_acq_rel); }
+    void dump_finished() {
+        dumps_finished_.store(dumps_started_.load(std::memory_order_relaxed), std::memory_order_release);
+    }
 
     const SyncCounters& counters() const { return counters_; }
     std::vector<SyncPeerStatus> peers() const;
@@ -111,7 +137,10 @@ private:
         SyncAddress address;
         ReplayWindow window;
         uint32_t instance = 0;
-        uint64_t last_heard_ms = 0;  // 0: never
+        uint64_t last_heard_ms = 0;                  // 0: never
+        uint64_t resync_asked_ms = 0;                // waiting for its dump since (0: not waiting)
+        uint64_t done_epoch = 0, done_sequence = 0;  // its resync_done: complete once that sequence is here
+        uint64_t dump_wanted = 0;                    // the dump (dumps_started_ count) that answers its request
     };
     struct Sent {
         uint64_t sequence = 0;
@@ -123,6 +152,10 @@ private:
     void send_to_all(std::span<const uint8_t> bytes);
     void send_to(const Peer& peer, std::span<const uint8_t> bytes);
     void send_request(Peer& peer, SyncMessageType type, uint64_t first = 0, uint64_t last = 0);
+    void answer_dumps(uint64_t finished, uint64_t now_ms);
+    void settle_resync(Peer& peer, uint64_t now_ms);
+    void give_up_resyncs(uint64_t now_ms);
+    void end_resync(Peer& peer);
     void receive(uint64_t now_ms);
     void take(Peer& peer, SyncDatagram& d);
     uint16_t owner_of(const SyncEvent& event) const;
@@ -143,6 +176,8 @@ private:
     std::vector<Peer> peers_;
     SyncCounters counters_;
     std::atomic<bool> running_{false};
+    std::atomic<bool> resync_pending_{false};
+    std::atomic<uint64_t> dumps_started_{0}, dumps_finished_{0};
     std::thread thread_;
     SyncDatagram scratch_;
 };

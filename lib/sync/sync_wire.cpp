@@ -203,6 +203,9 @@ SyncDecodeError decode_sync_datagram(std::span<const uint8_t> bytes, std::string
     case static_cast<uint8_t>(SyncMessageType::resync_request):
         h.type = SyncMessageType::resync_request;
         return body == 0 && h.count == 0 ? SyncDecodeError::none : SyncDecodeError::malformed;
+    case static_cast<uint8_t>(SyncMessageType::resync_done):
+        h.type = SyncMessageType::resync_done;
+        return body == 0 && h.count == 0 && h.sequence != 0 ? SyncDecodeError::none : SyncDecodeError::malformed;
     default: return SyncDecodeError::malformed;
     }
 }

@@ -18,6 +18,7 @@ enum class SyncMessageType : uint8_t {
     events = 1,          // count events (0: a keepalive that still carries the sender's sequence)
     resend_request = 2,  // the receiver saw a gap: resend sequences [first, last]
     resync_request = 3,  // the receiver (re)started or saw the sender return: dump every connection
+    resync_done = 4,     // the dump a resync request asked for is sent whole: its last datagram has this sequence
 };
 
 inline constexpr uint32_t kSyncMagic = 0x534c5359;  // "SLSY"

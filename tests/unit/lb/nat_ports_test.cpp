@@ -117,3 +117,45 @@ TEST_CASE("nat ports: a port learned from a peer is taken only when this worker 
     pool.release(0, 0, 1027);
     CHECK(pool.in_use(0, 0) == 2);
 }
+
+TEST_CASE("nat ports: instances that sync allocate from disjoint shares and take each other's ports", "[nat]") {
+    LbTables lb;
+    lb.backends = {nat_backend(11, 8080)};
+    // Two instances, two workers each; worker 1 of each: ports 1025, 1027, ... split between the instances.
+    NatPortPool first(1024, 2047, 1, 2, 1, 0, 2), second(1024, 2047, 1, 2, 1, 1, 2), alone(1024, 2047, 1, 2, 1);
+    for (NatPortPool* pool : {&first, &second, &alone}) pool->prepare(lb);
+    CHECK(alone.capacity() == 512);
+    CHECK(first.capacity() == 256);
+    CHECK(second.capacity() == 256);
+    CHECK(first.in_use(0, 0) == 0);
+    std::set<uint16_t> mine, theirs;
+    for (std::size_t k = 0; k < 256; ++k) {
+        const uint16_t a = first.allocate(0, 0), b = second.allocate(0, 0);
+        REQUIRE(a != 0);
+        REQUIRE(b != 0);
+        CHECK(nat_port_owner(a, 2) == 1);  // the worker encoding is the same as without shares
+        CHECK(nat_port_owner(b, 2) == 1);
+        mine.insert(a);
+        theirs.insert(b);
+    }
+    CHECK(first.allocate(0, 0) == 0);
+    CHECK(first.in_use(0, 0) == 256);
+    CHECK(mine.size() == 256);
+    CHECK(theirs.size() == 256);
+    for (uint16_t p : mine) CHECK(theirs.count(p) == 0);  // never the same port for the same backend
+
+    // A connection learned from the other instance keeps its port there: taken here without being counted, and its
+    // end gives nothing back to this instance's share.
+    const uint16_t peer_port = *theirs.begin();
+    second.release(0, 0, peer_port);
+    CHECK(first.take(0, 0, peer_port));
+    CHECK(first.in_use(0, 0) == 256);
+    first.release(0, 0, peer_port);
+    CHECK(first.in_use(0, 0) == 256);
+    CHECK(first.allocate(0, 0) == 0);
+    // One of its own freed: taken back by a learned connection, once.
+    const uint16_t own = *mine.begin();
+    first.release(0, 0, own);
+    CHECK(first.take(0, 0, own));
+    CHECK_FALSE(first.take(0, 0, own));
+}

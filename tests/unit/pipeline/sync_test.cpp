@@ -275,3 +275,164 @@ TEST_CASE("sync: a peer's resend request is answered from the history", "[pipeli
     CHECK(again.size() == 1);
     CHECK(channel->counters().resent.load() == 1);
 }
+
+namespace {
+
+std::vector<uint8_t> sealed(SyncMessageType type, uint64_t epoch, uint64_t sequence) {
+    SyncDatagramWriter w(SyncHeader{type, 0, 9, epoch, sequence});
+    const auto bytes = w.seal(kKey);
+    return {bytes.begin(), bytes.end()};
+}
+
+// The datagrams of one type the peer holds now, decoded.
+std::vector<SyncDatagram> received_of(LoopbackPeer& peer, SyncMessageType type) {
+    std::vector<SyncDatagram> out;
+    SyncDatagram d;
+    for (const auto& bytes : peer.receive()) {
+        REQUIRE(decode_sync_datagram(bytes, kKey, d) == SyncDecodeError::none);
+        if (d.header.type == type) out.push_back(d);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("sync: a start waits for the peer's resync until its last datagram is here", "[pipeline][sync]") {
+    const std::string yaml = nat_config(write_key_file());
+    PipelineLab lab(yaml);
+    LoopbackPeer peer;
+    auto channel = channel_for(lab, peer.port);
+    CHECK_FALSE(channel->resync_pending());
+    channel->ask_peers_for_resync();
+    CHECK(channel->resync_pending());
+    CHECK(received_of(peer, SyncMessageType::resync_request).size() == 1);
+    REQUIRE(channel->peers().at(0).resync_pending);
+
+    // The dump's second datagram is late: resync_done naming it does not end the wait; its arrival does.
+    peer.send_to(channel->bound_port(), sealed(SyncMessageType::events, 1234, 1));
+    peer.send_to(channel->bound_port(), sealed(SyncMessageType::resync_done, 1234, 2));
+    for (int turn = 0; turn < 10; ++turn) channel->run_once(2);
+    CHECK(channel->resync_pending());
+    CHECK(channel->counters().resyncs_completed.load() == 0);
+    peer.send_to(channel->bound_port(), sealed(SyncMessageType::events, 1234, 2));
+    for (int turn = 0; turn < 10 && channel->resync_pending(); ++turn) channel->run_once(2);
+    CHECK_FALSE(channel->resync_pending());
+    CHECK(channel->counters().resyncs_completed.load() == 1);
+    CHECK(channel->counters().resyncs_timed_out.load() == 0);
+    CHECK_FALSE(channel->peers().at(0).resync_pending);
+}
+
+TEST_CASE("sync: a start does not wait for a silent peer past resync_silence_ms", "[pipeline][sync]") {
+    const std::string yaml = nat_config(write_key_file());
+    PipelineLab lab(yaml);
+    LoopbackPeer peer;
+    SyncChannelSettings settings{loopback(0), {loopback(peer.port)}, kKey, 7};
+    settings.resync_silence_ms = 100;
+    SyncChannel channel(settings, lab.dataplane().sync_event_rings(), lab.dataplane().sync_apply_rings(), nullptr);
+    channel.ask_peers_for_resync();
+    const auto began = std::chrono::steady_clock::now();
+    while (channel.resync_pending() && std::chrono::steady_clock::now() - began < std::chrono::seconds(2))
+        channel.run_once(5);
+    const auto waited = std::chrono::steady_clock::now() - began;
+    CHECK_FALSE(channel.resync_pending());
+    CHECK(waited >= std::chrono::milliseconds(100));
+    CHECK(channel.counters().resyncs_timed_out.load() == 1);
+    CHECK(channel.counters().resyncs_completed.load() == 0);
+}
+
+TEST_CASE("sync: a peer's resync request is answered by the dump and then resync_done", "[pipeline][sync]") {
+    const std::string yaml = nat_config(write_key_file());
+    PipelineLab lab(yaml);
+    LoopbackPeer peer;
+    bool asked = false;
+    SyncChannelSettings settings{loopback(0), {loopback(peer.port)}, kKey, 7};
+    SyncChannel channel(settings, lab.dataplane().sync_event_rings(), lab.dataplane().sync_apply_rings(),
+                        [&asked] { asked = true; });
+    peer.send_to(channel.bound_port(), sealed(SyncMessageType::resync_request, 1234, 0));
+    for (int turn = 0; turn < 10 && !asked; ++turn) channel.run_once(2);
+    REQUIRE(asked);
+    // The daemon's dump: every worker queues its connections (here the one a SYN opens), then says it is done.
+    channel.dump_starting();
+    lab.exchange("client", {frame(segment("203.0.113.7", 41000, "192.0.2.100", 80, kSyn, 1000, 0))}, "server");
+    for (int turn = 0; turn < 5; ++turn) channel.run_once(2);
+    CHECK(received_of(peer, SyncMessageType::resync_done).empty());  // not finished yet
+    channel.dump_finished();
+    uint64_t last_events = 0;
+    std::vector<SyncDatagram> done;
+    for (int turn = 0; turn < 20 && done.empty(); ++turn) {
+        channel.run_once(2);
+        SyncDatagram d;
+        for (const auto& bytes : peer.receive()) {
+            REQUIRE(decode_sync_datagram(bytes, kKey, d) == SyncDecodeError::none);
+            if (d.header.type == SyncMessageType::events) last_events = d.header.sequence;
+            if (d.header.type == SyncMessageType::resync_done) done.push_back(d);
+        }
+    }
+    REQUIRE(done.size() == 1);
+    CHECK(last_events != 0);
+    CHECK(done[0].header.sequence == last_events);  // the datagram with the dump's last event, or after it
+    CHECK(done[0].header.epoch == channel.epoch());
+    // Answered once: the next turns send no second resync_done.
+    for (int turn = 0; turn < 5; ++turn) channel.run_once(2);
+    CHECK(received_of(peer, SyncMessageType::resync_done).empty());
+}
+
+TEST_CASE("sync: a connection that times out is announced closed to the peers", "[pipeline][sync]") {
+    std::string yaml = nat_config(write_key_file());
+    const std::string strict = "  tcp_window_check: strict\n";
+    yaml.replace(yaml.find(strict), strict.size(), strict + "  table_size: 1024\n");
+    PipelineLab lab(yaml);
+    LoopbackPeer peer;
+    auto channel = channel_for(lab, peer.port);
+    REQUIRE(lab.exchange("client", {frame(segment("203.0.113.7", 41000, "192.0.2.100", 80, kSyn, 1000, 0))}, "server")
+                .size() == 1);
+    std::size_t events = 0;
+    sent_events(*channel, peer, events);
+    REQUIRE(events == 1);  // opened
+
+    lab.advance_seconds(24 * 3600);                                                    // far past any state's timeout
+    for (int turn = 0; turn < 200; ++turn) lab.dataplane().run_inline(lab.now_tsc());  // the sweep goes round
+    CHECK(lab.totals().conn_expired == 1);
+    const auto datagrams = sent_events(*channel, peer, events);
+    REQUIRE(events == 1);
+    SyncDatagram d;
+    REQUIRE(decode_sync_datagram(datagrams.back(), kKey, d) == SyncDecodeError::none);
+    const SyncEvent& closed = d.events[d.header.count - 1];
+    CHECK(closed.kind == SyncEventKind::closed);
+    CHECK(closed.tuple.src_port == htons(41000));  // the initiator's tuple, network order
+    CHECK(closed.tuple.dst_port == htons(80));
+}
+
+TEST_CASE("sync: a NAT connection's whole life is one event per state it goes through", "[pipeline][sync]") {
+    std::string yaml = nat_config(write_key_file());
+    const std::string strict = "  tcp_window_check: strict\n";
+    yaml.replace(yaml.find(strict), strict.size(), strict + "  table_size: 1024\n");
+    PipelineLab lab(yaml);
+    const char *client = "203.0.113.7", *vip = "192.0.2.100", *backend = "10.1.0.11", *pool = "10.1.0.100";
+    const auto to_backend = [&](uint8_t flags, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+        return lab.exchange("client", {frame(segment(client, 41000, vip, 80, flags, seq, ack, payload))}, "server");
+    };
+    const std::vector<Bytes> syn = to_backend(kSyn, 1000, 0);
+    REQUIRE(syn.size() == 1);
+    const uint16_t port = read_frame(syn[0]).src_port;
+    const auto to_client = [&](uint8_t flags, uint32_t seq, uint32_t ack, std::size_t payload = 0) {
+        return lab.exchange("server", {frame(segment(backend, 8080, pool, port, flags, seq, ack, payload))}, "client");
+    };
+    REQUIRE(to_client(kSyn | kAck, 7000, 1001).size() == 1);
+    REQUIRE(to_backend(kAck, 1001, 7001).size() == 1);
+    for (uint32_t k = 0; k < 10; ++k) {  // data both ways: no state changes, no events
+        REQUIRE(to_backend(kAck, 1001 + 100 * k, 7001 + 100 * k, 100).size() == 1);
+        REQUIRE(to_client(kAck, 7001 + 100 * k, 1101 + 100 * k, 100).size() == 1);
+    }
+    REQUIRE(to_backend(kFin | kAck, 2001, 8001).size() == 1);
+    REQUIRE(to_client(kFin | kAck, 8001, 2002).size() == 1);
+    REQUIRE(to_backend(kAck, 2002, 8002).size() == 1);
+    const uint64_t while_open = lab.totals().sync_events_queued;
+    lab.advance_seconds(24 * 3600);
+    for (int turn = 0; turn < 200; ++turn) lab.dataplane().run_inline(lab.now_tsc());
+    CHECK(lab.totals().conn_expired == 1);
+    // opened (syn_sent), syn_received, established, fin_wait, close_wait / last_ack, time_wait; then closed at its
+    // expiry. Data in between changes no state and sends nothing (docs/benchmarks.md's bytes per connection).
+    CHECK(while_open == 6);
+    CHECK(lab.totals().sync_events_queued == while_open + 1);
+}

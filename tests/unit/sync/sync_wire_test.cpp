@@ -163,6 +163,20 @@ TEST_CASE("sync wire: a resend request carries its range", "[sync]") {
     CHECK(decode_sync_datagram(sealed(backwards), kKey, d) == SyncDecodeError::malformed);
 }
 
+TEST_CASE("sync wire: a resync_done names the dump's last datagram, never none", "[sync]") {
+    SyncDatagramWriter done(SyncHeader{SyncMessageType::resync_done, 0, 5, 77, 42});
+    SyncDatagram d;
+    REQUIRE(decode_sync_datagram(sealed(done), kKey, d) == SyncDecodeError::none);
+    CHECK(d.header.type == SyncMessageType::resync_done);
+    CHECK(d.header.epoch == 77);
+    CHECK(d.header.sequence == 42);
+    SyncDatagramWriter nothing(SyncHeader{SyncMessageType::resync_done, 0, 5, 77, 0});
+    CHECK(decode_sync_datagram(sealed(nothing), kKey, d) == SyncDecodeError::malformed);
+    SyncDatagramWriter with_events(SyncHeader{SyncMessageType::resync_done, 0, 5, 77, 42});
+    with_events.add(nat_event(1000));
+    CHECK(decode_sync_datagram(sealed(with_events), kKey, d) == SyncDecodeError::malformed);
+}
+
 TEST_CASE("sync replay window: replays are refused, gaps reported, late resends taken once", "[sync]") {
     ReplayWindow window;
     uint64_t first, last;
