@@ -133,14 +133,15 @@ public:
     // pointer) is 32 bytes and never straddles two cache lines. A 40-byte key's slot is 48 bytes and half of them
     // do; rte_hash prefetches only the first line before it compares the key (at 1M connections the established
     // path took 25-30 % longer with one 40-byte-key table).
-    // Memory per IPv4 connection: 64 B entry + 64 B TCP window + 32 B key slot + 8 B bucket share + 4-8 B free-slot
-    // ring, about 174 B; per IPv6 connection the key slot is 48 B, about 190 B. When a table's entries are above 96% of
-    // the next power of two, it also reserves rte_hash's extendable buckets (+9 B per entry) so that every insert fits;
-    // below that, plain cuckoo hashing holds them (measured: the first cuckoo failure comes at >= 97.6% load).
+    // Memory per IPv4 connection: 64 B entry + 32 B TCP window + 32 B key slot + 8 B bucket share + 4-8 B free-slot
+    // ring, about 142 B; per IPv6 connection the key slot is 48 B, about 158 B (docs/benchmarks.md has the budget).
+    // When a table's entries are above 96% of the next power of two, it also reserves rte_hash's extendable buckets (+9
+    // B per entry) so that every insert fits; below that, plain cuckoo hashing holds them (measured: the first cuckoo
+    // failure comes at >= 97.6% load).
     ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts, uint64_t tsc_hz,
               uint32_t ipv6_capacity = 0);
     ~ConnTable();
-    // An eighth of capacity, but at least 1024 (or capacity, when smaller): the IPv6 table costs about 126 B per
+    // An eighth of capacity, but at least 1024 (or capacity, when smaller): the IPv6 table costs about 158 B per
     // entry whether used or not, so it is not sized for every connection being IPv6.
     static uint32_t default_ipv6_capacity(uint32_t capacity) {
         const uint32_t floor = capacity < 1024 ? capacity : 1024;

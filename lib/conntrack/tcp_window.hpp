@@ -16,31 +16,73 @@ namespace sluice {
 const char* tcp_window_check_name(TcpWindowCheck check);
 
 // One direction of a connection, in its sender's sequence space (a syn_proxy connection's responder in the
-// client's, the cookie's, space: see ConnTable::seq_shift).
+// client's, the cookie's, space: see ConnTable::seq_shift). Its largest window is kept apart (tcp_window_maxwin).
 struct TcpWindowSide {
     uint32_t end;     // the highest sequence sent, plus one (seq + payload + SYN + FIN)
     uint32_t maxend;  // the highest sequence the peer's acknowledgment and window let this side send
-    uint32_t maxwin;  // the largest window this side advertised, scaled
     uint32_t maxack;  // the highest acknowledgment this side sent (kWindowSideAcked): its RCV.NXT, as far as seen
 };
 
-// A side's flags (TcpWindow::flags).
-inline constexpr uint8_t kWindowSideSeen = 0x01;     // a packet of this side was learned from
-inline constexpr uint8_t kWindowSideSyn = 0x02;      // its SYN was seen: its window scale is known
-inline constexpr uint8_t kWindowSideScale = 0x04;    // its SYN carried a window scale option
-inline constexpr uint8_t kWindowSideBounded = 0x08;  // maxend was set by the peer's acknowledgment
-inline constexpr uint8_t kWindowSideAcked = 0x10;    // it sent an acknowledgment: maxack holds the highest
+// A side's flags (TcpWindow::flags, bits 0-5).
+inline constexpr uint8_t kWindowSideSeen = 0x01;        // a packet of this side was learned from
+inline constexpr uint8_t kWindowSideSyn = 0x02;         // its SYN was seen: its window scale is known
+inline constexpr uint8_t kWindowSideScale = 0x04;       // its SYN carried a window scale option
+inline constexpr uint8_t kWindowSideBounded = 0x08;     // maxend was set by the peer's acknowledgment
+inline constexpr uint8_t kWindowSideAcked = 0x10;       // it sent an acknowledgment: maxack holds the highest
+inline constexpr uint8_t kWindowSideChallenged = 0x20;  // sluice sent it a challenge ACK (for flow listings)
+// The flags that describe what was learned (what sync carries; a handshake rewrites them).
+inline constexpr uint8_t kWindowSideLearned = 0x1f;
+// flags[0]'s top two bits hold the connection's TcpWindowCheck (tcp_window_check_of): the window is 32 bytes.
+inline constexpr unsigned kWindowCheckShift = 6;
 
-// Both directions: [0] the initiator's, [1] the responder's (ConnEntry::packets' order). One cache line, aligned:
-// the lookup's prefetch brings it whole.
-struct alignas(64) TcpWindow {
+// Both directions: [0] the initiator's, [1] the responder's (ConnEntry::packets' order). 32 bytes, aligned: half a
+// cache line, brought whole by the lookup's prefetch. A side's largest window is 16 bits scaled by a shift of its
+// own (tcp_window_maxwin): exact for every window a TCP header can state, which is 16 bits times 2^scale.
+struct alignas(32) TcpWindow {
     TcpWindowSide side[2];
-    uint64_t challenged_tsc[2];  // when sluice last sent a challenge ACK to this side (0: never), for flow listings
-    uint8_t scale[2];            // the window scale each side announced (RFC 7323 2.2), used once both SYNs carried one
-    uint8_t flags[2];
-    TcpWindowCheck check;
+    uint16_t maxwin_units[2];  // the largest window each side advertised, scaled, >> its maxwin shift
+    uint8_t maxwin_shifts;     // side 0's shift in bits 0-3, side 1's in bits 4-7
+    uint8_t scales;            // the window scale each side announced (RFC 7323 2.2), side 0 in bits 0-3
+    uint8_t flags[2];          // kWindowSide* per side; flags[0] also holds the check (kWindowCheckShift)
 };
-static_assert(sizeof(TcpWindow) == 64);
+static_assert(sizeof(TcpWindow) == 32);
+
+inline TcpWindowCheck tcp_window_check_of(const TcpWindow& w) {
+    return static_cast<TcpWindowCheck>(w.flags[0] >> kWindowCheckShift);
+}
+inline void set_tcp_window_check(TcpWindow& w, TcpWindowCheck check) {
+    w.flags[0] = static_cast<uint8_t>((w.flags[0] & ~(3u << kWindowCheckShift)) |
+                                      (static_cast<unsigned>(check) << kWindowCheckShift));
+}
+// A side's flags without the check's bits.
+inline uint8_t tcp_window_side_flags(const TcpWindow& w, int side) {
+    return static_cast<uint8_t>(w.flags[side] & ((1u << kWindowCheckShift) - 1));
+}
+// Replaces a side's flags, keeping the check's bits.
+inline void set_tcp_window_side_flags(TcpWindow& w, int side, uint8_t flags) {
+    w.flags[side] = static_cast<uint8_t>((w.flags[side] & ~((1u << kWindowCheckShift) - 1)) | flags);
+}
+
+inline uint8_t tcp_window_scale_of(const TcpWindow& w, int side) { return (w.scales >> (4 * side)) & 0x0f; }
+inline void set_tcp_window_scale(TcpWindow& w, int side, uint8_t scale) {
+    w.scales = static_cast<uint8_t>((w.scales & ~(0x0fu << (4 * side))) | (uint32_t{scale} & 0x0f) << (4 * side));
+}
+
+// A side's largest window, scaled, in bytes.
+inline uint32_t tcp_window_maxwin(const TcpWindow& w, int side) {
+    return uint32_t{w.maxwin_units[side]} << ((w.maxwin_shifts >> (4 * side)) & 0x0f);
+}
+// Sets it: exact for any 16-bit window scaled by up to 2^15; a larger value (only a peer's sync event could carry
+// one) is rounded up, so a window is never under-estimated.
+inline void set_tcp_window_maxwin(TcpWindow& w, int side, uint32_t bytes) {
+    uint64_t value = bytes;
+    uint32_t shift = 0;
+    while (shift < 15 && (value + (uint64_t{1} << shift) - 1) >> shift > UINT16_MAX) ++shift;
+    uint64_t units = (value + (uint64_t{1} << shift) - 1) >> shift;
+    if (units > UINT16_MAX) units = UINT16_MAX;
+    w.maxwin_units[side] = static_cast<uint16_t>(units);
+    w.maxwin_shifts = static_cast<uint8_t>((w.maxwin_shifts & ~(0x0fu << (4 * side))) | shift << (4 * side));
+}
 
 // The fields of one TCP segment the check reads, in host order.
 struct TcpSegmentFields {
@@ -77,7 +119,7 @@ inline constexpr uint8_t kMaxScale = 14;  // RFC 7323 2.3
 inline uint8_t window_scale(const TcpWindow& w, int side) {
     const uint8_t both = w.flags[0] & w.flags[1];
     if (!(both & kWindowSideSyn)) return kMaxScale;
-    return (both & kWindowSideScale) ? w.scale[side] : 0;
+    return (both & kWindowSideScale) ? tcp_window_scale_of(w, side) : 0;
 }
 
 // An acknowledgment of a side's SYN: at most its end, and no further behind than any ACK may be (a SYN may carry
@@ -115,13 +157,17 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
     if ((kind == tcp::Kind::syn || kind == tcp::Kind::synack) && (!synchronized || !(w.flags[s] & kWindowSideSyn))) {
         // The handshake: the sender's side starts from its SYN. A SYN+ACK must acknowledge the SYN it answers.
         if (kind == tcp::Kind::synack && (w.flags[r] & kWindowSideSeen) &&
-            !tcp_window_detail::acks_syn(seg.ack, receiver) && w.check == TcpWindowCheck::strict)
+            !tcp_window_detail::acks_syn(seg.ack, receiver) && tcp_window_check_of(w) == TcpWindowCheck::strict)
             return WindowVerdict::out_of_window;
-        w.side[s] = TcpWindowSide{end, end, std::max<uint32_t>(seg.window, 1), seg.ack};
-        w.flags[s] =
-            kWindowSideSeen | kWindowSideSyn | (seg.scale >= 0 ? kWindowSideScale : 0) | (ack ? kWindowSideAcked : 0);
-        w.scale[s] =
-            seg.scale >= 0 ? std::min<uint8_t>(static_cast<uint8_t>(seg.scale), tcp_window_detail::kMaxScale) : 0;
+        w.side[s] = TcpWindowSide{end, end, seg.ack};
+        set_tcp_window_maxwin(w, s, std::max<uint32_t>(seg.window, 1));
+        set_tcp_window_side_flags(w, s,
+                                  static_cast<uint8_t>((w.flags[s] & kWindowSideChallenged) | kWindowSideSeen |
+                                                       kWindowSideSyn | (seg.scale >= 0 ? kWindowSideScale : 0) |
+                                                       (ack ? kWindowSideAcked : 0)));
+        set_tcp_window_scale(
+            w, s,
+            seg.scale >= 0 ? std::min<uint8_t>(static_cast<uint8_t>(seg.scale), tcp_window_detail::kMaxScale) : 0);
         if (ack) {
             receiver.maxend = seg.ack + std::max<uint32_t>(seg.window, 1);  // a SYN's window is never scaled
             w.flags[r] |= kWindowSideBounded;
@@ -132,18 +178,20 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
     // The sender as it would be after this packet; kept only if the packet passes.
     TcpWindowSide sender = w.side[s];
     uint8_t sender_flags = w.flags[s];
+    const uint32_t known_maxwin = tcp_window_maxwin(w, s);
+    uint32_t sender_maxwin = known_maxwin;
     const bool sender_known = sender_flags & kWindowSideSeen;
     const uint32_t window =
         syn ? seg.window : static_cast<uint32_t>(seg.window) << tcp_window_detail::window_scale(w, s);
     if (!sender_known) {  // mid-stream: the sender's side starts from its first packet
         sender.end = end;
         if (!(sender_flags & kWindowSideBounded) || tcp_window_detail::after(end, sender.maxend)) sender.maxend = end;
-        sender.maxwin = std::max<uint32_t>(window, 1);
+        sender_maxwin = std::max<uint32_t>(window, 1);
         sender_flags |= kWindowSideSeen;
     }
     const bool judged = w.flags[r] & kWindowSideSeen;  // both sides known: the window can be checked
     const bool seq_in_window = !tcp_window_detail::after(seg.seq, sender.maxend) &&
-                               !tcp_window_detail::before(end, sender.end - receiver.maxwin);
+                               !tcp_window_detail::before(end, sender.end - tcp_window_maxwin(w, r));
 
     if (kind == tcp::Kind::rst) {
         // RFC 5961 3.2 at the receiver's RCV.NXT. A sender never seen before (the responder's RST to a SYN) has no
@@ -153,13 +201,13 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
                 ? rst_hits_rcv_nxt(w, r, seg.seq)
                 : ack && (w.flags[r] & kWindowSideSeen) && tcp_window_detail::acks_syn(seg.ack, receiver);
         if (!exact) {
-            if (!judged || w.check != TcpWindowCheck::strict || (sender_known && seq_in_window))
+            if (!judged || tcp_window_check_of(w) != TcpWindowCheck::strict || (sender_known && seq_in_window))
                 return WindowVerdict::rst_challenge;
             return WindowVerdict::rst_out_of_window;
         }
-    } else if (judged && w.check == TcpWindowCheck::strict) {
+    } else if (judged && tcp_window_check_of(w) == TcpWindowCheck::strict) {
         const uint32_t ack_value = ack ? seg.ack : receiver.end;
-        const uint32_t ack_slack = std::max(sender.maxwin, tcp_window_detail::kMinAckWindow);
+        const uint32_t ack_slack = std::max(sender_maxwin, tcp_window_detail::kMinAckWindow);
         const bool ack_in_window = !tcp_window_detail::after(ack_value, receiver.end) &&
                                    !tcp_window_detail::before(ack_value, receiver.end - ack_slack);
         if (!seq_in_window || !ack_in_window) return WindowVerdict::out_of_window;
@@ -169,7 +217,7 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
     if (tcp_window_detail::after(end, sender.end)) sender.end = end;
     if (tcp_window_detail::after(sender.end, sender.maxend))
         sender.maxend = sender.end;  // past the window (liberal, or a probe)
-    sender.maxwin = std::max(sender.maxwin, window);
+    sender_maxwin = std::max(sender_maxwin, window);
     if (ack) {
         if (!(sender_flags & kWindowSideAcked) || tcp_window_detail::after(seg.ack, sender.maxack))
             sender.maxack = seg.ack;
@@ -182,6 +230,7 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
     }
     w.side[s] = sender;
     w.flags[s] = sender_flags;
+    if (sender_maxwin != known_maxwin) set_tcp_window_maxwin(w, s, sender_maxwin);
     return kind == tcp::Kind::rst ? WindowVerdict::rst_exact : WindowVerdict::pass;
 }
 

@@ -30,30 +30,29 @@ const char* protocol_name(uint8_t proto) {
     }
 }
 
-void append_side(std::string& text, const TcpWindow& w, int side, uint64_t now_tsc, uint64_t tsc_hz) {
+void append_side(std::string& text, const TcpWindow& w, int side) {
     text += side == 0 ? "; initiator" : "; responder";
     if (!(w.flags[side] & kWindowSideSeen)) {
         text += " unseen";
         return;
     }
     const TcpWindowSide& s = w.side[side];
-    text += fmt::format(" end {} maxend {} maxwin {}", s.end, s.maxend, s.maxwin);
+    text += fmt::format(" end {} maxend {} maxwin {}", s.end, s.maxend, tcp_window_maxwin(w, side));
     if (w.flags[side] & kWindowSideAcked) text += fmt::format(" maxack {}", s.maxack);
     if (w.flags[0] & w.flags[1] & kWindowSideSyn)
         text += fmt::format(" scale {}", tcp_window_detail::window_scale(w, side));
     else text += " scale ?";
-    if (w.challenged_tsc[side] != 0)
-        text += fmt::format(" challenged {}s ago",
-                            now_tsc > w.challenged_tsc[side] ? (now_tsc - w.challenged_tsc[side]) / tsc_hz : 0);
+    if (w.flags[side] & kWindowSideChallenged) text += " challenged";
 }
 
 }  // namespace
 
-std::string tcp_window_text(const TcpWindow& window, uint64_t now_tsc, uint64_t tsc_hz) {
-    std::string text = std::string("window ") + tcp_window_check_name(window.check);
-    if (window.check == TcpWindowCheck::off) return text;
-    append_side(text, window, 0, now_tsc, tsc_hz);
-    append_side(text, window, 1, now_tsc, tsc_hz);
+std::string tcp_window_text(const TcpWindow& window) {
+    const TcpWindowCheck check = tcp_window_check_of(window);
+    std::string text = std::string("window ") + tcp_window_check_name(check);
+    if (check == TcpWindowCheck::off) return text;
+    append_side(text, window, 0);
+    append_side(text, window, 1);
     return text;
 }
 
@@ -104,7 +103,7 @@ std::vector<std::string> flow_lines(const std::vector<std::unique_ptr<FlowWalk>>
                 line += " -> " + backend_name(r.backend - 1);
                 if (r.nat_port) line += fmt::format(" nat:{}", r.nat_port);
             }
-            if (r.tuple.proto == kIpProtoTcp) line += " " + tcp_window_text(r.window, now_tsc, tsc_hz);
+            if (r.tuple.proto == kIpProtoTcp) line += " " + tcp_window_text(r.window);
             lines.push_back(std::move(line));
         }
     }

@@ -22,13 +22,13 @@ bool parse_flow_filter(const std::string& text, FlowFilter& filter, std::string&
 // connection's followed by its window tracking (tcp_window_text).
 // backend_name names a stable backend id; now_tsc and tsc_hz turn the records' expiry into seconds.
 // A TCP connection's sequence and window tracking, one clause per side (initiator, then responder), e.g.
-// "window strict; initiator end 1001 maxend 66536 maxwin 64256 maxack 5001 scale 7 challenged 3s ago; responder
+// "window strict; initiator end 1001 maxend 66536 maxwin 64256 maxack 5001 scale 7 challenged; responder
 // ...": the check, each side's highest sequence sent plus one, the highest its peer lets it send, its largest
 // window (scaled), the highest acknowledgment it sent (RFC 5961's RCV.NXT: where an exact RST from its peer must
-// be), the scale of its window field ("scale ?" until both SYNs were seen: the largest is assumed) and when sluice
-// last sent it a challenge ACK. "unseen" for a side not seen yet. Sequences in the tracked space (a syn_proxy
+// be), the scale of its window field ("scale ?" until both SYNs were seen: the largest is assumed) and whether sluice
+// has sent it a challenge ACK. "unseen" for a side not seen yet. Sequences in the tracked space (a syn_proxy
 // connection's responder in the client's).
-std::string tcp_window_text(const TcpWindow& window, uint64_t now_tsc, uint64_t tsc_hz);
+std::string tcp_window_text(const TcpWindow& window);
 
 std::vector<std::string> flow_lines(const std::vector<std::unique_ptr<FlowWalk>>& walks, std::size_t max_listed,
                                     uint64_t now_tsc, uint64_t tsc_hz,

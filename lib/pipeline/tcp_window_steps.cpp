@@ -27,7 +27,8 @@ bool synchronized(ConnState state) {
 // receiver, within the error-reply budget; the packet itself is counted under `why` either way. The ACK goes to the
 // end the packet claims to come from, the way the connection's packets to that end go (the forward stage), never
 // back to the frame's sender: a host beside that end, sending in its name, would read the numbers an exact RST
-// needs from it.
+// needs from it. The rate limit is the worker's error-reply token bucket, as Linux's tcp_challenge_ack_limit is one
+// per host: a per-connection limit costs bytes in every window and does not bound an attacker spread over many.
 void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, DropReason why) {
     const ChallengeAck challenge = tcp_challenge_ack(b.table.window(conn), reply);
     TcpSegment ack;
@@ -42,7 +43,7 @@ void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, 
     if (write_error_reply(b.ctx, b.snapshot, b.now_tsc, [&] { return write_answer_segment(b, i, ack); })) {
         b.ctx.counters.drop(why);
         counter_add(b.ctx.counters.challenge_acks_sent);
-        b.table.window(conn).challenged_tsc[reply ? 1 : 0] = b.now_tsc;
+        b.table.window(conn).flags[reply ? 1 : 0] |= kWindowSideChallenged;
         b.fate[i] = Fate::pass;
         const bool nat_backend = reply && entry.nat_port != 0 && entry.backend != 0;
         b.route[i] = PacketRoute{conn, nat_backend ? entry.backend - 1 : kNoBackend,
@@ -97,7 +98,7 @@ TcpWindowCheck tcp_window_check_for(const FirewallTables& fw, uint32_t rule, con
 void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck check) {
     TcpWindow& window = b.table.window(conn);
     window = TcpWindow{};
-    window.check = check;
+    set_tcp_window_check(window, check);
     if (check == TcpWindowCheck::off) return;
     const ConnEntry& entry = b.table.entry(conn);
     if (SLUICE_UNLIKELY(entry.flags & kConnFlagSynProxy)) {
@@ -112,7 +113,7 @@ void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck 
 
 bool admit_tcp_segment(StatefulBurst& b, uint16_t i, int32_t conn, bool reply) {
     TcpWindow& window = b.table.window(conn);
-    if (window.check == TcpWindowCheck::off) return true;
+    if (tcp_window_check_of(window) == TcpWindowCheck::off) return true;
     const ConnEntry& entry = b.table.entry(conn);
     TcpSegmentFields fields = segment_fields(b, i);
     if (SLUICE_UNLIKELY(entry.flags & kConnFlagSynProxy) && reply)

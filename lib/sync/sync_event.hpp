@@ -21,7 +21,7 @@ enum class SyncEventKind : uint8_t {
 // What travels of a ConnEntry. The tuple is the initiator's (client -> VIP for a balanced connection), so the
 // receiver rebuilds the canonical key, the initiator side and, for NAT, the reply tuple from it.
 struct SyncEvent {
-    TcpWindow window;  // TCP only: the sequence tracking, so that a strict window check goes on
+    TcpWindow window;  // TCP only: the sequence tracking, so that a strict window check goes on (not maxack)
     FiveTuple tuple;
     uint32_t rule_index;  // the rule's stable id that allowed it (UINT32_MAX: the default)
     uint32_t backend;     // stable backend id + 1, 0 when not balanced
@@ -34,7 +34,7 @@ struct SyncEvent {
     ConnState state;
     uint8_t flags;  // the entry's flags, without kConnFlagLive and kConnFlagAlias
 };
-static_assert(sizeof(SyncEvent) == 128);  // two cache lines: TcpWindow is one, aligned
+static_assert(sizeof(SyncEvent) == 96);  // the entry's 64 bytes that travel and the 32-byte window
 
 // The flags an event carries: sub-state bits, one-way, syn_proxy (live and alias belong to the table's own slots).
 inline constexpr uint8_t kSyncedFlags = static_cast<uint8_t>(~(kConnFlagLive | kConnFlagAlias));

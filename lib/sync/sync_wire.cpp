@@ -70,16 +70,16 @@ void put_event(Put& p, const SyncEvent& e) {
     p.u32(e.lifetime_s);
     p.u16(e.nat_port);
     p.u16(e.in_port);
-    for (const TcpWindowSide& side : e.window.side) {
-        p.u32(side.end);
-        p.u32(side.maxend);
-        p.u32(side.maxwin);
+    for (int side = 0; side < 2; ++side) {
+        p.u32(e.window.side[side].end);
+        p.u32(e.window.side[side].maxend);
+        p.u32(tcp_window_maxwin(e.window, side));
     }
-    p.u8(e.window.scale[0]);
-    p.u8(e.window.scale[1]);
-    p.u8(e.window.flags[0]);
-    p.u8(e.window.flags[1]);
-    p.u8(static_cast<uint8_t>(e.window.check));
+    p.u8(tcp_window_scale_of(e.window, 0));
+    p.u8(tcp_window_scale_of(e.window, 1));
+    p.u8(tcp_window_side_flags(e.window, 0) & kWindowSideLearned);
+    p.u8(tcp_window_side_flags(e.window, 1) & kWindowSideLearned);
+    p.u8(static_cast<uint8_t>(tcp_window_check_of(e.window)));
     p.u8(0);
 }
 
@@ -105,17 +105,18 @@ bool get_event(Get& g, SyncEvent& e) {
     e.lifetime_s = g.u32();
     e.nat_port = g.u16();
     e.in_port = g.u16();
-    for (TcpWindowSide& side : e.window.side) {
-        side.end = g.u32();
-        side.maxend = g.u32();
-        side.maxwin = g.u32();
+    for (int side = 0; side < 2; ++side) {
+        e.window.side[side].end = g.u32();
+        e.window.side[side].maxend = g.u32();
+        set_tcp_window_maxwin(e.window, side, g.u32());
     }
-    e.window.scale[0] = g.u8();
-    e.window.scale[1] = g.u8();
-    e.window.flags[0] = g.u8();
-    e.window.flags[1] = g.u8();
+    const uint8_t scales[2] = {g.u8(), g.u8()};
+    for (int side = 0; side < 2; ++side) {
+        set_tcp_window_scale(e.window, side, scales[side]);
+        set_tcp_window_side_flags(e.window, side, g.u8() & kWindowSideLearned);
+    }
     const uint8_t check = g.u8();
-    e.window.check = static_cast<TcpWindowCheck>(check);
+    set_tcp_window_check(e.window, static_cast<TcpWindowCheck>(check & 3));
     g.u8();
     if (family != static_cast<uint8_t>(IpFamily::ipv4) && family != static_cast<uint8_t>(IpFamily::ipv6)) return false;
     if (family == static_cast<uint8_t>(IpFamily::ipv4)) {
@@ -125,7 +126,7 @@ bool get_event(Get& g, SyncEvent& e) {
         if (s.words[1] | s.words[2] | s.words[3] | d.words[1] | d.words[2] | d.words[3]) return false;
     }
     return kind < static_cast<uint8_t>(SyncEventKind::count) && state < static_cast<uint8_t>(ConnState::count) &&
-           check <= static_cast<uint8_t>(TcpWindowCheck::off) && e.window.scale[0] <= 14 && e.window.scale[1] <= 14;
+           check <= static_cast<uint8_t>(TcpWindowCheck::off) && scales[0] <= 14 && scales[1] <= 14;
 }
 
 }  // namespace

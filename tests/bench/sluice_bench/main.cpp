@@ -12,7 +12,9 @@
 //                          scaling (default: all of these), walk (only when named: a worker's rate during walks of
 //                          its connection table, section_walk.cpp), blocklist (only when named: early-drop tables of
 //                          1M prefixes per family, section_blocklist.cpp), routes (only when named: forward_burst by
-//                          the route table at 1k and 1M IPv4 routes, section_routes.cpp)
+//                          the route table at 1k and 1M IPv4 routes, section_routes.cpp), capacity (only when
+//                          named: tables of --capacity-conns sizes side by side, section_capacity.cpp; 10M needs
+//                          about 2 GiB of hugepages: tests/bench/capacity.sh reserves them)
 //     --rules FILE         classify this ClassBench rule file instead of the generated 10 / 1k / 10k rule sets
 //     --trace FILE         ... over this trace (both formats are dpdk-test-acl's, see below); needs --rules
 //     --write-acl-files DIR  write the generated rule sets and their traces as DIR/rules-N.txt, DIR/trace-N.txt
@@ -23,6 +25,7 @@
 //     --new-conns N        connections opened per repetition of `new` and of lb's new connections (default 262144)
 //     --lb-conns N         live connections per service for lb's established packets, and per worker in reload
 //                          and scaling (default 100000)
+//     --capacity-conns LIST table sizes for `capacity`, each against the first (default 1000000,10000000)
 //     --seed N             generator seed (default 1), and the flow-hash key's
 //     --results FILE       also write the table as tab-separated values (for firewall.sh)
 //     --lcore N            the CPU to run on (default 0; firewall.sh picks the idlest)
@@ -192,6 +195,7 @@ int run(int argc, char** argv) {
     run_section(d, o, "walk", [&] { section_walk(d, o, table); });
     run_section(d, o, "blocklist", [&] { section_blocklist(d, o, table); });
     run_section(d, o, "routes", [&] { section_routes(d, o, table); });
+    run_section(d, o, "capacity", [&] { section_capacity(d, o, table); });
     finish(d, o, table, meta, start_time, load_start, others_share(cpu_start, cpu_sample()));
     stop_dpdk(d);
     return 0;

@@ -42,7 +42,8 @@ Options parse_options(int argc, char** argv) {
         }
         if (a == "-h" || a == "--help") {
             std::printf("usage: %s [--only LIST] [--rules FILE --trace FILE] [--write-acl-files DIR] [--reps N]\n"
-                        "       [--packets N] [--conns LIST] [--new-conns N] [--lb-conns N] [--seed N]\n"
+                        "       [--packets N] [--conns LIST] [--new-conns N] [--lb-conns N] [--capacity-conns LIST]\n"
+                        "       [--seed N]\n"
                         "       [--results FILE] [--lcore N] [--eal-add ARG]... [--trimmed-heap] [-- EAL args]\n"
                         "(the comment at the top of tests/bench/sluice_bench/main.cpp explains each)\n",
                         argv[0]);
@@ -62,9 +63,11 @@ Options parse_options(int argc, char** argv) {
             o.sections.clear();
             for (const std::string& s : split(v, ',')) {
                 if (s != "parse" && s != "classify" && s != "established" && s != "new" && s != "lb" && s != "memory" &&
-                    s != "reload" && s != "scaling" && s != "walk" && s != "blocklist" && s != "routes")
+                    s != "reload" && s != "scaling" && s != "walk" && s != "blocklist" && s != "routes" &&
+                    s != "capacity")
                     fail("--only: unknown section '" + s +
-                         "' (parse, classify, established, new, lb, memory, reload, scaling, walk, blocklist, routes)");
+                         "' (parse, classify, established, new, lb, memory, reload, scaling, walk, blocklist, routes, "
+                         "capacity)");
                 o.sections.insert(s);
             }
         } else if (a == "--rules") {
@@ -90,6 +93,10 @@ Options parse_options(int argc, char** argv) {
             o.new_conns = static_cast<uint32_t>(std::clamp<uint64_t>(parse_number(v, a), kBurst, 1u << 22));
         } else if (a == "--lb-conns") {
             o.lb_conns = static_cast<uint32_t>(std::clamp<uint64_t>(parse_number(v, a), kBurst, 1'000'000));
+        } else if (a == "--capacity-conns") {
+            o.capacity_conns.clear();
+            for (const std::string& s : split(v, ','))
+                o.capacity_conns.push_back(static_cast<uint32_t>(parse_number(s, a)));
         } else if (a == "--seed") {
             o.seed = parse_number(v, a);
         } else {
@@ -99,6 +106,9 @@ Options parse_options(int argc, char** argv) {
     if (o.rules_file.empty() != o.trace_file.empty()) fail("--rules and --trace go together");
     for (uint32_t c : o.conns)
         if (c < 1 || c > 16'000'000) fail("--conns: each count must be within 1..16000000");
+    for (uint32_t c : o.capacity_conns)
+        if (c < 131072 || c > 64'000'000) fail("--capacity-conns: each count must be within 131072..64000000");
+    if (o.capacity_conns.empty()) fail("--capacity-conns: at least one count");
     return o;
 }
 

@@ -16,6 +16,7 @@ struct Options {
     std::vector<uint32_t> conns{1000, 100000, 1000000};
     uint32_t new_conns = 262144;
     uint32_t lb_conns = 100000;
+    std::vector<uint32_t> capacity_conns{1000000, 10000000};  // section capacity: the first is the reference
     uint64_t seed = 1;
     std::vector<std::string> eal;      // after --, verbatim
     std::vector<std::string> eal_add;  // --eal-add, appended to the defaults

@@ -26,5 +26,6 @@ void section_scaling(Dpdk& d, const Options& o, Table& table);
 void section_walk(Dpdk& d, const Options& o, Table& table);
 void section_blocklist(Dpdk& d, const Options& o, Table& table);
 void section_routes(Dpdk& d, const Options& o, Table& table);
+void section_capacity(Dpdk& d, const Options& o, Table& table);
 
 }  // namespace sluice::bench

@@ -21,7 +21,7 @@ TcpSegmentFields seg(uint8_t flags, uint32_t seq, uint32_t ack, uint32_t payload
 // the client then advertises client_window (scaled by its shift when both sides scale).
 TcpWindow handshake(TcpWindowCheck check, int8_t client_scale, int8_t server_scale, uint16_t client_window) {
     TcpWindow w{};
-    w.check = check;
+    set_tcp_window_check(w, check);
     REQUIRE(tcp_window_check(w, kClient, seg(SYN, 1000, 0, 0, 64240, client_scale), false) == WindowVerdict::pass);
     REQUIRE(tcp_window_check(w, kServer, seg(SYN | ACK, 5000, 1001, 0, 65160, server_scale), false) ==
             WindowVerdict::pass);
@@ -161,7 +161,7 @@ TEST_CASE("tcp window: a SYN on an established connection is challenged (RFC 596
 
 TEST_CASE("tcp window: the handshake's own checks", "[conntrack][tcp_window]") {
     TcpWindow w{};
-    w.check = TcpWindowCheck::strict;
+    set_tcp_window_check(w, TcpWindowCheck::strict);
     REQUIRE(tcp_window_check(w, kClient, seg(SYN, 1000, 0), false) == WindowVerdict::pass);
     // A SYN+ACK that acknowledges something else than the SYN is refused.
     CHECK(tcp_window_check(w, kServer, seg(SYN | ACK, 5000, 4242), false) == WindowVerdict::out_of_window);
@@ -173,7 +173,7 @@ TEST_CASE("tcp window: the handshake's own checks", "[conntrack][tcp_window]") {
 
 TEST_CASE("tcp window: mid-stream pickup learns both sides before it judges", "[conntrack][tcp_window]") {
     TcpWindow w{};
-    w.check = TcpWindowCheck::strict;
+    set_tcp_window_check(w, TcpWindowCheck::strict);
     // The first packet seen is the client's, deep in the stream; the server is unknown: anything passes.
     CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 70000, 900000, 500, 300), true) == WindowVerdict::pass);
     CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 3, 7, 500, 300), true) == WindowVerdict::pass);
@@ -187,7 +187,7 @@ TEST_CASE("tcp window: mid-stream pickup learns both sides before it judges", "[
 
 TEST_CASE("tcp window: a syn_proxy connection opens with both sides known", "[conntrack][tcp_window]") {
     TcpWindow w{};
-    w.check = TcpWindowCheck::strict;
+    set_tcp_window_check(w, TcpWindowCheck::strict);
     // The client's ISN was 1000 and it advertised 29200; sluice's cookie was 0xdead0000 with a window of 65535.
     tcp_window_open_proxied(w, 1001, 29200, 0xdead0001u, 65535);
     // The backend's packets, once moved into the cookie's space: its first data and an exact RST pass.
@@ -199,4 +199,27 @@ TEST_CASE("tcp window: a syn_proxy connection opens with both sides known", "[co
     CHECK(tcp_challenge_ack(w, kServer).ack == 0xdead0001u);
     REQUIRE(tcp_window_check(w, kClient, seg(ACK, 1001, 0xdead0001u + 1000), true) == WindowVerdict::pass);
     CHECK(tcp_window_check(w, kServer, seg(RST, 0xdead0001u + 1000, 0), true) == WindowVerdict::rst_exact);
+}
+
+TEST_CASE("tcp window: 32 bytes that keep every window a header can state exactly", "[conntrack][tcp_window]") {
+    TcpWindow w{};
+    set_tcp_window_check(w, TcpWindowCheck::liberal);
+    for (uint32_t scale = 0; scale <= 14; ++scale) {
+        for (uint32_t window : {1u, 502u, 29200u, 64240u, 65535u}) {
+            set_tcp_window_maxwin(w, 1, window << scale);
+            CHECK(tcp_window_maxwin(w, 1) == window << scale);
+        }
+    }
+    // What no header states (only a peer's sync event could): rounded up, never down.
+    set_tcp_window_maxwin(w, 0, UINT32_MAX);
+    CHECK(tcp_window_maxwin(w, 0) >= (65535u << 15));
+    set_tcp_window_maxwin(w, 0, (65535u << 14) + 1);
+    CHECK(tcp_window_maxwin(w, 0) > (65535u << 14));
+    CHECK(tcp_window_maxwin(w, 1) == 65535u << 14);  // the other side's untouched
+    // The check shares flags[0]'s byte: a handshake rewriting the side's flags keeps it.
+    REQUIRE(tcp_window_check(w, kClient, seg(SYN, 1000, 0, 0, 64240, 7), false) == WindowVerdict::pass);
+    CHECK(tcp_window_check_of(w) == TcpWindowCheck::liberal);
+    CHECK(tcp_window_side_flags(w, 0) == (kWindowSideSeen | kWindowSideSyn | kWindowSideScale));
+    CHECK(tcp_window_scale_of(w, 0) == 7);
+    CHECK(tcp_window_maxwin(w, 0) == 64240);
 }

@@ -114,29 +114,30 @@ TEST_CASE("flow listing: a header with the counts, then a line per record up to 
 
 TEST_CASE("flow listing: a TCP connection's window tracking, side by side", "[flows][tcp_window]") {
     TcpWindow w{};
-    w.check = TcpWindowCheck::strict;
-    w.side[0] = TcpWindowSide{1001, 66536, 64256, 5001};
-    w.side[1] = TcpWindowSide{5101, 65281, 65280, 1001};
+    w.side[0] = TcpWindowSide{1001, 66536, 5001};
+    w.side[1] = TcpWindowSide{5101, 65281, 1001};
+    set_tcp_window_maxwin(w, 0, 64256);
+    set_tcp_window_maxwin(w, 1, 65280u << 9);
     w.flags[0] = kWindowSideSeen | kWindowSideSyn | kWindowSideScale | kWindowSideAcked;
-    w.flags[1] = kWindowSideSeen | kWindowSideSyn | kWindowSideScale | kWindowSideAcked;
-    w.scale[0] = 7;
-    w.scale[1] = 9;
-    w.challenged_tsc[1] = 700;  // 3 s before now at 100 Hz
-    CHECK(tcp_window_text(w, 1000, 100) ==
-          "window strict; initiator end 1001 maxend 66536 maxwin 64256 maxack 5001 scale 7; "
-          "responder end 5101 maxend 65281 maxwin 65280 maxack 1001 scale 9 challenged 3s ago");
+    w.flags[1] = kWindowSideSeen | kWindowSideSyn | kWindowSideScale | kWindowSideAcked | kWindowSideChallenged;
+    set_tcp_window_check(w, TcpWindowCheck::strict);
+    set_tcp_window_scale(w, 0, 7);
+    set_tcp_window_scale(w, 1, 9);
+    CHECK(tcp_window_text(w) == "window strict; initiator end 1001 maxend 66536 maxwin 64256 maxack 5001 scale 7; "
+                                "responder end 5101 maxend 65281 maxwin 33423360 maxack 1001 scale 9 challenged");
 
     // Picked up mid-stream: the responder not seen yet, the initiator's scale unknown (the largest is assumed).
     TcpWindow picked{};
-    picked.check = TcpWindowCheck::liberal;
-    picked.side[0] = TcpWindowSide{70500, 70500, 4096, 0};
+    picked.side[0] = TcpWindowSide{70500, 70500, 0};
+    set_tcp_window_maxwin(picked, 0, 4096);
     picked.flags[0] = kWindowSideSeen;
-    CHECK(tcp_window_text(picked, 1000, 100) ==
+    set_tcp_window_check(picked, TcpWindowCheck::liberal);
+    CHECK(tcp_window_text(picked) ==
           "window liberal; initiator end 70500 maxend 70500 maxwin 4096 scale ?; responder unseen");
 
     TcpWindow off{};
-    off.check = TcpWindowCheck::off;
-    CHECK(tcp_window_text(off, 1000, 100) == "window off");
+    set_tcp_window_check(off, TcpWindowCheck::off);
+    CHECK(tcp_window_text(off) == "window off");
 
     // In the listing: after the backend, on TCP lines only.
     std::vector<std::unique_ptr<FlowWalk>> walks;
@@ -156,6 +157,6 @@ TEST_CASE("flow listing: a TCP connection's window tracking, side by side", "[fl
     }
     const auto lines = flow_lines(walks, 10, 1000, 100, [](uint32_t) { return std::string("b"); });
     REQUIRE(lines.size() == 3);
-    CHECK(lines[1].ends_with(" ttl 0s " + tcp_window_text(w, 1000, 100)));
+    CHECK(lines[1].ends_with(" ttl 0s " + tcp_window_text(w)));
     CHECK(lines[2].ends_with(" ttl 0s"));
 }

@@ -30,13 +30,15 @@ SyncEvent nat_event(uint16_t client_port) {
     e.nat_port = 40001;
     e.nat_address = 1;
     e.in_port = 2;
-    e.window.side[0] = TcpWindowSide{1000, 70000, 65535};
-    e.window.side[1] = TcpWindowSide{5000, 66000, 29200};
-    e.window.scale[0] = 7;
-    e.window.scale[1] = 9;
+    e.window.side[0] = TcpWindowSide{1000, 70000, 0};
+    e.window.side[1] = TcpWindowSide{5000, 66000, 0};
+    set_tcp_window_maxwin(e.window, 0, 65535);
+    set_tcp_window_maxwin(e.window, 1, 29200u << 9);
+    set_tcp_window_scale(e.window, 0, 7);
+    set_tcp_window_scale(e.window, 1, 9);
     e.window.flags[0] = kWindowSideSeen | kWindowSideSyn;
     e.window.flags[1] = kWindowSideSeen | kWindowSideBounded;
-    e.window.check = TcpWindowCheck::strict;
+    set_tcp_window_check(e.window, TcpWindowCheck::liberal);
     return e;
 }
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Capacity benchmark (issue #32): connection tables of 1M and 10M connections side by side in one sluice_bench
+# process (its `capacity` section): DPDK memory per connection, the established path's cycles per packet at 10M
+# against 1M, and new connections into a full 10M table against a full 1M one. Not part of tests/run.sh.
+#
+#   tests/bench/capacity.sh            (as root; about 2-4 minutes per round)
+#
+# The 10M table needs about 2 GiB of hugepages: the script reserves NEED_PAGES (1400) more 2 MiB pages than are
+# free when it starts, if fewer are free, and gives the reservation back to what it was when it ends (also on
+# failure). Environment: ROUNDS (3: one sluice_bench run each; the figures of a shared machine move between
+# runs, compare the ratios within a run), REPS (5), SIZES (1000000,10000000), SLUICE_BENCH (the binary; default
+# build/tests/bench/sluice_bench), LCORE (the CPU to run on, default the idlest of the first two).
+set -euo pipefail
+
+readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+readonly ROUNDS="${ROUNDS:-3}" REPS="${REPS:-5}" SIZES="${SIZES:-1000000,10000000}" NEED_PAGES="${NEED_PAGES:-1400}"
+readonly PAGES=/sys/kernel/mm/hugepages/hugepages-2048kB
+SLUICE_BENCH="${SLUICE_BENCH:-$REPO/build/tests/bench/sluice_bench}"
+
+log() { printf '[capacity.sh] %s\n' "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+[[ $EUID -eq 0 ]] || die "run as root (hugepages)"
+[[ -x $SLUICE_BENCH ]] || die "no $SLUICE_BENCH (ninja -C build tests/bench/sluice_bench)"
+
+readonly RESERVED_BEFORE="$(cat "$PAGES/nr_hugepages")"
+restore() { echo "$RESERVED_BEFORE" >"$PAGES/nr_hugepages" || true; log "hugepages back to $RESERVED_BEFORE reserved"; }
+free_pages="$(cat "$PAGES/free_hugepages")"
+if ((free_pages < NEED_PAGES)); then
+    trap restore EXIT
+    echo $((RESERVED_BEFORE + NEED_PAGES - free_pages)) >"$PAGES/nr_hugepages"
+    free_pages="$(cat "$PAGES/free_hugepages")"
+    ((free_pages >= NEED_PAGES)) || die "only $free_pages hugepages free after raising the reservation"
+fi
+log "$free_pages hugepages free (reserved before: $RESERVED_BEFORE)"
+
+idlest_cpu() {  # of CPUs 0 and 1, the one with the fewest busy jiffies over a second
+    local a b
+    a=($(awk '/^cpu[01] /{print $2+$3+$4+$7+$8}' /proc/stat)); sleep 1
+    b=($(awk '/^cpu[01] /{print $2+$3+$4+$7+$8}' /proc/stat))
+    (( b[0] - a[0] <= b[1] - a[1] )) && echo 0 || echo 1
+}
+
+for ((round = 1; round <= ROUNDS; ++round)); do
+    lcore="${LCORE:-$(idlest_cpu)}"
+    log "round $round of $ROUNDS on CPU $lcore"
+    "$SLUICE_BENCH" --only capacity --capacity-conns "$SIZES" --reps "$REPS" --lcore "$lcore"
+done
