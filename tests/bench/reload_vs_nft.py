@@ -118,10 +118,9 @@ def write_nft(path, rules):
         match = f"ip saddr {src} ip daddr {dst}"
         if proto != "any":
             match += f" meta l4proto {proto}"
-            if sports:
-                match += f" {proto} sport {sports[0]}-{sports[1]}" if sports[0] != sports[1] else f" {proto} sport {sports[0]}"
-            if dports:
-                match += f" {proto} dport {dports[0]}-{dports[1]}" if dports[0] != dports[1] else f" {proto} dport {dports[0]}"
+            for key, ports in (("sport", sports), ("dport", dports)):
+                if ports:
+                    match += f" {proto} {key} {ports[0]}" + (f"-{ports[1]}" if ports[0] != ports[1] else "")
         lines.append(f"    {match} {'accept' if action == 'allow' else 'drop'}")
     lines += ["  }", "}"]
     Path(path).write_text("\n".join(lines) + "\n")

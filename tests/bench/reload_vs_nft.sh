@@ -27,7 +27,7 @@ die() { log "FAIL: $*"; exit 1; }
 
 case "${1:-}" in
     "") ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0" >&2; exit 2 ;;
 esac
 [[ $EUID -eq 0 ]] || die "run as root (network namespaces, nft)"
