@@ -1,16 +1,21 @@
 #include "classify/acl_classifier.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <numeric>
 #include <random>
+
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 
 #include <rte_acl.h>
@@ -31,6 +36,10 @@ namespace {
 // lengths and wide port ranges need far more). One million is past what builds in reasonable time, so the limit
 // only stops accidents early, with a message naming the rule; rte_acl_build's ENOMEM catches the rest.
 constexpr std::size_t kMaxExpandedRules = 1'000'000;
+
+// A key no rule matches passes through every part of a classifier: past kMaxParts * kPartRules rte_acl rules, the
+// parts grow instead of multiplying.
+constexpr std::size_t kMaxParts = 16;
 
 // The search key rte_acl reads for one packet, in network byte order. rte_acl's layout rules (rte_acl.h,
 // programmer's guide "Packet Classification and Access Control"): the first field is one byte, every other field
@@ -229,12 +238,12 @@ std::vector<const T*> entries(const std::vector<T>& list) {
     return out;
 }
 
-// Expands every rule's lists into their cross product. Rule i gets priority RTE_ACL_MAX_PRIORITY - i (earlier rules
-// win; rte_acl picks an undefined winner between equal priorities, which only happens here among copies of one
-// rule) and userdata i + 1 (rte_acl returns 0 for "no match").
+// The number of rte_acl rules each rule expands into (the cross product of its lists), after checking it; throws
+// when the total passes kMaxExpandedRules.
 template <IpFamily F>
-std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
-    constexpr uint32_t words = Layout<F>::kAddrWords;
+std::vector<std::size_t> expansions(const std::vector<Rule>& rules) {
+    std::vector<std::size_t> counts;
+    counts.reserve(rules.size());
     std::size_t total = 0;
     for (std::size_t i = 0; i < rules.size(); ++i) {
         const Rule& r = rules[i];
@@ -253,19 +262,30 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
                                      std::to_string(total) + " of the rules before it that exceeds the limit of " +
                                      std::to_string(kMaxExpandedRules) + " per address family");
         total += n;
+        counts.push_back(n);
     }
     // total >= rules.size(), so the cap also keeps every priority within [RTE_ACL_MIN_PRIORITY, MAX_PRIORITY].
     static_assert(kMaxExpandedRules < RTE_ACL_MAX_PRIORITY);
+    return counts;
+}
 
+// Expands rules [first, first + count) (counts: expansions()). Rule first + i gets priority RTE_ACL_MAX_PRIORITY - i
+// (earlier rules win; rte_acl picks an undefined winner between equal priorities, which only happens here among
+// copies of one rule) and userdata i + 1 (rte_acl returns 0 for "no match"): indexes within the part, so a part's
+// context serves wherever the part sits in a later rule list.
+template <IpFamily F>
+std::vector<AclRule<F>> expand(const std::vector<Rule>& rules, uint32_t first, uint32_t count,
+                               const std::vector<std::size_t>& counts) {
+    constexpr uint32_t words = Layout<F>::kAddrWords;
     std::vector<AclRule<F>> out;
-    out.reserve(total);
-    for (std::size_t i = 0; i < rules.size(); ++i) {
-        const Rule& r = rules[i];
+    out.reserve(std::accumulate(counts.begin() + first, counts.begin() + first + count, std::size_t{0}));
+    for (uint32_t i = 0; i < count; ++i) {
+        const Rule& r = rules[first + i];
         const auto [first_slot, second_slot] = slot_ranges<F>(r);
         AclRule<F> base{};
         base.data.category_mask = 1;
         base.data.priority = static_cast<int32_t>(RTE_ACL_MAX_PRIORITY - i);
-        base.data.userdata = static_cast<uint32_t>(i + 1);
+        base.data.userdata = i + 1;
         base.field[kFieldProto].value.u8 = r.protocol == kAnyProtocol ? 0 : static_cast<uint8_t>(r.protocol);
         base.field[kFieldProto].mask_range.u8 = r.protocol == kAnyProtocol ? 0 : 0xff;
         const bool tcp = r.protocol == kIpProtoTcp;
@@ -290,6 +310,73 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules) {
         }
     }
     return out;
+}
+
+bool same_match(const Rule& a, const Rule& b) {
+    return a.family == b.family && a.in_ports == b.in_ports && a.sources == b.sources &&
+           a.destinations == b.destinations && a.protocol == b.protocol && a.source_ports == b.source_ports &&
+           a.destination_ports == b.destination_ports && a.icmp_types == b.icmp_types && a.icmp_codes == b.icmp_codes &&
+           a.tcp_flags == b.tcp_flags;
+}
+
+// FNV-1a 64 over what a rule matches (same_match's fields), each list closed by its length.
+uint64_t match_hash(const Rule& r) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const auto bytes = [&h](const void* data, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 0x100000001b3ull;
+    };
+    const auto list = [&](const auto& items, auto&& each) {
+        for (const auto& item : items) each(item);
+        const std::size_t n = items.size();
+        bytes(&n, sizeof n);
+    };
+    const auto prefix = [&](const Prefix& p) {
+        bytes(p.address.bytes, sizeof p.address.bytes);
+        bytes(&p.length, 1);
+    };
+    const auto range = [&](const auto& x) {
+        bytes(&x.first, sizeof x.first);
+        bytes(&x.last, sizeof x.last);
+    };
+    bytes(&r.family, sizeof r.family);
+    bytes(&r.protocol, sizeof r.protocol);
+    list(r.in_ports, [&](uint16_t port) { bytes(&port, sizeof port); });
+    list(r.sources, prefix);
+    list(r.destinations, prefix);
+    list(r.source_ports, range);
+    list(r.destination_ports, range);
+    list(r.icmp_types, range);
+    list(r.icmp_codes, range);
+    bytes(&r.tcp_flags.value, 1);
+    bytes(&r.tcp_flags.mask, 1);
+    return h;
+}
+
+// Where the rules are cut into parts, as (first, count): a part ends after a rule whose match hash picks it, once
+// the part holds part_rules / 2 rte_acl rules, or at 2 * part_rules (about part_rules on average). A cut depends
+// only on the rules just before it, so an edit, an insertion or a removal moves the cuts of its own part at most.
+std::vector<std::pair<uint32_t, uint32_t>> cut_parts(const std::vector<Rule>& rules,
+                                                     const std::vector<std::size_t>& counts, std::size_t part_rules) {
+    const std::size_t least = std::max<std::size_t>(part_rules / 2, 1);
+    std::vector<std::pair<uint32_t, uint32_t>> parts;
+    std::size_t held = 0;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < rules.size(); ++i) {
+        held += counts[i];
+        if ((held >= least && match_hash(rules[i]) % least == 0) || held >= 2 * part_rules) {
+            parts.emplace_back(first, i + 1 - first);
+            first = i + 1;
+            held = 0;
+        }
+    }
+    if (first < rules.size()) parts.emplace_back(first, static_cast<uint32_t>(rules.size()) - first);
+    return parts;
+}
+
+uint64_t part_hash(const std::vector<Rule>& rules, uint32_t first, uint32_t count) {
+    uint64_t h = count;
+    for (uint32_t i = first; i < first + count; ++i) h = (h ^ match_hash(rules[i])) * 0x100000001b3ull;
+    return h;
 }
 
 struct CtxDeleter {
@@ -359,18 +446,36 @@ void fill_key(typename Layout<F>::Key& key, const FiveTuple& t, uint16_t in_port
     key.tcp_flags = rte_cpu_to_be_32(l4.tcp_flags);
 }
 
+// Each part's context in turn, on the tuples no earlier part matched: the first part with a match holds the first
+// matching rule.
 template <IpFamily F>
-void classify_burst(const rte_acl_ctx* ctx, const FiveTuple* const* tuples, const uint16_t* in_ports,
+void classify_burst(const std::vector<AclPart>& parts, const FiveTuple* const* tuples, const uint16_t* in_ports,
                     const L4MatchBytes* l4, uint32_t* rule_index, uint32_t count) {
     typename Layout<F>::Key keys[AclClassifier::kMaxBurst];
     const uint8_t* data[AclClassifier::kMaxBurst];
+    uint8_t waiting[AclClassifier::kMaxBurst];  // data[j] is the key of tuple waiting[j]
     uint32_t results[AclClassifier::kMaxBurst];
     for (uint32_t i = 0; i < count; ++i) {
         fill_key<F>(keys[i], *tuples[i], in_ports[i], l4[i]);
         data[i] = reinterpret_cast<const uint8_t*>(&keys[i]);
+        waiting[i] = static_cast<uint8_t>(i);
+        rule_index[i] = AclClassifier::kNoMatch;
     }
-    rte_acl_classify(ctx, data, results, count, 1);
-    for (uint32_t i = 0; i < count; ++i) rule_index[i] = results[i] == 0 ? AclClassifier::kNoMatch : results[i] - 1;
+    uint32_t left = count;
+    for (const AclPart& part : parts) {
+        if (left == 0) break;
+        rte_acl_classify(part.ctx.get(), data, results, left, 1);
+        uint32_t still = 0;
+        for (uint32_t j = 0; j < left; ++j) {
+            if (results[j] != 0) {
+                rule_index[waiting[j]] = part.first + results[j] - 1;
+                continue;
+            }
+            waiting[still] = waiting[j];
+            data[still++] = data[j];
+        }
+        left = still;
+    }
 }
 
 // A value inside an address field of a rule (a MASK field: value and prefix length), host order.
@@ -519,52 +624,78 @@ ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> 
 }
 
 AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
-                             int method, int keep)
+                             int method, int keep, const AclClassifier* reuse, std::size_t part_rules)
     : family_(family), rule_count_(rules.size()), method_setting_(method), rules_(rules) {
+    const auto started = std::chrono::steady_clock::now();
     if (method != RTE_ACL_CLASSIFY_DEFAULT && std::none_of(std::begin(kAclMethods), std::end(kAclMethods),
                                                            [method](const auto& m) { return m.alg == method; }))
         throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
-    // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
-    if (family == IpFamily::ipv4) {
-        const auto acl_rules = expand<IpFamily::ipv4>(rules);
-        expanded_ = acl_rules.size();
-        if (!acl_rules.empty())
-            ctx_ = build_classifier<IpFamily::ipv4>(acl_rules, socket_id, name, method, keep, method_, method_report_);
-    } else if (family == IpFamily::ipv6) {
-        const auto acl_rules = expand<IpFamily::ipv6>(rules);
-        expanded_ = acl_rules.size();
-        if (!acl_rules.empty())
-            ctx_ = build_classifier<IpFamily::ipv6>(acl_rules, socket_id, name, method, keep, method_, method_report_);
-    } else {
-        throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
-    }
+    if (family == IpFamily::ipv4) build_parts<IpFamily::ipv4>(socket_id, name, keep, reuse, part_rules);
+    else if (family == IpFamily::ipv6) build_parts<IpFamily::ipv6>(socket_id, name, keep, reuse, part_rules);
+    else throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
+    build_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
 }
 
-AclClassifier::~AclClassifier() { rte_acl_free(ctx_); }
+// rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
+template <IpFamily F>
+void AclClassifier::build_parts(int socket_id, const std::string& name, int keep, const AclClassifier* reuse,
+                                std::size_t part_rules) {
+    const std::vector<std::size_t> counts = expansions<F>(rules_);
+    expanded_ = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    std::unordered_multimap<uint64_t, const AclPart*> reusable;
+    if (reuse && reuse->family_ == family_ && reuse->method_setting_ == method_setting_)
+        for (const AclPart& p : reuse->parts_) reusable.emplace(part_hash(reuse->rules_, p.first, p.count), &p);
+    // A key no rule matches passes through every part: their number is bounded, their size grows past it. A power
+    // of two, so that a few rules more or less leave the cuts where they were.
+    const auto cuts = cut_parts(rules_, counts, std::max(part_rules, std::bit_ceil(expanded_ / kMaxParts)));
+    const AclPart* largest = nullptr;
+    parts_.reserve(cuts.size());
+    for (const auto& [first, count] : cuts) {
+        AclPart part{nullptr, first, count, 0, {}};
+        const auto [from, to] = reusable.equal_range(part_hash(rules_, first, count));
+        for (auto it = from; it != to && !part.ctx; ++it) {
+            const AclPart& old = *it->second;
+            const auto old_rules = reuse->rules_.begin() + old.first;
+            if (old.count != count ||
+                !std::equal(rules_.begin() + first, rules_.begin() + first + count, old_rules, same_match))
+                continue;
+            part.ctx = old.ctx;
+            part.method = old.method;
+            part.report = old.report;
+            ++parts_reused_;
+        }
+        if (!part.ctx) {
+            const std::string part_name = cuts.size() == 1 ? name : name + "." + std::to_string(parts_.size());
+            part.ctx.reset(build_classifier<F>(expand<F>(rules_, first, count, counts), socket_id, part_name,
+                                               method_setting_, keep, part.method, part.report),
+                           CtxDeleter{});
+        }
+        parts_.push_back(std::move(part));
+        if (!largest || parts_.back().count > largest->count) largest = &parts_.back();
+    }
+    if (!largest) return;
+    method_ = largest->method;
+    method_report_ = largest->report;
+    if (parts_.size() > 1)
+        method_report_ += " in " + std::to_string(parts_.size()) + " rte_acl contexts (" +
+                          std::to_string(parts_reused_) + " kept from the running rules)";
+}
+
+AclClassifier::~AclClassifier() = default;
 
 bool AclClassifier::built_from(const std::vector<Rule>& rules, int method) const {
-    const auto same_match = [](const Rule& a, const Rule& b) {
-        return a.family == b.family && a.in_ports == b.in_ports && a.sources == b.sources &&
-               a.destinations == b.destinations && a.protocol == b.protocol && a.source_ports == b.source_ports &&
-               a.destination_ports == b.destination_ports && a.icmp_types == b.icmp_types &&
-               a.icmp_codes == b.icmp_codes && a.tcp_flags == b.tcp_flags;
-    };
     return method == method_setting_ &&
            std::equal(rules.begin(), rules.end(), rules_.begin(), rules_.end(), same_match);
 }
 
 void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_ports, const L4MatchBytes* l4,
                              uint32_t* rule_index, uint32_t count) const {
-    if (ctx_ == nullptr) {
-        std::fill(rule_index, rule_index + count, kNoMatch);
-        return;
-    }
     // Longer bursts than promised are split rather than overrunning the stack scratch.
     for (uint32_t done = 0; done < count; done += kMaxBurst) {
         const uint32_t n = std::min(kMaxBurst, count - done);
         if (family_ == IpFamily::ipv4)
-            classify_burst<IpFamily::ipv4>(ctx_, tuples + done, in_ports + done, l4 + done, rule_index + done, n);
-        else classify_burst<IpFamily::ipv6>(ctx_, tuples + done, in_ports + done, l4 + done, rule_index + done, n);
+            classify_burst<IpFamily::ipv4>(parts_, tuples + done, in_ports + done, l4 + done, rule_index + done, n);
+        else classify_burst<IpFamily::ipv6>(parts_, tuples + done, in_ports + done, l4 + done, rule_index + done, n);
     }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -32,10 +33,21 @@ struct ClassifyChoice {
 };
 ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep);
 
+// Rules [first, first + count) of a classifier in one rte_acl context, whose userdata is the index within the part
+// (so a context serves wherever its rules sit in a later list). Internal to AclClassifier.
+struct AclPart {
+    std::shared_ptr<rte_acl_ctx> ctx;
+    uint32_t first = 0;
+    uint32_t count = 0;
+    int method = 0;      // its rte_acl_classify_alg
+    std::string report;  // as method_report()
+};
+
 class AclClassifier {
 public:
     static constexpr uint32_t kNoMatch = UINT32_MAX;
     static constexpr uint32_t kMaxBurst = 64;  // classify() takes at most this many tuples per call
+    static constexpr std::size_t kPartRules = 4096;
 
     // rules must all be of `family`. name must be unique among live contexts (rte_acl names them). method: an
     // rte_acl_classify_alg to classify with, or RTE_ACL_CLASSIFY_DEFAULT (0) to time every method this CPU offers
@@ -44,8 +56,14 @@ public:
     // reload does not switch between methods that time within noise of each other.
     // Throws std::runtime_error naming the cause (too many expanded rules, rte_acl_build failure), and
     // AclMethodUnavailable for a method that does not run here.
+    //
+    // The rules are cut into parts of about kPartRules rte_acl rules, each its own rte_acl context (rte_acl_build's
+    // time and memory grow faster than its rule count), at places that depend on the rules' contents, so an edit
+    // moves only the cuts near it. A part whose rules match as the same part of `reuse`
+    // (the context this one replaces) did is shared with it, not built again. part_rules: the part size, for tests.
     AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
-                  int method = 0, int keep = 0);
+                  int method = 0, int keep = 0, const AclClassifier* reuse = nullptr,
+                  std::size_t part_rules = kPartRules);
     ~AclClassifier();
     AclClassifier(const AclClassifier&) = delete;
     AclClassifier& operator=(const AclClassifier&) = delete;
@@ -68,6 +86,10 @@ public:
     // avx512x16 44; 90% of the keys matched a rule)", "avx2 (kept: within 5% of the fastest; TSC cycles per key:
     // ...)", or "sse (pinned)" when the constructor was given it.
     const std::string& method_report() const { return method_report_; }
+    // Wall time the constructor took (expansion, rte_acl_build, timing the methods), for the reload log.
+    double build_ms() const { return build_ms_; }
+    std::size_t part_count() const { return parts_.size(); }
+    std::size_t parts_reused() const { return parts_reused_; }  // shared with `reuse`, not built
 
     // Whether AclClassifier(family(), rules, ..., method) would build this same context: every rule matches what
     // the one at its index here matches (names and actions are not rte_acl's: the firewall reads them by rule id),
@@ -75,14 +97,20 @@ public:
     bool built_from(const std::vector<Rule>& rules, int method) const;
 
 private:
+    template <IpFamily F>
+    void build_parts(int socket_id, const std::string& name, int keep, const AclClassifier* reuse,
+                     std::size_t part_rules);
+
     IpFamily family_;
-    rte_acl_ctx* ctx_ = nullptr;
+    std::vector<AclPart> parts_;  // in rule order: the first part with a match has the first matching rule
+    std::size_t parts_reused_ = 0;
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
     int method_ = 0;
     int method_setting_ = 0;   // the constructor's `method`
     std::vector<Rule> rules_;  // what it was built from, for built_from()
     std::string method_report_;
+    double build_ms_ = 0;
 };
 
 }  // namespace sluice

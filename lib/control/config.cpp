@@ -1,6 +1,7 @@
 #include "control/config.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -497,38 +498,66 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
     return result;
 }
 
-std::string fnv1a_hex(const std::string& text) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-    return buf;
-}
-
 }  // namespace
 
 }  // namespace config_detail
 
-ConfigResult load_config_text(const std::string& text, const std::string& name) {
+ConfigResult load_config_text(const std::string& text, const std::string& name, std::shared_ptr<IncludeCache> cache) {
+    using Clock = std::chrono::steady_clock;
+    const auto ms = [](Clock::time_point from, Clock::time_point to) {
+        return std::chrono::duration<double, std::milli>(to - from).count();
+    };
     config_detail::Decoder d(name);
+    d.include_cache = cache ? std::move(cache) : std::make_shared<IncludeCache>();
     YAML::Node root;
+    const auto started = Clock::now();
     try {
         root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
         d.error(e.mark, "YAML syntax: " + e.msg);
         return {std::nullopt, std::move(d.errors())};
     }
+    const auto parsed = Clock::now();
     ConfigResult result = config_detail::decode(root, d, name);
-    if (result.config) result.config->hash = config_detail::fnv1a_hex(text);
+    std::erase_if(d.include_cache->files, [&](const auto& file) { return !d.included.count(file.first); });
+    if (result.config) {
+        result.config->hash = content_hash(text);
+        result.config->include_cache = d.include_cache;
+    }
+    result.times = {ms(started, parsed) + d.included_yaml_ms, ms(parsed, Clock::now()) - d.included_yaml_ms};
     return result;
 }
 
-ConfigResult load_config_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return {std::nullopt, {{path, 0, 0, std::string("cannot read the file: ") + std::strerror(errno)}}};
-    std::stringstream text;
-    text << in.rdbuf();
-    return load_config_text(text.str(), path);
+bool read_config_text(const std::string& path, std::string& text) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return false;
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    text = std::move(bytes).str();
+    return true;
+}
+
+ConfigResult load_config_file(const std::string& path, std::shared_ptr<IncludeCache> cache) {
+    std::string text;
+    if (!read_config_text(path, text))
+        return {std::nullopt, {{path, 0, 0, std::string("cannot read the file: ") + std::strerror(errno)}}};
+    return load_config_text(text, path, std::move(cache));
+}
+
+std::string content_hash(std::string_view bytes) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+
+bool same_sources(const Config& config, const std::string& text) {
+    if (content_hash(text) != config.hash) return false;
+    std::string bytes;
+    return std::all_of(config.inputs.begin(), config.inputs.end(), [&](const ConfigInput& input) {
+        return read_config_text(input.path, bytes) && content_hash(bytes) == input.hash;
+    });
 }
 
 bool on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address) {

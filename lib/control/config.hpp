@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <rte_ether.h>
@@ -172,7 +175,8 @@ struct FirewallConfig {
     int acl_method = 0;  // the rte_acl_classify_alg to classify with; 0 ("auto"): AclClassifier times them all
     ConnTimeouts timeouts;
     std::vector<PrefixSetConfig> prefix_sets;
-    std::vector<FirewallRuleConfig> rules;
+    std::vector<FirewallRuleConfig> rules;  // firewall.rules, then the rules of each firewall.include file in order
+    std::vector<std::string> include;       // the files as given
 };
 
 enum class HealthCheckType : uint8_t { none, tcp, http };
@@ -277,9 +281,30 @@ struct SyncConfig {
 // Largest prefix-set file accepted (bytes): a config author cannot make sluice read an unbounded file.
 inline constexpr std::size_t kMaxPrefixFileBytes = 64u << 20;
 
+// A file the config read besides its own (a prefix set's file, the sync key) and the hash of the bytes it read.
+struct ConfigInput {
+    std::string path;
+    std::string hash;  // content_hash
+};
+
+// The rule files (firewall.include) a load decoded, by path: the next load takes a file's rules from here instead
+// of parsing it again when its bytes, and the ports, VLANs and prefix sets its rules may name, are the same. Shared by
+// the configs loaded one after the other; control thread only.
+struct IncludeCache {
+    struct File {
+        std::string hash;     // content_hash of its bytes
+        std::string context;  // of what its rules may name (include_context in config_firewall.cpp)
+        std::vector<FirewallRuleConfig> rules;
+        std::vector<std::pair<int, int>> name_marks;  // each rule's name: line and column, for "defined twice"
+    };
+    std::map<std::string, File> files;
+};
+
 struct Config {
     std::string path;
     std::string hash;  // FNV-1a 64 of the file's bytes, 16 hex digits: tells which config runs
+    std::vector<ConfigInput> inputs;
+    std::shared_ptr<IncludeCache> include_cache;  // what loading it decoded of its rule files
     std::vector<std::string> eal;
     LogConfig log;
     DataplaneConfig dataplane;
@@ -308,15 +333,31 @@ struct Config {
     bool tracks_connections() const { return firewall.enabled || !services.empty(); }
 };
 
+// Where loading a config spent its time, for the reload log.
+struct ConfigLoadTimes {
+    double yaml_ms = 0;    // yaml-cpp building the node tree
+    double decode_ms = 0;  // decoding and checking it (prefix files read)
+};
+
 struct ConfigResult {
     std::optional<Config> config;  // set only when errors is empty
     std::vector<ConfigError> errors;
     std::vector<ConfigError> warnings;  // legal but likely mistakes, "warning: ..."; printed, never refused
+    ConfigLoadTimes times;
 };
 
-ConfigResult load_config_file(const std::string& path);
+// cache: the rule files an earlier load decoded (its Config::include_cache), or null to parse every one.
+ConfigResult load_config_file(const std::string& path, std::shared_ptr<IncludeCache> cache = nullptr);
 // `name` stands for the file in error messages.
-ConfigResult load_config_text(const std::string& text, const std::string& name);
+ConfigResult load_config_text(const std::string& text, const std::string& name,
+                              std::shared_ptr<IncludeCache> cache = nullptr);
+// The whole file into text; false when it cannot be read.
+bool read_config_text(const std::string& path, std::string& text);
+// FNV-1a 64 of bytes, 16 hex digits (Config::hash, ConfigInput::hash).
+std::string content_hash(std::string_view bytes);
+// Whether loading text (the bytes of config.path now) would give config again: the same bytes, and every file it
+// read (Config::inputs) hashes as it did then. A reload of an unchanged config is skipped on this.
+bool same_sources(const Config& config, const std::string& text);
 
 // What differs between the running config and a candidate that only a restart can apply (EAL arguments, ports,
 // lcores, data-plane sizes, the metrics listener), one line each; empty when the candidate can go live.

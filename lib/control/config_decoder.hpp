@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +24,12 @@ public:
 
     std::vector<ConfigError>& errors() { return errors_; }
     std::vector<ConfigError>& warnings() { return warnings_; }
+    const std::string& file() const { return file_; }
+
+    // The rule files decoded before (firewall.include), and the paths this load read of them.
+    std::shared_ptr<IncludeCache> include_cache;
+    std::set<std::string> included;
+    double included_yaml_ms = 0;  // of the decoding's time, what yaml-cpp took on the included files
 
     void error(const YAML::Mark& mark, std::string message) {
         errors_.push_back({file_, mark.line + 1, mark.column + 1, std::move(message)});

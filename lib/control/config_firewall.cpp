@@ -1,11 +1,13 @@
 // Decoding of the firewall section (prefix sets and their files, rules, addresses, port ranges) and of the address
 // and port values other sections share.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -122,9 +124,9 @@ void add_prefix(std::vector<Prefix>& v4, std::vector<Prefix>& v6, const Prefix& 
 }
 
 // One prefix per line, '#' starts a comment. Errors name the file and line.
-void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& config_path, PrefixSetConfig& set) {
+void load_prefix_file(Decoder& d, const YAML::Node& at, Config& config, PrefixSetConfig& set) {
     std::filesystem::path path = set.file;
-    if (path.is_relative()) path = std::filesystem::path(config_path).parent_path() / path;
+    if (path.is_relative()) path = std::filesystem::path(config.path).parent_path() / path;
     struct stat st {};
     if (stat(path.c_str(), &st) != 0)
         return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
@@ -134,9 +136,11 @@ void load_prefix_file(Decoder& d, const YAML::Node& at, const std::string& confi
     if (static_cast<std::size_t>(st.st_size) > kMaxPrefixFileBytes)
         return d.error(at, "prefix set '" + set.name + "': " + path.string() + " is " + std::to_string(st.st_size) +
                                " bytes, over the limit of " + std::to_string(kMaxPrefixFileBytes));
-    std::ifstream in(path);
-    if (!in)
+    std::string bytes;
+    if (!read_config_text(path, bytes))
         return d.error(at, "prefix set '" + set.name + "': cannot read " + path.string() + ": " + std::strerror(errno));
+    config.inputs.push_back({path.string(), content_hash(bytes)});
+    std::istringstream in(std::move(bytes));
     std::string line;
     int number = 0, reported = 0;
     while (std::getline(in, line)) {
@@ -190,7 +194,7 @@ void decode_prefix_sets(Decoder& d, const YAML::Node& node, Config& config) {
             }
         });
         d.field(s, "file", what, false, [&](const YAML::Node& v) {
-            if (d.string(v, what + " file", set.file)) load_prefix_file(d, v, config.path, set);
+            if (d.string(v, what + " file", set.file)) load_prefix_file(d, v, config, set);
         });
         d.field(s, "early_drop", what, false,
                 [&](const YAML::Node& v) { d.boolean(v, what + " early_drop", set.early_drop); });
@@ -292,9 +296,11 @@ void decode_tcp_flags(Decoder& d, const YAML::Node& v, const std::string& what, 
     match = {set, mask};
 }
 
-void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
+// names: the rules' names so far (firewall.rules and the files included before); marks, when given, gets each
+// decoded rule's name position (line and column, 1-based).
+void decode_rules(Decoder& d, const YAML::Node& node, Config& config, std::set<std::string>& names,
+                  std::vector<std::pair<int, int>>* marks = nullptr) {
     if (!d.sequence(node, "firewall rules")) return;
-    std::set<std::string> names;
     for (const YAML::Node& r : node) {
         if (!d.map(r, "a firewall rule",
                    {"name", "in_ports", "source", "destination", "protocol", "source_ports", "destination_ports",
@@ -392,7 +398,93 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
         if (!v4 && !v6 && d.errors().size() == errors_before)
             d.error(r, what + " mixes address families: no IPv4 or IPv6 packet could match both its source and "
                               "destination (and protocol)");
+        if (marks) {
+            const YAML::Mark at = r["name"] ? r["name"].Mark() : r.Mark();
+            marks->emplace_back(at.line + 1, at.column + 1);
+        }
         config.firewall.rules.push_back(std::move(rule));
+    }
+}
+
+// What decoding a rule reads besides its own node: the interfaces' names (in_ports) and the prefix sets (@set).
+std::string include_context(const Config& config) {
+    std::string text;
+    for (const std::string& interface : config.interfaces()) text += interface + "\n";
+    for (const PrefixSetConfig& set : config.firewall.prefix_sets) {
+        text += "@" + set.name + "\n";
+        for (const auto* list : {&set.v4, &set.v6})
+            text.append(reinterpret_cast<const char*>(list->data()), list->size() * sizeof(Prefix));
+    }
+    return content_hash(text);
+}
+
+// firewall.include: files of rules, each a YAML list written as firewall.rules; errors name the file's own lines.
+// A file whose bytes and context are those a load decoded before is not parsed again (IncludeCache).
+void decode_included_rules(Decoder& d, const YAML::Node& node, Config& config, std::set<std::string>& names) {
+    if (!d.sequence(node, "firewall include")) return;
+    const std::string context = include_context(config);
+    for (const YAML::Node& item : node) {
+        std::string file;
+        if (!d.string(item, "a firewall include entry", file)) continue;
+        config.firewall.include.push_back(file);
+        std::filesystem::path path = file;
+        if (path.is_relative()) path = std::filesystem::path(config.path).parent_path() / path;
+        struct stat st {};
+        if (stat(path.c_str(), &st) != 0) {
+            d.error(item, "firewall include: cannot read " + path.string() + ": " + std::strerror(errno));
+            continue;
+        }
+        std::string bytes;
+        if (!S_ISREG(st.st_mode)) {
+            d.error(item, "firewall include: " + path.string() + " is not a regular file");
+            continue;
+        }
+        if (!read_config_text(path, bytes)) {
+            d.error(item, "firewall include: cannot read " + path.string() + ": " + std::strerror(errno));
+            continue;
+        }
+        const std::string hash = content_hash(bytes);
+        config.inputs.push_back({path.string(), hash});
+        if (!d.included.insert(path.string()).second) {
+            d.error(item, "firewall include: " + path.string() + " is included twice");
+            continue;
+        }
+        IncludeCache::File& cached = d.include_cache->files[path.string()];
+        if (cached.hash == hash && cached.context == context) {
+            for (std::size_t i = 0; i < cached.rules.size(); ++i)
+                if (!names.insert(cached.rules[i].name).second)
+                    d.errors().push_back({path.string(), cached.name_marks[i].first, cached.name_marks[i].second,
+                                          "rule '" + cached.rules[i].name + "' is defined twice"});
+            config.firewall.rules.insert(config.firewall.rules.end(), cached.rules.begin(), cached.rules.end());
+            continue;
+        }
+        Decoder own(path.string());
+        own.include_cache = d.include_cache;
+        YAML::Node rules;
+        const auto parsing = std::chrono::steady_clock::now();
+        try {
+            rules = YAML::Load(bytes);
+        } catch (const YAML::ParserException& e) {
+            own.error(e.mark, "YAML syntax: " + e.msg);
+        }
+        d.included_yaml_ms +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - parsing).count();
+        const std::size_t first = config.firewall.rules.size();
+        std::vector<std::pair<int, int>> marks;
+        if (own.errors().empty()) {
+            if (!rules.IsSequence()) own.error(rules, "a firewall include file must be a list of rules");
+            else decode_rules(own, rules, config, names, &marks);
+        }
+        if (own.errors().empty()) {
+            cached = {
+                hash, context,
+                std::vector<FirewallRuleConfig>(config.firewall.rules.begin() + first, config.firewall.rules.end()),
+                std::move(marks)};
+        } else {
+            d.include_cache->files.erase(path.string());
+        }
+        for (ConfigError& e : own.errors()) d.errors().push_back(std::move(e));
+        for (ConfigError& w : own.warnings()) d.warnings().push_back(std::move(w));
     }
 }
 
@@ -401,7 +493,7 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config) {
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     if (!d.map(node, "firewall",
                {"default", "loose_pickup", "table_size", "ipv6_table_size", "timeouts", "prefix_sets", "rules",
-                "log_default", "log_rate", "acl_method", "tcp_window_check"}))
+                "include", "log_default", "log_rate", "acl_method", "tcp_window_check"}))
         return;
     FirewallConfig& fw = config.firewall;
     fw.enabled = true;
@@ -465,7 +557,10 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
         }
     });
     d.field(node, "prefix_sets", "firewall", false, [&](const YAML::Node& v) { decode_prefix_sets(d, v, config); });
-    d.field(node, "rules", "firewall", false, [&](const YAML::Node& v) { decode_rules(d, v, config); });
+    std::set<std::string> names;
+    d.field(node, "rules", "firewall", false, [&](const YAML::Node& v) { decode_rules(d, v, config, names); });
+    d.field(node, "include", "firewall", false,
+            [&](const YAML::Node& v) { decode_included_rules(d, v, config, names); });
 }
 
 }  // namespace sluice::config_detail

@@ -187,6 +187,73 @@ def test_editing_the_file_reloads_it(tmp_path):
         sluice.kill()
 
 
+def test_an_edit_followed_by_sighup_is_reloaded_once(tmp_path):
+    """An editor's save followed by SIGHUP (as `systemctl reload` after an edit does): the file watch and the
+    signal each ask for a reload, and only the first reads a changed file; the second finds it running. A prefix
+    file changed under an unchanged config file is a change: SIGHUP applies it."""
+    config = looping_config(tmp_path, forward_p0=True)
+    (tmp_path / "blocked.txt").write_text("192.0.2.0/24\n")
+    config["firewall"] = {"default": "allow",
+                          "prefix_sets": [{"name": "blocked", "file": "blocked.txt", "early_drop": True}]}
+    sluice, eal = start_looping(tmp_path, config)
+    try:
+        applied = lambda: sluice.log().count("reload applied")
+        unchanged = lambda: sluice.log().count("nothing to reload")
+        config["forward"][0]["next_hop_mac"] = "02:00:00:00:00:03"
+        write_atomically(sluice.config_path, config, eal)
+        sluice.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: applied() + unchanged() == 2, timeout=10, what="both triggers to be handled")
+        time.sleep(0.5)  # past the file watch's 200 ms debounce: nothing else comes
+        log = sluice.log()
+        assert "reload (SIGHUP)" in log and "reload (file changed)" in log, log
+        assert (applied(), unchanged(), log.count("tables built in")) == (1, 1, 1), log
+
+        drops = sluice.stats()["drop/blocklisted"]
+        (tmp_path / "blocked.txt").write_text("192.0.2.0/24\n10.0.0.0/24\n")  # the looping flows' sources
+        sluice.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: applied() == 2, timeout=10, what="the prefix file's change to be applied")
+        wait_until(lambda: sluice.stats()["drop/blocklisted"] > drops + 1000, what="the new early-drop set")
+        sluice.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: unchanged() == 2, timeout=10, what="the repeated SIGHUP to be skipped")
+        assert applied() == 2
+        assert sluice.telemetry.query("/sluice/config")["reloads_failed"] == 0
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()
+
+
+def test_an_included_rule_file_edited_then_sighup_applies_and_its_errors_name_it(tmp_path):
+    """firewall.include: an edit of an included file is applied on SIGHUP (the file watch sees only the config file);
+    a broken one is refused with the included file's own FILE:LINE:COL and the running rules stay."""
+    config = looping_config(tmp_path, forward_p0=True)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("- {name: looping, source: 10.0.0.0/24, action: allow}\n")
+    config["firewall"] = {"default": "deny", "include": ["rules.yaml"]}
+    sluice, eal = start_looping(tmp_path, config)
+    try:
+        wait_forwarding(sluice, what="the included rule to allow the looping flows")
+        assert sluice.stats()["drop/rule_deny"] == 0
+
+        rules.write_text("- {name: decoy, source: 172.16.0.0/12, action: deny}\n"
+                         "- {name: looping, source: 10.0.0.0/24, action: maybe}\n")
+        sluice.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "stays in force" in sluice.log(), what="the refusal")
+        assert re.search(re.escape(str(rules)) + r":2:\d+: rule 'looping': action 'maybe' is not allow", sluice.log())
+        wait_forwarding(sluice)  # still, with the running rules
+        assert sluice.stats()["drop/rule_deny"] == 0
+
+        rules.write_text("- {name: decoy, source: 172.16.0.0/12, action: deny}\n"
+                         "- {name: looping, source: 10.0.0.0/24, action: allow}\n")
+        sluice.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: sluice.log().count("reload applied") == 1, what="the included file's change")
+        assert "firewall: 2 rule(s)" in sluice.log()
+        wait_forwarding(sluice)
+        assert sluice.stats()["drop/rule_deny"] == 0
+        assert sluice.stop() == 0, sluice.log()
+    finally:
+        sluice.kill()
+
+
 def test_sluicectl_answers_from_the_running_sluice(tmp_path):
     import json
     import subprocess

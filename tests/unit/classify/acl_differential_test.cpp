@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 
@@ -391,7 +392,8 @@ TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear 
 
             const std::string ctx_name = "diff_" + fam;
             t0 = std::chrono::steady_clock::now();
-            AclClassifier c(family, f.rules, SOCKET_ID_ANY, ctx_name);
+            // One context (no parts), so that its classify method can be switched below by its name.
+            AclClassifier c(family, f.rules, SOCKET_ID_ANY, ctx_name, 0, 0, nullptr, SIZE_MAX / 4);
             const double build_s = seconds_since(t0);
 
             // The packets must exercise the rules: most match something, and many different rules win.
@@ -463,6 +465,38 @@ TEST_CASE("acl differential: 1k random rules x 100k packets agree with a linear 
                 CHECK(by_alg.mismatches == 0);
             }
             rte_vect_set_max_simd_bitwidth(old_bitwidth);
+        }
+    }
+}
+
+TEST_CASE("acl differential: rules cut into parts classify as one context; an edit rebuilds only its part",
+          "[classify][differential]") {
+    for (IpFamily family : {IpFamily::ipv4, IpFamily::ipv6}) {
+        const std::string fam = family == IpFamily::ipv4 ? "ipv4" : "ipv6";
+        DYNAMIC_SECTION(fam) {
+            const Fixture& f = fixture(family);
+            const AclClassifier parts(family, f.rules, SOCKET_ID_ANY, "parts_" + fam, 0, 0, nullptr, 64);
+            REQUIRE(parts.part_count() > 4);
+            CHECK(parts.parts_reused() == 0);
+            const Comparison cmp =
+                compare(f.rules, classifier_verdicts(parts, f.packets, kSeed), f.rules, f.want, f.packets);
+            INFO(cmp.first);
+            REQUIRE(cmp.mismatches == 0);
+
+            // One rule changed, one inserted near the start and one removed near the end: the parts around each
+            // are built again, every other one is shared with the running classifier.
+            std::vector<Rule> edited = f.rules;
+            edited[edited.size() / 2].destination_ports = {{4242, 4242}};
+            edited.insert(edited.begin() + 10, edited[500]);
+            edited.erase(edited.end() - 20);
+            const AclClassifier next(family, edited, SOCKET_ID_ANY, "parts_next_" + fam, 0, 0, &parts, 64);
+            CHECK(next.parts_reused() + 6 >= next.part_count());
+            CHECK(next.parts_reused() > 0);
+            const std::vector<uint32_t> want = reference_verdicts(edited, f.packets);
+            const Comparison after =
+                compare(edited, classifier_verdicts(next, f.packets, kSeed + 1), edited, want, f.packets);
+            INFO(after.first);
+            REQUIRE(after.mismatches == 0);
         }
     }
 }
@@ -554,8 +588,32 @@ TEST_CASE("acl differential: the harness catches a wrong classifier", "[classify
 // method available. The random rules are the differential test's, built for coverage (odd prefix lengths, wide port
 // ranges), so they are harder on rte_acl than a typical rule set. Busy neighbours on the CPU show up as a mean much
 // above the median.  dpdk_unit_tests "[.classify-bench]"
+namespace {
+
+constexpr uint32_t kBench = 32;
+
+// TSC cycles of each classify() call over the packets in bursts of kBench, three passes.
+std::vector<uint64_t> burst_cycles(const AclClassifier& c, const std::vector<Packet>& packets) {
+    const FiveTuple* tuples[kBench];
+    uint16_t ports[kBench];
+    L4MatchBytes l4[kBench];
+    uint32_t out[kBench];
+    std::vector<uint64_t> per_burst;
+    for (int round = 0; round < 3; ++round)
+        for (std::size_t done = 0; done + kBench <= packets.size(); done += kBench) {
+            for (uint32_t i = 0; i < kBench; ++i)
+                tuples[i] = &packets[done + i].tuple, ports[i] = packets[done + i].in_port,
+                l4[i] = packets[done + i].l4;
+            const uint64_t start = rte_rdtsc();
+            c.classify(tuples, ports, l4, out, kBench);
+            per_burst.push_back(rte_rdtsc() - start);
+        }
+    return per_burst;
+}
+
+}  // namespace
+
 TEST_CASE("acl build and classify cost", "[.classify-bench]") {
-    constexpr uint32_t kBench = 32;
     for (IpFamily family : {IpFamily::ipv4, IpFamily::ipv6}) {
         for (int n : {1000, 10000}) {
             Generator gen(family, kSeed + static_cast<uint64_t>(n));
@@ -564,7 +622,9 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
             const auto t0 = std::chrono::steady_clock::now();
             std::unique_ptr<AclClassifier> built;
             try {
-                built = std::make_unique<AclClassifier>(family, rules, SOCKET_ID_ANY, "bench");
+                // One context, whatever the rule count, so the methods can be switched on it below.
+                built =
+                    std::make_unique<AclClassifier>(family, rules, SOCKET_ID_ANY, "bench", 0, 0, nullptr, SIZE_MAX / 4);
             } catch (const std::exception& e) {
                 WARN(n << " rules: " << e.what() << " after " << seconds_since(t0) << " s");
                 continue;
@@ -587,28 +647,26 @@ TEST_CASE("acl build and classify cost", "[.classify-bench]") {
                  {RTE_ACL_CLASSIFY_DEFAULT, RTE_ACL_CLASSIFY_SCALAR, RTE_ACL_CLASSIFY_SSE, RTE_ACL_CLASSIFY_AVX2,
                   RTE_ACL_CLASSIFY_AVX512X16}) {
                 if (alg != RTE_ACL_CLASSIFY_DEFAULT && rte_acl_set_ctx_classify(ctx, alg) != 0) continue;
-                const FiveTuple* tuples[kBench];
-                uint16_t ports[kBench];
-                L4MatchBytes l4[kBench];
-                uint32_t out[kBench];
-                std::vector<uint64_t> per_burst;
-                uint64_t total = 0;
-                for (int round = 0; round < 3; ++round)
-                    for (std::size_t done = 0; done + kBench <= packets.size(); done += kBench) {
-                        for (uint32_t i = 0; i < kBench; ++i)
-                            tuples[i] = &packets[done + i].tuple, ports[i] = packets[done + i].in_port,
-                            l4[i] = packets[done + i].l4;
-                        const uint64_t start = rte_rdtsc();
-                        c.classify(tuples, ports, l4, out, kBench);
-                        per_burst.push_back(rte_rdtsc() - start);
-                        total += per_burst.back();
-                    }
+                std::vector<uint64_t> per_burst = burst_cycles(c, packets);
+                const uint64_t total = std::accumulate(per_burst.begin(), per_burst.end(), uint64_t{0});
                 std::nth_element(per_burst.begin(), per_burst.begin() + per_burst.size() / 2, per_burst.end());
                 // The first pass runs AclClassifier's own method (the later ones change the context's).
                 const int ran = alg == RTE_ACL_CLASSIFY_DEFAULT ? c.classify_method() : alg;
                 report << " " << (alg == RTE_ACL_CLASSIFY_DEFAULT ? "AclClassifier's " : "") << acl_method_name(ran)
                        << " " << per_burst[per_burst.size() / 2] / kBench << ", " << total / (per_burst.size() * kBench)
                        << ";";
+            }
+            // The same rules in parts of kPartRules (what sluice builds) and of smaller ones: the build and what
+            // classifying the new connections of a burst costs with several contexts.
+            for (std::size_t part_rules : {AclClassifier::kPartRules, AclClassifier::kPartRules / 4}) {
+                const auto t2 = std::chrono::steady_clock::now();
+                const AclClassifier parted(family, rules, SOCKET_ID_ANY, "bench_parts", 0, 0, nullptr, part_rules);
+                const double parted_s = seconds_since(t2);
+                std::vector<uint64_t> per_burst = burst_cycles(parted, packets);
+                std::nth_element(per_burst.begin(), per_burst.begin() + per_burst.size() / 2, per_burst.end());
+                report << " | parts of " << part_rules << ": " << parted.part_count() << " contexts, build " << parted_s
+                       << " s, " << acl_method_name(parted.classify_method()) << " "
+                       << per_burst[per_burst.size() / 2] / kBench << " cycles/packet;";
             }
             WARN(report.str());
         }

@@ -452,3 +452,103 @@ routes:
     other.routes.pop_back();
     CHECK(restart_required_changes(*r.config, other).empty());
 }
+
+TEST_CASE("config: same_sources holds while the file and every prefix file it read keep their bytes", "[config]") {
+    const auto dir = std::filesystem::temp_directory_path() / ("sluice-same-sources-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "sluice.yaml").string();
+    const std::string text =
+        std::string(kValid) + "firewall:\n  prefix_sets:\n    - {name: blocked, file: blocked.txt, early_drop: true}\n";
+    std::ofstream(path) << text;
+    std::ofstream(dir / "blocked.txt") << "10.0.0.0/8\n";
+    const ConfigResult loaded = load_config_file(path);
+    INFO(errors_of(loaded));
+    REQUIRE(loaded.config);
+    REQUIRE(loaded.config->inputs.size() == 1);
+    CHECK(loaded.config->inputs[0].path == (dir / "blocked.txt").string());
+    CHECK(loaded.config->hash == content_hash(text));
+    CHECK(same_sources(*loaded.config, text));
+    CHECK_FALSE(same_sources(*loaded.config, text + "\n"));  // the file's own bytes changed
+    std::ofstream(dir / "blocked.txt") << "10.0.0.0/8\n192.0.2.0/24\n";
+    CHECK_FALSE(same_sources(*loaded.config, text));  // the prefix file changed, the config file did not
+    std::filesystem::remove(dir / "blocked.txt");
+    CHECK_FALSE(same_sources(*loaded.config, text));  // gone: the reload must say so
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("config: firewall.include files add their rules in order; their errors name their own lines", "[config]") {
+    const auto dir = std::filesystem::temp_directory_path() / ("sluice-include-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir / "rules");
+    const std::string path = (dir / "sluice.yaml").string();
+    const std::string main = std::string(kValid) + R"(firewall:
+  prefix_sets:
+    - {name: partners, prefixes: [198.51.100.0/24]}
+  rules:
+    - {name: first, protocol: tcp, destination_ports: 22, action: allow}
+  include: [rules/web.yaml, rules/partners.yaml]
+)";
+    std::ofstream(path) << main;
+    std::ofstream(dir / "rules/web.yaml")
+        << "- {name: web, protocol: tcp, destination_ports: [80, 443], action: allow}\n"
+           "- {name: dns, protocol: udp, destination_ports: 53, action: allow}\n";
+    std::ofstream(dir / "rules/partners.yaml") << "- {name: partners, source: \"@partners\", action: allow}\n";
+    const auto names = [](const Config& c) {
+        std::string all;
+        for (const FirewallRuleConfig& r : c.firewall.rules) all += r.name + " ";
+        return all;
+    };
+    const ConfigResult first = load_config_file(path);
+    INFO(errors_of(first));
+    REQUIRE(first.config);
+    CHECK(names(*first.config) == "first web dns partners ");
+    CHECK(first.config->inputs.size() == 2);
+    CHECK(same_sources(*first.config, main));
+    REQUIRE(first.config->include_cache);
+    CHECK(first.config->include_cache->files.size() == 2);
+
+    // Loaded again with the first load's files: the same rules. The prefix set a cached file's rule names changed:
+    // that file is decoded again, with the set's new prefixes.
+    std::string moved = main;
+    moved.replace(moved.find("198.51.100.0/24"), 15, "203.0.113.0/24");
+    std::ofstream(path) << moved;
+    const ConfigResult second = load_config_file(path, first.config->include_cache);
+    INFO(errors_of(second));
+    REQUIRE(second.config);
+    CHECK(names(*second.config) == "first web dns partners ");
+    REQUIRE(second.config->firewall.rules[3].source.v4.size() == 1);
+    CHECK(to_string(second.config->firewall.rules[3].source.v4[0].address, IpFamily::ipv4) == "203.0.113.0");
+    CHECK_FALSE(same_sources(*first.config, moved));
+
+    // An edited file: its error names it, its line and column. A rule name used in two files: the second place.
+    std::ofstream(dir / "rules/web.yaml")
+        << "- {name: web, protocol: tcp, destination_ports: [80, 443], action: allow}\n"
+           "- {name: dns, protocol: udp, destination_ports: 99999, action: allow}\n";
+    std::ofstream(dir / "rules/partners.yaml") << "\n- {name: first, source: \"@partners\", action: allow}\n";
+    const ConfigResult broken = load_config_file(path, second.config->include_cache);
+    REQUIRE_FALSE(broken.config);
+    const std::string rules = (dir / "rules").string();
+    CHECK(errors_of(broken) == rules +
+                                   "/web.yaml:2:49: rule 'dns' destination_ports: '99999' is not a port (0-65535) "
+                                   "or range like 1000-2000\n" +
+                                   rules + "/partners.yaml:2:10: rule 'first' is defined twice\n");
+    // The same names, found in the cache: reported at the same place.
+    std::ofstream(dir / "rules/web.yaml")
+        << "- {name: web, protocol: tcp, destination_ports: [80, 443], action: allow}\n";
+    std::ofstream(dir / "rules/partners.yaml") << "\n- {name: web2, source: \"@partners\", action: allow}\n";
+    REQUIRE(load_config_file(path, second.config->include_cache).config);
+    std::string again = moved;
+    again.replace(again.find("  include:"), 0, "    - {name: web2, action: deny}\n");
+    std::ofstream(path) << again;
+    const ConfigResult twice = load_config_file(path, second.config->include_cache);
+    CHECK(errors_of(twice) == rules + "/partners.yaml:2:10: rule 'web2' is defined twice\n");
+
+    std::ofstream(dir / "rules/partners.yaml") << "- {name: partners, source: \"@partners\", action: allow}\n";
+    std::ofstream(dir / "rules/web.yaml") << "- {name: web, protocol: tcp\n";
+    const ConfigResult syntax = load_config_file(path);
+    REQUIRE(syntax.errors.size() == 1);
+    CHECK(syntax.errors[0].to_string().rfind(rules + "/web.yaml:", 0) == 0);
+    std::filesystem::remove(dir / "rules/web.yaml");
+    CHECK(errors_of(load_config_file(path)).find("firewall include: cannot read " + rules + "/web.yaml") !=
+          std::string::npos);
+    std::filesystem::remove_all(dir);
+}

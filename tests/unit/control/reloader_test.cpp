@@ -157,3 +157,28 @@ services:
     CHECK(targets[1].spec.address == "10.1.0.2");
     CHECK(targets[1].spec.port == 80);  // the service's port: the backend names none
 }
+
+TEST_CASE("reloader: a reload of the file the running config came from builds and publishes nothing", "[reloader]") {
+    Fixture f;
+    REQUIRE(f.reloader->apply("file changed"));
+    CHECK(f.dataplane->publications == 0);
+    CHECK(f.applied == 0);
+    CHECK(f.reloader->status().read().successes == 1);
+
+    // A refused edit, then the file restored: the running config is the file's again, and the reload says so.
+    f.write(f.with("next_hop_mac", "next_hop_mack"));
+    CHECK_FALSE(f.reloader->apply("SIGHUP"));
+    f.write(kConfig);
+    REQUIRE(f.reloader->apply("SIGHUP"));
+    CHECK(f.dataplane->publications == 0);
+    const ReloadRecord status = f.reloader->status().read();
+    CHECK(status.last_ok);
+    CHECK(status.last_errors.empty());
+
+    // An edit applies once; the second trigger for the same edit finds it running.
+    f.write(f.with("02:00:00:00:00:02", "02:00:00:00:00:09"));
+    REQUIRE(f.reloader->apply("file changed"));
+    REQUIRE(f.reloader->apply("SIGHUP"));
+    CHECK(f.dataplane->publications == 1);
+    CHECK(f.applied == 1);
+}
