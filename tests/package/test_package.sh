@@ -70,8 +70,10 @@ src=$work/sluice
 mkdir -p "$src"
 (cd "$root" && git ls-files -z --cached --others --exclude-standard |
     tar -c --null --ignore-failed-read -T - 2> /dev/null) | tar -x -C "$src"
-# nocheck: no tests in the package build (debian/rules: -Dtests=false); noautodbgsym: no -dbgsym .deb to compress.
-export DEB_BUILD_OPTIONS="nocheck parallel=$(nproc) noautodbgsym"
+# nocheck: no tests in the package build (debian/rules: -Dtests=false); noautodbgsym: no -dbgsym .deb to compress;
+# noopt: -O0, a quicker build; what is tested here is the packaging (the release build's binary is what
+# the other suites test).
+export DEB_BUILD_OPTIONS="nocheck noopt parallel=$(nproc) noautodbgsym"
 build_deb() { (cd "$src" && dpkg-buildpackage -b -us -uc "$@") >> "$work/build.log" 2>&1; }
 if ! timed build build_deb; then
     tail -n 40 "$work/build.log"; echo "FAIL: dpkg-buildpackage -b -us -uc"; exit 1
