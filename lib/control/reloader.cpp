@@ -32,7 +32,6 @@ HealthCheckSpec health_check_spec(const ServiceConfig& service, const BackendCon
     return spec;
 }
 
-// What a reload kept of the running tables instead of building them again.
 // The time the rte_acl contexts built for a reload took (those kept from the running snapshot took none).
 double acl_build_ms(const Snapshot& built, const Snapshot& running) {
     const FirewallTables& next = *built.firewall;
@@ -43,6 +42,7 @@ double acl_build_ms(const Snapshot& built, const Snapshot& running) {
     return ms;
 }
 
+// What a reload kept of the running tables instead of building them again.
 void log_kept_tables(const Snapshot& built, const Snapshot& running) {
     const FirewallTables& next = *built.firewall;
     const FirewallTables& now = *running.firewall;
