@@ -478,7 +478,8 @@ void decode_included_rules(Decoder& d, const YAML::Node& node, Config& config, s
         if (own.errors().empty()) {
             cached = {
                 hash, context,
-                std::vector<FirewallRuleConfig>(config.firewall.rules.begin() + first, config.firewall.rules.end()),
+                std::vector<FirewallRuleConfig>(config.firewall.rules.begin() + static_cast<std::ptrdiff_t>(first),
+                                                config.firewall.rules.end()),
                 std::move(marks)};
         } else {
             d.include_cache->files.erase(path.string());
