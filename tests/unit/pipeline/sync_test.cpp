@@ -114,12 +114,14 @@ std::unique_ptr<SyncChannel> channel_for(PipelineLab& lab, uint16_t peer_port) {
                                          lab.dataplane().sync_apply_rings(), nullptr);
 }
 
-// Runs the channel until the peer received at least one datagram with events (at most a second).
+// Runs the channel until the peer received at least one datagram with events (at most a second). By the clock, not
+// by turns: with an event pending, run_once does not wait, and many turns pass before its flush interval has.
 std::vector<std::vector<uint8_t>> sent_events(SyncChannel& channel, LoopbackPeer& peer, std::size_t& events) {
     std::vector<std::vector<uint8_t>> datagrams;
     events = 0;
     SyncDatagram d;
-    for (int turn = 0; turn < 200 && events == 0; ++turn) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (events == 0 && std::chrono::steady_clock::now() < deadline) {
         channel.run_once(5);
         for (auto& bytes : peer.receive()) {
             REQUIRE(decode_sync_datagram(bytes, kKey, d) == SyncDecodeError::none);
