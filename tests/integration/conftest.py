@@ -16,8 +16,9 @@ scapy.layers.l2.getmacbyip = _refuse_lookup
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "project_files: checks the project's files (docs, deploy/), not how the sluice "
-                            "binary behaves; tests/run.sh runs these once, in the release pass, not again under ASan")
+    config.addinivalue_line("markers", "release_pass_only: what the sanitizers cannot change (the project's docs and "
+                            "deploy/ files; the systemd watchdog's timing, whose code test_systemd also runs): "
+                            "tests/run.sh runs these in the release pass, not again under ASan")
 
 
 def pytest_runtest_protocol(item, nextitem):

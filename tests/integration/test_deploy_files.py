@@ -15,7 +15,7 @@ import yaml
 
 from sluice_harness import ROOT
 
-pytestmark = pytest.mark.project_files
+pytestmark = pytest.mark.release_pass_only
 
 PROMETHEUS_YML = ROOT / "deploy/prometheus/prometheus.yml"
 ALERTS_YML = ROOT / "deploy/prometheus/sluice-alerts.yml"

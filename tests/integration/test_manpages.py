@@ -11,7 +11,7 @@ import pytest
 
 from sluice_harness import ROOT, SLUICE
 
-pytestmark = pytest.mark.project_files
+pytestmark = pytest.mark.release_pass_only
 
 MAN = ROOT / "docs/man"
 CONFIG_MD = ROOT / "docs/config.md"

@@ -15,10 +15,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from scapy.all import IP, TCP, UDP, Ether, wrpcap
 
 from sluice_harness import ROOT, Sluice, wait_until
+
+pytestmark = pytest.mark.release_pass_only
 
 SLUICECTL = str(ROOT / "app/sluicectl/sluicectl")
 WATCHDOG_USEC = 1_000_000  # WatchdogSec=1s: sluice checks its lcores and pings every 0.5 s
