@@ -20,6 +20,7 @@
 #include <rte_eal.h>
 #include <rte_ring.h>
 
+#include "common/sync_loopback.hpp"
 #include "sync/sync_channel.hpp"
 
 using namespace sluice;
@@ -28,15 +29,6 @@ namespace {
 
 constexpr unsigned kRingSize = 16384;  // sync.ring_size's default
 constexpr std::size_t kIpUdpBytes = 28;
-
-SyncAddress loopback(uint16_t port) {
-    SyncAddress a;
-    a.family = IpFamily::ipv4;
-    inet_pton(AF_INET, "127.0.0.1", a.address.bytes);
-    a.port = port;
-    a.text = "127.0.0.1:" + std::to_string(port);
-    return a;
-}
 
 rte_ring* ring(const char* name) {
     rte_ring* r =
@@ -91,8 +83,10 @@ int main(int argc, char** argv) {
     rte_ring *out = ring("bench_out"), *out_idle = ring("bench_out_idle"), *in_idle = ring("bench_in_idle"),
              *in = ring("bench_in");
     // The sender's apply ring and the receiver's event ring stay empty: each end only sends, or only receives.
-    SyncChannel sender({loopback(base), {loopback(base + 1)}, key, 1}, {out}, {in_idle}, nullptr);
-    SyncChannel receiver({loopback(base + 1), {loopback(base)}, key, 2}, {out_idle}, {in}, nullptr);
+    SyncChannel sender({loopback_sync_address(base), {loopback_sync_address(base + 1)}, key, 1}, {out}, {in_idle},
+                       nullptr);
+    SyncChannel receiver({loopback_sync_address(base + 1), {loopback_sync_address(base)}, key, 2}, {out_idle}, {in},
+                         nullptr);
     sender.start();
     receiver.start();
 

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/sync_loopback.hpp"
 #include "common/unique_fd.hpp"
 #include "pipeline/pipeline_lab.hpp"
 #include "sync/sync_channel.hpp"
@@ -99,17 +100,8 @@ struct LoopbackPeer {
     }
 };
 
-SyncAddress loopback(uint16_t port) {
-    SyncAddress a;
-    a.family = IpFamily::ipv4;
-    inet_pton(AF_INET, "127.0.0.1", a.address.bytes);
-    a.port = port;
-    a.text = "127.0.0.1:" + std::to_string(port);
-    return a;
-}
-
 std::unique_ptr<SyncChannel> channel_for(PipelineLab& lab, uint16_t peer_port) {
-    SyncChannelSettings settings{loopback(0), {loopback(peer_port)}, kKey, 7};
+    SyncChannelSettings settings{loopback_sync_address(0), {loopback_sync_address(peer_port)}, kKey, 7};
     return std::make_unique<SyncChannel>(settings, lab.dataplane().sync_event_rings(),
                                          lab.dataplane().sync_apply_rings(), nullptr);
 }
@@ -328,7 +320,7 @@ TEST_CASE("sync: a start does not wait for a silent peer past resync_silence_ms"
     const std::string yaml = nat_config(write_key_file());
     PipelineLab lab(yaml);
     LoopbackPeer peer;
-    SyncChannelSettings settings{loopback(0), {loopback(peer.port)}, kKey, 7};
+    SyncChannelSettings settings{loopback_sync_address(0), {loopback_sync_address(peer.port)}, kKey, 7};
     settings.resync_silence_ms = 100;
     SyncChannel channel(settings, lab.dataplane().sync_event_rings(), lab.dataplane().sync_apply_rings(), nullptr);
     channel.ask_peers_for_resync();
@@ -347,7 +339,7 @@ TEST_CASE("sync: a peer's resync request is answered by the dump and then resync
     PipelineLab lab(yaml);
     LoopbackPeer peer;
     bool asked = false;
-    SyncChannelSettings settings{loopback(0), {loopback(peer.port)}, kKey, 7};
+    SyncChannelSettings settings{loopback_sync_address(0), {loopback_sync_address(peer.port)}, kKey, 7};
     SyncChannel channel(settings, lab.dataplane().sync_event_rings(), lab.dataplane().sync_apply_rings(),
                         [&asked] { asked = true; });
     peer.send_to(channel.bound_port(), sealed(SyncMessageType::resync_request, 1234, 0));
