@@ -14,11 +14,13 @@ namespace sluice {
 namespace {
 
 // A clock read (rte_rdtsc, ~25 cycles) after this much work: a slot of a large table costs two cache misses (its
-// entry and its key), a dry-run judgement (an rte_acl classification and a Maglev pick) more than all of them.
+// entry and its key); a batch of dry-run judgements (rte_acl classifications and Maglev picks) more than all of them.
 constexpr uint32_t kWorkBetweenClockReads = 4;
-constexpr uint32_t kJudgeWeight = kWorkBetweenClockReads;
 // Slots between the one read and the one prefetched: a few misses' latency ahead.
 constexpr uint32_t kPrefetchDistance = 8;
+// Connections a dry run judges per rte_acl call: its vector methods walk several tuples' tries at once, their cache
+// misses overlapping, where one tuple per call waits for each of its own in turn.
+constexpr uint32_t kJudgeBatch = 8;
 
 bool matches(const FlowFilter& f, const FiveTuple& t) {
     if (f.proto && t.proto != f.proto) return false;
@@ -30,13 +32,15 @@ bool matches(const FlowFilter& f, const FiveTuple& t) {
     return true;
 }
 
-// What the candidate would say of this connection if it were new: its rules' verdict and its service's backend.
-void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
-    const Snapshot& next = *walk.candidate;
-    ++walk.examined;
-    const FirewallTables& fw = *next.firewall;
-    if (fw.enabled && fw.classify_one(tuple, e.in_port, opening_match_bytes(tuple)).action != RuleAction::allow)
-        ++walk.would_deny;
+// Connections waiting for the candidate's judgement (reload --dry-run), on the walking worker's stack.
+struct JudgeBatch {
+    uint32_t count = 0;
+    FiveTuple tuples[kJudgeBatch];  // initiator -> responder
+    const ConnEntry* entries[kJudgeBatch];
+};
+
+// What the candidate's load balancer would do with a balanced connection if it were new.
+void judge_backend(FlowWalk& walk, const Snapshot& next, const ConnEntry& e, const FiveTuple& tuple) {
     if (e.backend == 0) return;
     const LbTables& lb = *next.lb;
     const uint32_t id = e.backend - 1;
@@ -50,15 +54,55 @@ void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
     if (pick_backend(lb.services[static_cast<std::size_t>(s)], stable_flow_hash(tuple)) != id) ++walk.maglev_moves;
 }
 
+// What the candidate would say of each batched connection if it were new: its rules' verdict (one rte_acl call per
+// family) and its service's backend. Empties the batch.
+void judge(FlowWalk& walk, JudgeBatch& batch) {
+    const Snapshot& next = *walk.candidate;
+    const FirewallTables& fw = *next.firewall;
+    walk.examined += batch.count;
+    if (fw.enabled) {
+        for (const IpFamily family : {IpFamily::ipv4, IpFamily::ipv6}) {
+            const FiveTuple* tuples[kJudgeBatch];
+            uint16_t in_ports[kJudgeBatch];
+            L4MatchBytes l4[kJudgeBatch];
+            uint32_t matched[kJudgeBatch];
+            uint32_t n = 0;
+            for (uint32_t i = 0; i < batch.count; ++i) {
+                if (batch.tuples[i].family != family) continue;
+                tuples[n] = &batch.tuples[i];
+                in_ports[n] = batch.entries[i]->in_port;
+                l4[n] = opening_match_bytes(batch.tuples[i]);
+                matched[n] = AclClassifier::kNoMatch;
+                ++n;
+            }
+            if (n == 0) continue;
+            if (const AclClassifier* classifier = fw.acl(family))
+                classifier->classify(tuples, in_ports, l4, matched, n);
+            for (uint32_t i = 0; i < n; ++i)
+                if (fw.verdict(family, matched[i]).action != RuleAction::allow) ++walk.would_deny;
+        }
+    }
+    for (uint32_t i = 0; i < batch.count; ++i) judge_backend(walk, next, *batch.entries[i], batch.tuples[i]);
+    batch.count = 0;
+}
+
 }  // namespace
 
 void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc) {
     ConnTable& table = *ctx.conn_table;
     const uint32_t end = table.slot_count();
-    uint32_t work = 0;  // since the last clock read, in slots (a judgement weighs kJudgeWeight)
+    uint32_t work = 0;  // since the last clock read, in slots (a batch of judgements weighs kWorkBetweenClockReads)
+    JudgeBatch batch;
     for (; walk.cursor < end; ++walk.cursor) {
+        if (batch.count == kJudgeBatch) {
+            judge(walk, batch);
+            work = kWorkBetweenClockReads;
+        }
         if (work >= kWorkBetweenClockReads) {
-            if (rte_rdtsc() >= deadline_tsc) return;
+            if (rte_rdtsc() >= deadline_tsc) {
+                if (batch.count) judge(walk, batch);  // slots before the cursor are done with
+                return;
+            }
             work = 0;
         }
         ++work;
@@ -80,8 +124,9 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
         table.live_key(static_cast<int32_t>(walk.cursor), key);
         const FiveTuple tuple = e.initiator_is_low ? key : key.reversed();
         if (walk.candidate) {
-            judge(walk, e, tuple);
-            work += kJudgeWeight;
+            batch.tuples[batch.count] = tuple;
+            batch.entries[batch.count] = &e;
+            ++batch.count;
             continue;
         }
         if (!matches(walk.filter, tuple)) continue;
@@ -97,6 +142,7 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
                  e.expires_tsc,
                  tuple.proto == kIpProtoTcp ? table.window(static_cast<int32_t>(walk.cursor)) : TcpWindow{}});
     }
+    if (batch.count) judge(walk, batch);
     walk.done.store(true, std::memory_order_release);
 }
 

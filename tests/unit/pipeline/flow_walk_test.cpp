@@ -10,6 +10,8 @@
 #include "../conntrack/conntrack_test_util.hpp"
 #include "pipeline/flow_walk.hpp"
 #include "pipeline/lcore_context.hpp"
+#include "pipeline/pipeline_lab.hpp"
+#include "pipeline/snapshot.hpp"
 
 namespace sluice::test {
 namespace {
@@ -75,6 +77,46 @@ TEST_CASE("a busy worker takes one walk slice per interval, an idle one a slice 
     const uint32_t end = walk.cursor;
     walk_slice(w.ctx, rte_rdtsc(), false);  // a finished walk is left alone
     CHECK(walk.cursor == end);
+}
+
+TEST_CASE("a dry run judges every connection of both families by the candidate's rules", "[pipeline]") {
+    // More connections than one rte_acl call takes, the families interleaved in the table's order as they come.
+    const std::string ports = R"(
+ports:
+  - {name: client, device: ring_client}
+  - {name: server, device: ring_server}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: client, to: server, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: server, to: client, next_hop_mac: "02:00:00:00:00:0a"}
+firewall:
+  default: allow
+)";
+    PipelineLab lab(ports);
+    std::vector<Bytes> frames;
+    uint64_t to_dns = 0;
+    for (uint16_t i = 0; i < 31; ++i) {
+        const uint16_t dport = i % 3 == 0 ? 53 : 80;
+        to_dns += dport == 53;
+        frames.push_back(frame(i % 2 ? udp_spec("2001:db8::7", 6000 + i, "2001:db8:1::9", dport)
+                                     : udp_spec("203.0.113.7", 5000 + i, "198.51.100.9", dport)));
+    }
+    REQUIRE(lab.exchange("client", frames, "server").size() == frames.size());
+    lab.reload(ports + "  rules:\n    - {name: no-dns, protocol: udp, destination_ports: 53, action: deny}\n");
+
+    LcoreContext* worker = nullptr;
+    lab.dataplane().for_each_lcore([&](const LcoreContext& ctx) {
+        if (ctx.worker) worker = const_cast<LcoreContext*>(&ctx);
+    });
+    REQUIRE(worker);
+    // The shortest slices (batches cut short by the clock), then one slice for the whole table (full batches).
+    for (const uint64_t deadline : {uint64_t{0}, UINT64_MAX}) {
+        FlowWalk walk;
+        walk.candidate = &lab.snapshot();
+        while (!walk.done.load()) advance_flow_walk(*worker, walk, deadline);
+        CHECK(walk.examined == frames.size());
+        CHECK(walk.would_deny == to_dns);
+    }
 }
 
 }  // namespace sluice::test
