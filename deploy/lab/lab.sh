@@ -125,9 +125,13 @@ cmd_start() {
   # Emptied here, not only by the redirection below: that happens in the background child, and until it does, the
   # wait for "ready:" would find the previous run's line and report a sluice ready that is still starting.
   : >"$LOG"
-  # setsid: the daemon outlives the calling shell and a Ctrl-C there. `ip netns exec` execs without forking, so $!
-  # is sluice's own pid.
-  setsid ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$config" >"$LOG" 2>&1 </dev/null &
+  # setsid: the daemon outlives the calling shell and a Ctrl-C there. SLUICE_LAB_SESSION=caller keeps it in the
+  # caller's session, and so in the caller's scheduler autogroup: a benchmark's client and sluice then share one CPU
+  # share, as the client and the kernel's forwarding inside its calls do. `ip netns exec` execs without forking, so
+  # $! is sluice's own pid.
+  local session=(setsid)
+  [ "${SLUICE_LAB_SESSION:-}" != caller ] || session=()
+  "${session[@]}" ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$config" >"$LOG" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDFILE"
   local deadline=$((SECONDS + READY_TIMEOUT))

@@ -131,7 +131,8 @@ def udp_figures(w):
         gw_drops = w["gw-server"]["tx_dropped"]
     delivered = w["snmp"]["Udp.InDatagrams"]
     socket_drops = w["snmp"]["Udp.RcvbufErrors"]
-    veth_in = w["client0"]["tx_dropped"] + w["gw-client"]["rx_dropped"]
+    # A frame AF_XDP refuses counts as the veth's XDP drop too: the veth's own are what is left.
+    veth_in = max(0, w["client0"]["tx_dropped"] + w["gw-client"]["rx_dropped"] - ring - fill)
     return {"sent_pps": sent / s, "egress_pps": gw_out / s, "received_pps": delivered / s,
             # client -> gateway: what the gateway never took in (AF_XDP's rings for sluice, the veth for both)
             "loss_in": max(0, sent - gw_in) / sent if sent else 0.0, "ring_full": ring / sent if sent else 0.0,
@@ -145,8 +146,10 @@ def udp_figures(w):
 
 def tcp_figures(w):
     end = w["client"]["end"]
+    sent = w["client0"]["tx"]
+    gw_in = w["sluice"]["port/client/rx_packets"] if w["gateway"] == "sluice" else w["gw-client"]["rx"]
     return {"gbps": end["sum_received"]["bits_per_second"] / 1e9, "retransmits": end["sum_sent"].get("retransmits", 0),
-            "steal": w["steal"], "others": w["others"]}
+            "loss_in": max(0, sent - gw_in) / sent if sent else 0.0, "steal": w["steal"], "others": w["others"]}
 
 
 def med(values):
@@ -181,7 +184,7 @@ def report(results):
              ("  lost client -> gateway", "udp", "loss_in", pct2),
              ("    of it AF_XDP RX ring full", "udp", "ring_full", pct2),
              ("    of it AF_XDP fill ring empty / other", "udp", "fill_empty", pct2),
-             ("    of it dropped by the veth", "udp", "veth_in", pct2),
+             ("    of it dropped by the veth otherwise", "udp", "veth_in", pct2),
              ("  lost in the gateway", "udp", "loss_gw", pct2),
              ("  lost gateway -> server socket", "udp", "loss_out", pct2),
              ("    of it the socket's buffer full", "udp", "socket", pct2),
@@ -189,13 +192,15 @@ def report(results):
              ("  others' CPU during the UDP windows", "udp", "others", pct),
              ("TCP one stream, Gbit/s received", "tcp", "gbps", gbit),
              ("  retransmitted segments", "tcp", "retransmits", lambda v: f"{v:.0f}"),
+             ("  segments lost client -> gateway", "tcp", "loss_in", pct2),
              ("  steal during the TCP windows", "tcp", "steal", pct),
              ("  others' CPU during the TCP windows", "tcp", "others", pct)]
     print(f"{'median [round 1, 2, ...]':<42} {'kernel':<40} {'sluice':<40}")
     for label, kind, key, fmt in lines:
         print(f"{label:<42} {cell(per('kernel', kind, key), fmt):<40} {cell(per('sluice', kind, key), fmt):<40}")
-    udp_r, tcp_r = ratios("udp", "received_pps"), ratios("tcp", "gbps")
+    udp_r, tcp_r, egress_r = ratios("udp", "received_pps"), ratios("tcp", "gbps"), ratios("udp", "egress_pps")
     print(f"{'sluice / kernel, UDP-64 delivered pps':<42} {cell(udp_r, ratio)}")
+    print(f"{'sluice / kernel, UDP-64 gateway egress pps':<42} {cell(egress_r, ratio)}")
     print(f"{'sluice / kernel, TCP Gbit/s':<42} {cell(tcp_r, ratio)}")
 
     def loss_cell(gw):
@@ -211,7 +216,8 @@ def report(results):
     row = (f"| {{date}} | {{machine}}; {noise} | {kpps(med(per('kernel', 'udp', 'received_pps')))} / "
            f"{kpps(med(per('sluice', 'udp', 'received_pps')))} / {cell(udp_r, ratio)} | "
            f"{kpps(med(per('kernel', 'udp', 'sent_pps')))}, {kpps(med(per('kernel', 'udp', 'egress_pps')))} / "
-           f"{kpps(med(per('sluice', 'udp', 'sent_pps')))}, {kpps(med(per('sluice', 'udp', 'egress_pps')))} | "
+           f"{kpps(med(per('sluice', 'udp', 'sent_pps')))}, {kpps(med(per('sluice', 'udp', 'egress_pps')))} / "
+           f"egress {cell(egress_r, ratio)} | "
            f"kernel: {loss_cell('kernel')}; sluice: {loss_cell('sluice')} | "
            f"{gbit(med(per('kernel', 'tcp', 'gbps')))} / {gbit(med(per('sluice', 'tcp', 'gbps')))} / "
            f"{cell(tcp_r, ratio)} |")

@@ -24,8 +24,9 @@
 # of the rounds with each round in brackets, and sluice / kernel.
 #
 # Nothing asserts a speed. Environment: ROUNDS (default 3), DURATION (s, default 7), SLUICE_LAB_CPU (lab.sh's,
-# default 1), NICE (default 0: the niceness of both runs' iperf3 and sluice; below the builds' on a shared machine, it
-# keeps them off the measured CPUs), SLUICE_BIN, BENCH_DOC (default docs/benchmarks.md).
+# default 1), NICE (default 0: the niceness of both runs' iperf3 and sluice, and of their scheduler autogroup; below
+# the builds' on a shared machine, it keeps them off the measured CPUs), SLUICE_BIN, BENCH_DOC (default
+# docs/benchmarks.md).
 set -euo pipefail
 
 readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -36,13 +37,15 @@ readonly BENCH_DOC="${BENCH_DOC:-$REPO/docs/benchmarks.md}"
 readonly LAB="$REPO/deploy/lab/lab.sh"
 readonly HELPER="$REPO/tests/bench/kernel_compare.py"
 export SLUICE_BIN="${SLUICE_BIN:-$REPO/build/app/sluice/sluice}"
-export SLUICE_LAB_NS="kc$$" SLUICE_LAB_CPU="${SLUICE_LAB_CPU:-1}"
+# One session for the clients, the servers and sluice (lab.sh's SLUICE_LAB_SESSION): the scheduler's autogroups weigh
+# sessions against each other, and the kernel's forwarding runs inside the client's calls, in the client's session.
+export SLUICE_LAB_NS="kc$$" SLUICE_LAB_CPU="${SLUICE_LAB_CPU:-1}" SLUICE_LAB_SESSION=caller
 readonly NS=$SLUICE_LAB_NS GW_CPU=$SLUICE_LAB_CPU FILE_PREFIX="sluice-kc$$"
 RECORD=1
 case "${1:-}" in
     --no-record) RECORD=0 ;;
     "") ;;
-    -h|--help) sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0 [--no-record]" >&2; exit 2 ;;
 esac
 
@@ -56,6 +59,11 @@ if ! [[ $DURATION =~ ^[0-9]+$ ]] || ((DURATION < 4)); then die "DURATION must be
 SERVER_CPU=""
 for ((c = 0; c < $(nproc --all); c++)); do ((c == GW_CPU)) || { SERVER_CPU=$c; break; }; done
 [[ -n $SERVER_CPU ]] || die "one CPU: the server needs a CPU of its own beside the gateway's ($GW_CPU)"
+autogroup_nice=""
+if [[ $NICE != 0 && -w /proc/self/autogroup ]]; then  # this session's weight; restored at exit
+    autogroup_nice=$(sed -n 's/.* nice //p' /proc/self/autogroup)
+    echo "$NICE" >/proc/self/autogroup
+fi
 
 work=$(mktemp -d /tmp/sluice-kernel-compare.XXXXXX)
 export SLUICE_LAB_STATE="$work/lab" SLUICE_LAB_CONFIG="$work/lab.yaml"
@@ -64,6 +72,7 @@ cleanup() {
     [[ -z $server_pid ]] || kill "$server_pid" 2>/dev/null || true
     "$LAB" down >/dev/null 2>&1 || true
     rm -rf "$work"
+    [[ -z $autogroup_nice ]] || echo "$autogroup_nice" >/proc/self/autogroup
 }
 trap cleanup EXIT
 
@@ -116,6 +125,8 @@ sluice_round() {
     local pid task
     pid=$("$LAB" pid)
     for task in /proc/"$pid"/task/*; do renice -n "$NICE" -p "${task##*/}" >/dev/null; done
+    [[ $(cut -d' ' -f1 "/proc/$pid/autogroup") == "$(cut -d' ' -f1 /proc/self/autogroup)" ]] ||
+        die "sluice runs in a scheduler autogroup other than the client's"
     sleep 1
     measure "$1" sluice udp
     measure "$1" sluice tcp
