@@ -26,13 +26,14 @@
 # Nothing asserts a speed. Environment: ROUNDS (default 3), DURATION (s, default 7), SLUICE_LAB_CPU (lab.sh's,
 # default 1), NICE (default 0: the niceness of both runs' iperf3 and sluice, and of their scheduler autogroup; below
 # the builds' on a shared machine, it keeps them off the measured CPUs), SLUICE_BIN, BENCH_DOC (default
-# docs/benchmarks.md).
+# docs/benchmarks.md), UDP_BITRATE (iperf3 -b of the UDP runs, payload bits/s; default 0, unpaced).
 set -euo pipefail
 
 readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly ROUNDS="${ROUNDS:-3}"
 readonly DURATION="${DURATION:-7}"
 readonly NICE="${NICE:-0}"
+readonly UDP_BITRATE="${UDP_BITRATE:-0}"
 readonly BENCH_DOC="${BENCH_DOC:-$REPO/docs/benchmarks.md}"
 readonly LAB="$REPO/deploy/lab/lab.sh"
 readonly HELPER="$REPO/tests/bench/kernel_compare.py"
@@ -45,7 +46,7 @@ RECORD=1
 case "${1:-}" in
     --no-record) RECORD=0 ;;
     "") ;;
-    -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0 [--no-record]" >&2; exit 2 ;;
 esac
 
@@ -104,7 +105,7 @@ measure() {
         sleep 0.1
     done
     local args=(-t "$DURATION")
-    [[ $kind == tcp ]] || args+=(-u -b 0 -l 64)
+    [[ $kind == tcp ]] || args+=(-u -b "$UDP_BITRATE" -l 64)
     /usr/bin/python3 "$HELPER" counters "$NS" "$gateway" "$telemetry_socket" >"$base.before.json" ||
         die "reading the counters failed ($gateway, $kind)"
     /usr/bin/python3 "$HELPER" cpu "$NS" 1 "$((DURATION - 2))" >"$base.cpu.json" &
@@ -186,7 +187,7 @@ if [[ $RECORD == 1 ]]; then
     git -C "$REPO" diff --quiet HEAD 2>/dev/null || commit+="-dirty"
     row=$(tail -n 1 <<<"$report")
     row=${row/"{date}"/"$(date -u '+%F %H:%M'), \`$commit\`"}
-    row=${row/"{machine}"/"$machine, $ROUNDS rounds$( ((NICE == 0)) || echo ", nice $NICE")"}
+    row=${row/"{machine}"/"$machine, $ROUNDS rounds$( ((NICE == 0)) || echo ", nice $NICE")$([[ $UDP_BITRATE == 0 ]] || echo ", UDP at $UDP_BITRATE")"}
     # Into the kernel table (behind its marker), as the other benchmarks record theirs (bench_table.py).
     /usr/bin/python3 -c '
 import sys
