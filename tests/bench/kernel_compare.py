@@ -9,9 +9,9 @@ over the run's middle, and the report over all rounds.
       From the files rROUND-GATEWAY-KIND.{before,after,cpu,client}.json: the table (median of rounds, each round in
       brackets) and, on its last line, the docs/benchmarks.md row. Rates are packets over the client's duration.
 
-Counters, in the packets' order: sl-client's client0 (sent), the gateway (sluice: its ports' packets, its drops and
-the AF_XDP sockets' drops; the kernel: gw-client / gw-server), the server LAN's bridge ports, sl-backend1's eth0 and
-its UDP and TCP MIB (/proc/net/snmp: datagrams delivered to sockets, socket buffer drops). CPU: /proc/stat (steal;
+Counters, in the packets' order (namespaces NS-*): the client's client0 (sent), the gateway (sluice: its ports'
+packets, its drops and the AF_XDP sockets' drops; the kernel: gw-client / gw-server), the server LAN's bridge ports,
+backend1's eth0 and its UDP and TCP MIB (/proc/net/snmp: datagrams delivered to sockets, socket buffer drops). CPU: /proc/stat (steal;
 the time of tasks outside the lab's namespaces, other than the softirq threads, is "others")."""
 import json, os, re, socket, statistics, subprocess, sys, time
 
