@@ -40,7 +40,8 @@
 # SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30),
 # SLUICE_LAB_DRIVER (af_xdp, the default, or af_packet), SLUICE_LAB_NS (the namespaces' prefix, default sl),
 # SLUICE_LAB_CPU (the CPU of sluice's lcore in the config, default 1: the gateway's veths steer their receive work to
-# it with RPS, the hosts' veths and the bridge's to the other CPUs; see placement below).
+# it with RPS, the hosts' veths and the bridge's to the other CPUs; see placement below), SLUICE_LAB_SESSION (caller:
+# 'start' keeps sluice in the caller's session instead of a new one; for benchmarks, see cmd_start).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -46,7 +46,7 @@ RECORD=1
 case "${1:-}" in
     --no-record) RECORD=0 ;;
     "") ;;
-    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0 [--no-record]" >&2; exit 2 ;;
 esac
 
