@@ -13,7 +13,10 @@ Counters, in the packets' order (namespaces NS-*): the client's client0 (sent), 
 packets, its drops and the AF_XDP sockets' drops; the kernel: gw-client / gw-server), the server LAN's bridge ports,
 backend1's eth0 and its UDP and TCP MIB (/proc/net/snmp: datagrams delivered to sockets, socket buffer drops). CPU: /proc/stat (steal;
 the time of tasks outside the lab's namespaces, other than the softirq threads, is "others")."""
-import json, os, re, socket, statistics, subprocess, sys, time
+import json, os, re, statistics, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from memif_bench import query, telemetry_connect  # noqa: E402  (the benchmarks' one telemetry client)
 
 
 def link_stats(ns, dev):
@@ -32,17 +35,6 @@ def snmp(ns):
     for head, values in zip(lines[0::2], lines[1::2]):  # a line of names, then a line of values, per protocol
         table.update({f"{head[0][:-1]}.{k}": int(v) for k, v in zip(head[1:], values[1:])})
     return table
-
-
-def telemetry(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.settimeout(5)
-    s.connect(path)
-    size = json.loads(s.recv(1024)).get("max_output_len", 16384)
-    s.send(b"/sluice/stats")
-    stats = json.loads(s.recv(size))["/sluice/stats"]
-    s.close()
-    return stats
 
 
 def lab_pids(ns):
@@ -73,6 +65,7 @@ def task_jiffies(pids):
 
 
 def cpu_line():
+    """Task time apart: the lab's veths make most of the softirq time, so memif_bench.cpu_times' busy would not do."""
     v = [int(x) for x in open("/proc/stat").readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
     return {"tasks": v[0] + v[1] + v[2], "steal": v[7], "total": sum(v)}
 
@@ -85,7 +78,9 @@ def counters(ns, gateway, tel_path):
         r[dev] = link_stats(f"{ns}-{where}", dev)
     r["snmp"] = snmp(f"{ns}-backend1")
     if gateway == "sluice":
-        r["sluice"] = {k: v for k, v in telemetry(tel_path).items() if isinstance(v, int)}
+        sock, size = telemetry_connect(tel_path, 5)
+        r["sluice"] = {k: v for k, v in query(sock, size, "/sluice/stats").items() if isinstance(v, int)}
+        sock.close()
     json.dump(r, sys.stdout)
 
 
