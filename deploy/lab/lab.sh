@@ -38,18 +38,22 @@
 #
 # Environment: SLUICE_BIN (default build/app/sluice/sluice), SLUICE_LAB_CONFIG (default config/lab.yaml),
 # SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30),
-# SLUICE_LAB_DRIVER (af_xdp, the default, or af_packet).
+# SLUICE_LAB_DRIVER (af_xdp, the default, or af_packet), SLUICE_LAB_NS (the namespaces' prefix, default sl),
+# SLUICE_LAB_CPU (the CPU of sluice's lcore in the config, default 1: the gateway's veths steer their receive work to
+# it with RPS, the hosts' veths and the bridge's to the other CPUs; see placement below), SLUICE_LAB_SESSION (caller:
+# 'start' keeps sluice in the caller's session instead of a new one; for benchmarks, see cmd_start).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-NS_CLIENT=sl-client
-NS_SERVER=sl-server
-NS_GW=sl-gw
+NS=${SLUICE_LAB_NS:-sl}  # the namespaces' prefix: a benchmark's own lab leaves the default one alone
+NS_CLIENT=$NS-client
+NS_SERVER=$NS-server
+NS_GW=$NS-gw
 BACKENDS=(1 2 3)
-NS_ROUTER=sl-router
-NAMESPACES=("$NS_CLIENT" "$NS_SERVER" "$NS_GW" sl-backend1 sl-backend2 sl-backend3 "$NS_ROUTER")
+NS_ROUTER=$NS-router
+NAMESPACES=("$NS_CLIENT" "$NS_SERVER" "$NS_GW" "$NS-backend1" "$NS-backend2" "$NS-backend3" "$NS_ROUTER")
 KERNEL_TABLE=100  # routing.kernel_table in config/lab.yaml
 
 SLUICE_BIN=${SLUICE_BIN:-$root/build/app/sluice/sluice}
@@ -58,7 +62,12 @@ STATE=${SLUICE_LAB_STATE:-/run/sluice-lab}
 READY_TIMEOUT=${SLUICE_LAB_READY_TIMEOUT:-30}
 PIDFILE=$STATE/sluice.pid
 LOG=$STATE/sluice.log
-FILE_PREFIX=sluice-lab   # must match --file-prefix in config/lab.yaml
+# The EAL file prefix of the config's sluice (its runtime directory and hugepage files).
+FILE_PREFIX=$(sed -n 's/.*--file-prefix=\([A-Za-z0-9_.-]*\).*/\1/p' "$CONFIG" 2>/dev/null | head -n 1)
+FILE_PREFIX=${FILE_PREFIX:-sluice-lab}
+# The CPU of sluice's data-plane lcore (config/lab.yaml: --lcores=0@0,1@1, lcore 1). The lab keeps the gateway's
+# packet work on it and the hosts' on the other CPUs (placement below).
+GW_CPU=${SLUICE_LAB_CPU:-1}
 PYTHON=/usr/bin/python3  # not the first python3 on PATH: a pyenv shim may shadow it
 DRIVER=${SLUICE_LAB_DRIVER:-af_xdp}  # af_packet: the fallback, for kernels without AF_XDP
 
@@ -117,9 +126,13 @@ cmd_start() {
   # Emptied here, not only by the redirection below: that happens in the background child, and until it does, the
   # wait for "ready:" would find the previous run's line and report a sluice ready that is still starting.
   : >"$LOG"
-  # setsid: the daemon outlives the calling shell and a Ctrl-C there. `ip netns exec` execs without forking, so $!
-  # is sluice's own pid.
-  setsid ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$config" >"$LOG" 2>&1 </dev/null &
+  # setsid: the daemon outlives the calling shell and a Ctrl-C there. SLUICE_LAB_SESSION=caller keeps it in the
+  # caller's session, and so in the caller's scheduler autogroup: a benchmark's client and sluice then share one CPU
+  # share, as the client and the kernel's forwarding inside its calls do. `ip netns exec` execs without forking, so
+  # $! is sluice's own pid.
+  local session=(setsid)
+  [ "${SLUICE_LAB_SESSION:-}" != caller ] || session=()
+  "${session[@]}" ip netns exec "$NS_GW" "$SLUICE_BIN" --config "$config" >"$LOG" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDFILE"
   local deadline=$((SECONDS + READY_TIMEOUT))
@@ -250,7 +263,7 @@ cmd_up() {
   for dev in uplink mgmt; do bridge_port "$NS_SERVER" "$dev"; done
   local n
   for n in "${BACKENDS[@]}"; do
-    ip -n "$NS_GW" link add "gw-be$n" type veth peer name eth0 netns "sl-backend$n"  # made in sl-gw, moved out next
+    ip -n "$NS_GW" link add "gw-be$n" type veth peer name eth0 netns "$NS-backend$n"  # made in sl-gw, moved out next
     ip -n "$NS_GW" link set "gw-be$n" netns "$NS_SERVER" name "be$n"
     bridge_port "$NS_SERVER" "be$n"
     # Static forwarding entries: the bridge never floods a frame for a backend (or for the management link) to
@@ -272,10 +285,43 @@ cmd_up() {
     ip -n "$NS_GW" neigh replace "10.77.2.1$n" lladdr "02:77:00:00:03:0$n" dev gw-mgmt nud permanent
   done
   setup_router
+  placement
   say "up: $NS_CLIENT 10.77.1.2 fd77:1::2 <-> $NS_GW (gw-client, gw-server) <-> $NS_SERVER 10.77.2.2 fd77:2::2"
-  say "    backends sl-backend1..3 10.77.2.11..13 (HTTP :80, UDP :53); health checks from $NS_GW via gw-mgmt 10.77.2.254"
+  say "    backends $NS-backend1..3 10.77.2.11..13 (HTTP :80, UDP :53); health checks from $NS_GW via gw-mgmt 10.77.2.254"
   say "    $NS_ROUTER 10.77.2.3 announces 10.77.50.0/24 over BGP to $NS_GW's BIRD (kernel table $KERNEL_TABLE)"
   say "start sluice with: $0 start"
+}
+
+# The hex mask of the CPUs given as arguments, for rps_cpus.
+cpu_mask() { local c m=0; for c in "$@"; do m=$((m | 1 << c)); done; printf '%x' "$m"; }
+
+# Sets rps_cpus of every RX queue of interface $2 in namespace $1 to mask $3.
+set_rps() {
+  # shellcheck disable=SC2016  # expanded by the inner sh, inside the namespace (its own /sys)
+  ip netns exec "$1" sh -c 'for q in /sys/class/net/$0/queues/rx-*/rps_cpus; do echo "$1" >"$q"; done' "$2" "$3" ||
+    die "$1/$2: cannot set rps_cpus to $3"
+}
+
+# Where the kernel processes what each veth receives (RPS): a veth receives in the sender's context, so without it
+# a host's whole receive path (bridge, IP, socket) would run inside sluice's TX call on sluice's CPU. The gateway's
+# veths steer to sluice's CPU (what the kernel does there when it forwards instead of sluice: the gateway's work on
+# one CPU either way; AF_XDP takes its frames before RPS), every host's and the bridge's to the other CPUs.
+placement() {
+  local cpus c others=()
+  cpus=$(nproc --all)
+  ((GW_CPU < cpus)) || die "SLUICE_LAB_CPU=$GW_CPU: this machine has CPUs 0..$((cpus - 1))"
+  for ((c = 0; c < cpus; c++)); do ((c == GW_CPU)) || others+=("$c"); done
+  ((${#others[@]})) || { say "one CPU: no receive steering"; return 0; }
+  local gw hosts dev n
+  gw=$(cpu_mask "$GW_CPU") hosts=$(cpu_mask "${others[@]}")
+  for dev in gw-client gw-server; do set_rps "$NS_GW" "$dev" "$gw"; done
+  set_rps "$NS_CLIENT" client0 "$hosts"
+  for dev in uplink mgmt rt br0; do set_rps "$NS_SERVER" "$dev" "$hosts"; done
+  for n in "${BACKENDS[@]}"; do
+    set_rps "$NS_SERVER" "be$n" "$hosts"
+    set_rps "$NS-backend$n" eth0 "$hosts"
+  done
+  set_rps "$NS_ROUTER" eth0 "$hosts"
 }
 
 # A bridge port in namespace $1: no offloads, no IPv6 of its own (no MLD or ND chatter), enslaved to br0, up.
@@ -290,7 +336,7 @@ bridge_port() {
 # Backend N: IPv4 only, 10.77.2.1N, the dsr VIP on its loopback, the gateway and the management address as
 # permanent neighbours, and its servers.
 setup_backend() {
-  local n=$1 ns=sl-backend$1
+  local n=$1 ns=$NS-backend$1
   local nsx=(ip netns exec "$ns")
   "${nsx[@]}" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
   "${nsx[@]}" ip link set lo up
@@ -359,7 +405,7 @@ EOF
 
 # Starts backend N's servers (backend.py) in its namespace and waits until it listens.
 start_backend() {
-  local n=$1 ns=sl-backend$1
+  local n=$1 ns=$NS-backend$1
   mkdir -p "$STATE"
   setsid ip netns exec "$ns" "$PYTHON" "$here/backend.py" "backend$n" >"$STATE/backend$n.log" 2>&1 </dev/null &
   echo $! >"$STATE/backend$n.pid"
@@ -483,7 +529,7 @@ EOF
 kernel_counters() {
   ns_exists "$NS_GW" || return 0
   local dev f v line
-  echo "  kernel view of sluice's interfaces (sl-gw):"
+  echo "  kernel view of sluice's interfaces ($NS_GW):"
   for dev in gw-client gw-server; do
     line=""
     for f in rx_packets tx_packets rx_dropped tx_dropped; do
@@ -514,7 +560,7 @@ cmd_status() {
   done
   [ "$any" -eq 1 ] || { echo "the lab is down (start it with $0 up)"; }
   if [ -S "$STATE/bird-gw.ctl" ]; then
-    echo "BGP (sl-gw's BIRD): $(birdc -s "$STATE/bird-gw.ctl" show protocols router1 2>&1 | awk '$1 == "router1" {print $4, $6}')"
+    echo "BGP ($NS_GW's BIRD): $(birdc -s "$STATE/bird-gw.ctl" show protocols router1 2>&1 | awk '$1 == "router1" {print $4, $6}')"
     echo "kernel table $KERNEL_TABLE of $NS_GW (what sluice mirrors):"
     ip -n "$NS_GW" route show table "$KERNEL_TABLE" 2>/dev/null | sed 's/^/  /'
   fi

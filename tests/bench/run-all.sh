@@ -81,7 +81,7 @@ PY
 lab_ready() {
     local tool
     for tool in iperf3 nft ethtool ip; do command -v "$tool" >/dev/null || { log "kernel_compare.sh skipped: no $tool"; return 1; }; done
-    if ip netns list | grep -q '^sl-'; then log "kernel_compare.sh skipped: a lab is up (sl-* namespaces): it would be torn down"; return 1; fi
+    if ip netns list | grep -q '^sl-'; then log "kernel_compare.sh skipped: a lab is up (sl-* namespaces): its sluice would poll on the measured CPUs"; return 1; fi
 }
 
 step forward "tests/bench/forward.sh" "$REPO/tests/bench/forward.sh"
