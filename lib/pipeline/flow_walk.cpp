@@ -14,7 +14,7 @@ namespace sluice {
 namespace {
 
 // A clock read (rte_rdtsc, ~25 cycles) after this much work: a slot of a large table costs two cache misses (its
-// entry and its key), a dry-run judgement (an rte_acl classification and a Maglev pick) more than all of them.
+// line and its key), a dry-run judgement (an rte_acl classification and a Maglev pick) more than all of them.
 constexpr uint32_t kWorkBetweenClockReads = 4;
 constexpr uint32_t kJudgeWeight = kWorkBetweenClockReads;
 // Slots between the one read and the one prefetched: a few misses' latency ahead.
@@ -55,6 +55,7 @@ void judge(FlowWalk& walk, const ConnEntry& e, const FiveTuple& tuple) {
 void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc) {
     ConnTable& table = *ctx.conn_table;
     const uint32_t end = table.slot_count();
+    const uint64_t now_tsc = rte_rdtsc();  // the records' expiries: a slice is a few microseconds
     uint32_t work = 0;  // since the last clock read, in slots (a judgement weighs kJudgeWeight)
     for (; walk.cursor < end; ++walk.cursor) {
         if (work >= kWorkBetweenClockReads) {
@@ -65,7 +66,7 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
         if (walk.cursor + kPrefetchDistance < end) {
             // Non-temporal: the walk reads each slot once; the worker's own connections should stay in the caches.
             const auto ahead = static_cast<int32_t>(walk.cursor + kPrefetchDistance);
-            rte_prefetch_non_temporal(&table.entry(ahead));
+            rte_prefetch_non_temporal(table.slot_address(ahead));
             rte_prefetch_non_temporal(table.key_address(ahead));
         }
         const ConnEntry& e = table.entry(static_cast<int32_t>(walk.cursor));
@@ -93,8 +94,7 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
                  e.backend,
                  e.nat_port,
                  {e.packets[0], e.packets[1]},
-                 {e.bytes[0], e.bytes[1]},
-                 e.expires_tsc,
+                 now_tsc + table.lifetime_tsc(e, now_tsc),
                  tuple.proto == kIpProtoTcp ? table.window(static_cast<int32_t>(walk.cursor)) : TcpWindow{}});
     }
     walk.done.store(true, std::memory_order_release);
