@@ -138,6 +138,19 @@ std::pair<const char*, std::size_t> locate_key_store(rte_hash* table, const Key&
 
 inline bool is_tcp_state(ConnState s) { return s <= ConnState::tcp_close; }
 
+// The expiry clock's shift (ConnTable::tick): the smallest for which 2^31 ticks span a day and twice the longest
+// timeout. A finer tick only adds precision nobody reads; a coarser one would let an entry that expiry's sweep has
+// not reached yet look alive again after half the range.
+unsigned tick_shift_for(const ConnTimeouts& timeouts, uint64_t tsc_hz) {
+    uint64_t longest = 0;
+    for (std::size_t s = 0; s < static_cast<std::size_t>(ConnState::count); ++s)
+        longest = std::max<uint64_t>(longest, timeout_seconds(timeouts, static_cast<ConnState>(s)));
+    const unsigned __int128 span = static_cast<unsigned __int128>(std::max<uint64_t>(2 * longest, 86400)) * tsc_hz;
+    unsigned shift = 0;
+    while ((span >> shift) > INT32_MAX) ++shift;
+    return shift;
+}
+
 }  // namespace
 
 uint32_t timeout_seconds(const ConnTimeouts& t, ConnState s) {
@@ -207,8 +220,8 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
                                  std::to_string(kMaxNameLength) + " characters (rte_hash truncates ring names)");
 
     const auto fail = [&](const std::string& what) {
-        rte_free(entries_);
-        entries_ = nullptr;
+        rte_free(slots_);
+        slots_ = nullptr;
         rte_hash_free(ipv4_);
         rte_hash_free(ipv6_);
         ipv4_ = ipv6_ = nullptr;
@@ -236,24 +249,19 @@ ConnTable::ConnTable(const std::string& name, uint32_t capacity, int socket_id, 
     // Positions are key slot - 1, below rte_hash_max_key_id() (= entries without multi-writer); one spare entry
     // per table because the documentation reads "max key ID that could possibly be returned" as inclusive.
     ipv4_slots_ = static_cast<uint32_t>(rte_hash_max_key_id(ipv4_)) + 1;
-    slots_ = ipv4_slots_ + static_cast<uint32_t>(rte_hash_max_key_id(ipv6_)) + 1;
-    entries_ = static_cast<ConnEntry*>(
-        rte_zmalloc_socket("sluice_conntrack", std::size_t{slots_} * sizeof(ConnEntry), kCacheLine, socket_id));
-    if (entries_ == nullptr)
-        fail("cannot allocate " + std::to_string(slots_) + " entries of " + std::to_string(sizeof(ConnEntry)) + " B");
-    windows_ = static_cast<TcpWindow*>(
-        rte_zmalloc_socket("sluice_tcp_windows", std::size_t{slots_} * sizeof(TcpWindow), kCacheLine, socket_id));
-    if (windows_ == nullptr)
-        fail("cannot allocate " + std::to_string(slots_) + " TCP windows of " + std::to_string(sizeof(TcpWindow)) +
-             " B");
+    slot_count_ = ipv4_slots_ + static_cast<uint32_t>(rte_hash_max_key_id(ipv6_)) + 1;
+    slots_ = static_cast<ConnSlot*>(
+        rte_zmalloc_socket("sluice_conntrack", std::size_t{slot_count_} * sizeof(ConnSlot), kCacheLine, socket_id));
+    if (slots_ == nullptr)
+        fail("cannot allocate " + std::to_string(slot_count_) + " slots of " + std::to_string(sizeof(ConnSlot)) + " B");
 
+    tick_shift_ = tick_shift_for(timeouts_, tsc_hz_);
     for (std::size_t s = 0; s < static_cast<std::size_t>(ConnState::count); ++s)
-        timeout_tsc_[s] = uint64_t{timeout_seconds(timeouts_, static_cast<ConnState>(s))} * tsc_hz_;
+        timeout_ticks_[s] = ticks_of(uint64_t{timeout_seconds(timeouts_, static_cast<ConnState>(s))} * tsc_hz_);
 }
 
 ConnTable::~ConnTable() {
-    rte_free(windows_);
-    rte_free(entries_);
+    rte_free(slots_);
     rte_hash_free(ipv4_);
     rte_hash_free(ipv6_);
 }
@@ -314,9 +322,8 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
         }
     }
     for (uint32_t i = 0; i < count; ++i) {
-        if (positions[i] < 0) positions[i] = -1;      // -ENOENT
-        else rte_prefetch0(&entries_[positions[i]]);  // track() comes next: overlap the burst's entry misses
-        if (positions[i] >= 0 && tuples[i]->proto == kIpProtoTcp) rte_prefetch0(&windows_[positions[i]]);
+        if (positions[i] < 0) positions[i] = -1;    // -ENOENT
+        else rte_prefetch0(&slots_[positions[i]]);  // track() comes next: overlap the burst's slot misses
     }
     // A NAT reply finds the alias, and track() then needs the connection's own entry: read the aliases' peers in
     // a loop of their own, so that their misses overlap too instead of each following its alias's miss. (A table
@@ -324,8 +331,8 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
     if (aliases_ == 0) return;
     for (uint32_t i = 0; i < count; ++i) {
         if (positions[i] < 0) continue;
-        const ConnEntry& e = entries_[positions[i]];
-        if (e.flags & kConnFlagAlias) rte_prefetch0(&entries_[e.peer]);
+        const ConnEntry& e = slots_[positions[i]].entry;
+        if (e.flags & kConnFlagAlias) rte_prefetch0(&slots_[e.peer]);
     }
 }
 
@@ -334,21 +341,16 @@ int32_t ConnTable::insert(const FiveTuple& tuple, uint32_t hash, ConnState initi
     bool low;
     const int32_t pos = add_key(tuple, hash, low);
     if (SLUICE_UNLIKELY(pos < 0)) return -1;
-    ConnEntry& e = entries_[pos];
+    ConnEntry& e = slots_[pos].entry;
     if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return pos;  // already tracked: rte_hash returned its position
-    e.expires_tsc = now_tsc + timeout_tsc_[static_cast<std::size_t>(initial)];
-    e.packets[0] = e.packets[1] = 0;
-    e.bytes[0] = e.bytes[1] = 0;
-    e.rule_index = rule_index;
-    e.backend = 0;
+    e = ConnEntry{};
     e.peer = kNoPeer;
-    e.nat_port = 0;
-    e.nat_address = 0;
-    e.in_port = UINT16_MAX;
-    e.synced_s = 0;
     e.state = initial;
-    e.initiator_is_low = low ? 1 : 0;
     e.flags = kConnFlagLive;
+    e.in_port = UINT16_MAX;
+    e.expires = tick(now_tsc) + timeout_ticks_[static_cast<std::size_t>(initial)];
+    e.rule_index = stored_rule(rule_index);
+    e.initiator_is_low = low ? 1 : 0;
     count_added(pos);
     return pos;
 }
@@ -357,15 +359,13 @@ int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t p
     bool low;
     const int32_t pos = add_key(tuple, hash, low);
     if (SLUICE_UNLIKELY(pos < 0)) return -1;
-    ConnEntry& e = entries_[pos];
-    if (SLUICE_UNLIKELY(e.flags & kConnFlagLive)) return -1;  // the tuple belongs to another connection
-    e = ConnEntry{};
-    e.alias = ConnAlias{};
-    e.expires_tsc = UINT64_MAX;  // expiry skips aliases: they go with their connection
-    e.peer = static_cast<uint32_t>(primary);
-    e.initiator_is_low = low ? 0 : 1;  // the tuple is the reply direction
-    e.flags = kConnFlagLive | kConnFlagAlias;
-    entries_[primary].peer = static_cast<uint32_t>(pos);
+    ConnSlot& slot = slots_[pos];
+    if (SLUICE_UNLIKELY(slot.entry.flags & kConnFlagLive)) return -1;  // the tuple belongs to another connection
+    slot.entry = ConnEntry{};
+    slot.alias = ConnAlias{};
+    slot.entry.peer = static_cast<uint32_t>(primary);
+    slot.entry.flags = kConnFlagLive | kConnFlagAlias;  // expiry skips aliases: they go with their connection
+    slots_[primary].entry.peer = static_cast<uint32_t>(pos);
     count_added(pos);
     ++aliases_;
     return pos;
@@ -419,9 +419,8 @@ void ConnTable::live_key(int32_t index, FiveTuple& key) const {
     else std::memcpy(&key, stored, sizeof key);
 }
 
-TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint32_t bytes,
-                                        uint64_t now_tsc) {
-    ConnEntry& e = entries_[index];
+TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc) {
+    ConnEntry& e = slots_[index].entry;
     bool refresh = true;
     // Most packets: a segment with ACK alone (PSH, URG, ECE, CWR aside) on an established connection, one-way or
     // not, or a datagram of a UDP flow with replies. Neither the state table nor the one-way rules move the state,
@@ -450,8 +449,7 @@ TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_f
         }
     }
     e.packets[reply] += 1;
-    e.bytes[reply] += bytes;
-    if (refresh) e.expires_tsc = now_tsc + timeout_tsc_[static_cast<std::size_t>(e.state)];
+    if (refresh) e.expires = tick(now_tsc) + timeout_ticks_[static_cast<std::size_t>(e.state)];
     return TrackVerdict::ok;
 }
 
@@ -477,35 +475,35 @@ TrackVerdict ConnTable::initial_state(const FiveTuple& tuple, uint8_t tcp_flags,
 
 uint32_t ConnTable::expire(uint64_t now_tsc, uint32_t budget) {
     if (budget == 0 || size_ == 0) return 0;
-    // Scans the entry array rather than rte_hash_iterate(): iterate skips empty bucket slots in an unbounded
+    // Scans the slot array rather than rte_hash_iterate(): iterate skips empty bucket slots in an unbounded
     // loop (a nearly empty 1M table costs a full bucket scan per call), and deleting while it walks can move a
     // key from an extendable bucket behind the cursor. The array is walked in order, so the prefetcher keeps up.
     uint64_t scan = uint64_t{budget} * 4;
-    if (scan > slots_) scan = slots_;
+    if (scan > slot_count_) scan = slot_count_;
     uint32_t cursor = expire_cursor_;
     uint32_t removed = 0;
     for (; scan > 0 && removed < budget; --scan) {
-        const ConnEntry& e = entries_[cursor];
-        if ((e.flags & kConnFlagLive) && e.expires_tsc <= now_tsc) {
-            if (expiry_hook_ && !(e.flags & kConnFlagAlias))
-                expiry_hook_(expiry_arg_, *this, static_cast<int32_t>(cursor), now_tsc);
+        const ConnEntry& e = slots_[cursor].entry;
+        // An alias has no expiry of its own (ConnAlias lies over it): it goes with its connection.
+        if ((e.flags & (kConnFlagLive | kConnFlagAlias)) == kConnFlagLive && expired(e, now_tsc)) {
+            if (expiry_hook_) expiry_hook_(expiry_arg_, *this, static_cast<int32_t>(cursor), now_tsc);
             remove(static_cast<int32_t>(cursor));
             ++removed;
         }
-        if (++cursor == slots_) cursor = 0;
+        if (++cursor == slot_count_) cursor = 0;
     }
     expire_cursor_ = cursor;
     // The next call goes on from the cursor, one poll later: start its lines now. Each call reads too few of them
     // for the hardware prefetcher to keep ahead, so every slot read would be a miss.
-    for (uint64_t ahead = std::min<uint64_t>(uint64_t{budget} * 4, slots_); ahead > 0; --ahead) {
-        rte_prefetch0(&entries_[cursor]);
-        if (++cursor == slots_) cursor = 0;
+    for (uint64_t ahead = std::min<uint64_t>(uint64_t{budget} * 4, slot_count_); ahead > 0; --ahead) {
+        rte_prefetch0(&slots_[cursor]);
+        if (++cursor == slot_count_) cursor = 0;
     }
     return removed;
 }
 
 void ConnTable::remove(int32_t index) {
-    ConnEntry& e = entries_[index];
+    ConnEntry& e = slots_[index].entry;
     if (!(e.flags & kConnFlagLive)) return;
     if (e.flags & kConnFlagAlias) {
         remove(static_cast<int32_t>(e.peer));
@@ -517,7 +515,7 @@ void ConnTable::remove(int32_t index) {
 }
 
 void ConnTable::remove_key(int32_t index) {
-    ConnEntry& e = entries_[index];
+    ConnEntry& e = slots_[index].entry;
     const bool ipv6 = static_cast<uint32_t>(index) >= ipv4_slots_;
     rte_hash* table = ipv6 ? ipv6_ : ipv4_;
     const int32_t position = ipv6 ? index - static_cast<int32_t>(ipv4_slots_) : index;

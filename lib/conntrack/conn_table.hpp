@@ -57,9 +57,37 @@ struct ConnTimeouts {
 // The timeout of a state, in seconds.
 uint32_t timeout_seconds(const ConnTimeouts& timeouts, ConnState state);
 
+// One connection in 32 bytes: half of its slot's cache line, the other half its TcpWindow (ConnSlot), so that a TCP
+// packet reads one line of the table. The key (the canonical tuple) lives in the rte_hash of its family; the slot
+// sits in a parallel array at the key's position (IPv6 positions follow the IPv4 ones). A slot is a connection or,
+// with kConnFlagAlias, a connection's second key: the first 8 bytes are both kinds', an alias's ConnAlias lies over
+// the rest of the line.
+struct alignas(32) ConnEntry {
+    uint32_t peer;  // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
+    ConnState state;
+    uint8_t flags;     // kConnFlagLive, kConnFlagAlias, plus the TCP state table's sub-state bits
+    uint16_t in_port;  // the port the opening packet came in on (reload --dry-run re-judges it)
+    // A connection's own fields from here on (an alias's ConnAlias lies over them).
+    uint32_t expires;     // ConnTable's tick (ConnTable::tick) it expires at; compared modulo 2^32 (expired())
+    uint32_t packets[2];  // [0] initiator -> responder, [1] replies; they wrap at 2^32
+    uint32_t backend;     // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
+    // The rule that allowed it (for per-rule counters; kConnRuleNotCounted for the default or a rule past it).
+    uint32_t rule_index : 23;
+    uint32_t initiator_is_low : 1;  // 1 when the initiator is the lower endpoint in canonical order
+    uint32_t nat_address : 8;       // NAT: index of its pool address
+    uint16_t nat_port;              // NAT: the pool port (host order) the connection holds, 0 when none
+    uint16_t synced_s;              // sync: when peers were last told of it (seconds, modulo 2^16; lib/sync)
+};
+static_assert(sizeof(ConnEntry) == 32 && offsetof(ConnEntry, expires) == 8 && offsetof(ConnEntry, nat_port) == 28);
+
+// A rule index an entry stores for the default action or any rule at or past it: per-rule counters cover fewer
+// rules (kMaxCountedRules), so such a connection is counted under none, as the default's are.
+inline constexpr uint32_t kConnRuleNotCounted = (1u << 23) - 1;
+
 // What a NAT alias slot (kConnFlagAlias: the backend-side key of a connection, see insert_alias) holds instead of a
-// connection's counters: where the replies go back to, so that rewriting a reply reads the alias's own cache line
-// rather than looking up the connection's key; and for a syn_proxy connection, its sequence numbers' shift.
+// connection's fields and window: where the replies go back to, so that rewriting a reply reads the alias's own
+// cache line rather than looking up the connection's key; and for a syn_proxy connection, its sequence numbers'
+// shift.
 struct ConnAlias {
     IpAddress client;
     IpAddress vip;
@@ -69,34 +97,25 @@ struct ConnAlias {
     uint16_t pending_window;  // syn_proxy, while pending: the client's receive window, for the backend's handshake
 };
 
-// One cache line. The key (the canonical tuple) lives in the rte_hash of its family; the entry sits in a parallel
-// array at the key's position (IPv6 positions follow the IPv4 ones). A slot is a connection or, with kConnFlagAlias,
-// a connection's second key: the fields outside the union are both kinds'.
-struct alignas(kCacheLine) ConnEntry {
-    uint64_t expires_tsc;  // UINT64_MAX for an alias: it goes with its connection
+// One slot of the table: one cache line. A connection's entry and its TCP window (a TCP packet reads and writes
+// both; other protocols leave the window unused), or an alias's shared 8 bytes and its ConnAlias.
+struct alignas(kCacheLine) ConnSlot {
     union {
-        struct {                  // a connection
-            uint64_t packets[2];  // [0] initiator -> responder, [1] replies
-            uint64_t bytes[2];
-            uint32_t rule_index;  // the rule that allowed it (for per-rule counters), or UINT32_MAX for the default
-            uint32_t backend;     // load balancer: the backend's stable id + 1, 0 when the connection is not balanced
-            uint16_t nat_port;    // NAT: the pool port (host order) the connection holds, 0 when none
-            uint8_t nat_address;  // NAT: index of its pool address
-            uint16_t in_port;     // the port the opening packet came in on (reload --dry-run re-judges it)
-            uint16_t synced_s;    // sync: when peers were last told of it (seconds, modulo 2^16; lib/sync)
+        struct {
+            ConnEntry entry;
+            TcpWindow window;
         };
-        ConnAlias alias;  // kConnFlagAlias
+        struct {
+            uint64_t alias_header;  // ConnEntry's peer, state, flags and in_port
+            ConnAlias alias;
+        };
     };
-    uint32_t peer;  // NAT: the other key's entry (alias <-> primary), kNoPeer otherwise
-    ConnState state;
-    uint8_t initiator_is_low;  // 1 when the initiator is the lower endpoint in canonical order
-    uint8_t flags;             // kConnFlagLive, kConnFlagAlias, plus the TCP state table's sub-state bits
 };
-static_assert(sizeof(ConnEntry) == kCacheLine && alignof(ConnEntry) == kCacheLine);
-static_assert(sizeof(ConnAlias) <= offsetof(ConnEntry, peer) - offsetof(ConnEntry, alias));
-static_assert(offsetof(ConnEntry, alias) == offsetof(ConnEntry, packets) && offsetof(ConnEntry, peer) == 56);
+static_assert(sizeof(ConnSlot) == kCacheLine && alignof(ConnSlot) == kCacheLine);
+static_assert(offsetof(ConnSlot, window) == 32 && offsetof(ConnSlot, alias) == offsetof(ConnEntry, expires) &&
+              offsetof(ConnSlot, alias) + sizeof(ConnAlias) <= kCacheLine);
 
-// The slot holds a connection (expiry scans the entry array, not the hash, and skips free slots with this bit).
+// The slot holds a connection (expiry scans the slot array, not the hash, and skips free slots with this bit).
 inline constexpr uint8_t kConnFlagLive = 0x01;
 // The slot is a second key of a connection (the NAT side: backend <-> pool address), not a connection: its peer is
 // the connection's entry, and it lives and dies with it. Not the sub-state bits (tcp_state.hpp uses 0x02, 0x04).
@@ -133,19 +152,20 @@ public:
     // pointer) is 32 bytes and never straddles two cache lines. A 40-byte key's slot is 48 bytes and half of them
     // do; rte_hash prefetches only the first line before it compares the key (at 1M connections the established
     // path took 25-30 % longer with one 40-byte-key table).
-    // Memory per IPv4 connection: 64 B entry + 32 B TCP window + 32 B key slot + 8 B bucket share + 4-8 B free-slot
-    // ring, about 142 B; per IPv6 connection the key slot is 48 B, about 158 B (docs/benchmarks.md has the budget).
+    // Memory per IPv4 connection: a 64 B slot (entry and TCP window) + 32 B key slot + 8-13 B bucket share + 4-7 B
+    // free-slot ring, about 110 B; per IPv6 connection the key slot is 48 B, about 126 B (docs/benchmarks.md has the
+    // budget, with the IPv6 share's own slots).
     // When a table's entries are above 96% of the next power of two, it also reserves rte_hash's extendable buckets (+9
     // B per entry) so that every insert fits; below that, plain cuckoo hashing holds them (measured: the first cuckoo
     // failure comes at >= 97.6% load).
     ConnTable(const std::string& name, uint32_t capacity, int socket_id, const ConnTimeouts& timeouts, uint64_t tsc_hz,
               uint32_t ipv6_capacity = 0);
     ~ConnTable();
-    // An eighth of capacity, but at least 1024 (or capacity, when smaller): the IPv6 table costs about 158 B per
+    // A sixteenth of capacity, but at least 1024 (or capacity, when smaller): the IPv6 table costs about 126 B per
     // entry whether used or not, so it is not sized for every connection being IPv6.
     static uint32_t default_ipv6_capacity(uint32_t capacity) {
         const uint32_t floor = capacity < 1024 ? capacity : 1024;
-        return capacity / 8 > floor ? capacity / 8 : floor;
+        return capacity / 16 > floor ? capacity / 16 : floor;
     }
     ConnTable(const ConnTable&) = delete;
     ConnTable& operator=(const ConnTable&) = delete;
@@ -177,8 +197,8 @@ public:
     // The connection a looked-up index belongs to; via_alias tells that the packet came by the NAT-side key (so
     // it is a reply: the backend -> pool side only ever carries replies).
     int32_t resolve(int32_t index, bool& via_alias) const {
-        via_alias = entries_[index].flags & kConnFlagAlias;
-        return via_alias ? static_cast<int32_t>(entries_[index].peer) : index;
+        via_alias = slots_[index].entry.flags & kConnFlagAlias;
+        return via_alias ? static_cast<int32_t>(slots_[index].entry.peer) : index;
     }
 
     // Called with the connection's entry when a balanced connection (backend or nat_port set) is removed (expired
@@ -199,14 +219,14 @@ public:
     // Where the replies of an alias's connection go back to (ConnAlias).
     void set_origin(int32_t alias, const IpAddress& client, uint16_t client_port, const IpAddress& vip,
                     uint16_t vip_port) {
-        ConnAlias& a = entries_[alias].alias;
+        ConnAlias& a = slots_[alias].alias;
         a.client = client;
         a.client_port = client_port;
         a.vip = vip;
         a.vip_port = vip_port;
     }
     void origin(int32_t alias, IpAddress& client, uint16_t& client_port, IpAddress& vip, uint16_t& vip_port) const {
-        const ConnAlias& a = entries_[alias].alias;
+        const ConnAlias& a = slots_[alias].alias;
         client = a.client;
         client_port = a.client_port;
         vip = a.vip;
@@ -214,11 +234,11 @@ public:
     }
 
     // A syn_proxy connection's sequence shift (or, while pending, the cookie), kept on its alias.
-    void set_seq_shift(int32_t alias, uint32_t shift) { entries_[alias].alias.seq_shift = shift; }
-    uint32_t seq_shift(int32_t alias) const { return entries_[alias].alias.seq_shift; }
+    void set_seq_shift(int32_t alias, uint32_t shift) { slots_[alias].alias.seq_shift = shift; }
+    uint32_t seq_shift(int32_t alias) const { return slots_[alias].alias.seq_shift; }
     // ... and, while pending, the client's receive window (for the ACK that completes the backend's handshake).
-    void set_pending_window(int32_t alias, uint16_t window) { entries_[alias].alias.pending_window = window; }
-    uint16_t pending_window(int32_t alias) const { return entries_[alias].alias.pending_window; }
+    void set_pending_window(int32_t alias, uint16_t window) { slots_[alias].alias.pending_window = window; }
+    uint16_t pending_window(int32_t alias) const { return slots_[alias].alias.pending_window; }
 
     // The canonical key stored for an index (a lookup in rte_hash's key store; not for every packet).
     bool key_at(int32_t index, FiveTuple& key) const;
@@ -228,30 +248,56 @@ public:
     // Where live_key reads index's key: to prefetch it.
     const void* key_address(int32_t index) const;
 
-    ConnEntry& entry(int32_t index) { return entries_[index]; }
-    const ConnEntry& entry(int32_t index) const { return entries_[index]; }
+    ConnEntry& entry(int32_t index) { return slots_[index].entry; }
+    const ConnEntry& entry(int32_t index) const { return slots_[index].entry; }
+    // Where index's slot starts: to prefetch it (entry and window share the line).
+    const void* slot_address(int32_t index) const { return &slots_[index]; }
 
-    // A TCP connection's sequence and window tracking (tcp_window.hpp), in an array parallel to the entries so that
-    // the entry stays one cache line: 32 B per slot, read and written only for TCP packets. The opener of a TCP
-    // connection sets it (a slot's previous connection leaves its window behind).
-    TcpWindow& window(int32_t index) { return windows_[index]; }
-    const TcpWindow& window(int32_t index) const { return windows_[index]; }
+    // A TCP connection's sequence and window tracking (tcp_window.hpp), in the second half of the entry's cache line:
+    // read and written only for TCP packets. The opener of a TCP connection sets it (a slot's previous connection
+    // or alias leaves its bytes behind).
+    TcpWindow& window(int32_t index) { return slots_[index].window; }
+    const TcpWindow& window(int32_t index) const { return slots_[index].window; }
+
+    // Expiry runs on a coarse clock: the TSC shifted right by a shift chosen at construction, so that an entry's
+    // expiry fits 32 bits. Its half range (2^31 ticks) spans at least a day and twice the longest timeout: an entry
+    // is compared with the clock modulo 2^32, and expiry's sweep reaches every slot far sooner than that.
+    uint32_t tick(uint64_t tsc) const { return static_cast<uint32_t>(tsc >> tick_shift_); }
+    unsigned tick_shift() const { return tick_shift_; }
+    // True when connection entry e is past its expiry at now_tsc.
+    bool expired(const ConnEntry& e, uint64_t now_tsc) const {
+        return static_cast<int32_t>(e.expires - tick(now_tsc)) <= 0;
+    }
+    // TSC cycles connection entry e has left to live at now_tsc, 0 when it is expired (to a tick's precision).
+    uint64_t lifetime_tsc(const ConnEntry& e, uint64_t now_tsc) const {
+        const auto left = static_cast<int32_t>(e.expires - tick(now_tsc));
+        return left > 0 ? uint64_t{static_cast<uint32_t>(left)} << tick_shift_ : 0;
+    }
+    // Makes connection entry e expire lifetime_tsc cycles after now_tsc (rounded up to a tick; capped at the longest
+    // lifetime the clock can tell, 2^31 - 1 ticks, should a peer's sync event ask for more).
+    void set_lifetime(ConnEntry& e, uint64_t now_tsc, uint64_t lifetime_tsc) const {
+        e.expires = tick(now_tsc) + ticks_of(lifetime_tsc);
+    }
+    // The rule index an entry stores for a stable rule id (kConnRuleNotCounted for the default and any id past it).
+    static uint32_t stored_rule(uint32_t rule_index) {
+        return rule_index < kConnRuleNotCounted ? rule_index : kConnRuleNotCounted;
+    }
 
     // True when tuple travels from the responder to the initiator of connection index.
     bool is_reply(int32_t index, const FiveTuple& tuple) const {
-        return source_is_low(tuple) != (entries_[index].initiator_is_low != 0);
+        return source_is_low(tuple) != (slots_[index].entry.initiator_is_low != 0);
     }
 
     // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for
-    // other protocols), counts it, and pushes the expiry out by the new state's timeout. invalid: the packet makes
+    // other protocols), counts it (packets only: per-connection byte counts are not kept), and pushes the expiry out by the new state's timeout. invalid: the packet makes
     // no sense in this state (e.g. a SYN on an established connection from the wrong side); the caller drops it.
     // An invalid packet is not counted and changes nothing. A few TCP packets are let through without a state
     // change or a new expiry (nf_conntrack's "ignore": a retransmitted SYN+ACK on an established connection).
-    TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc) {
-        return track_direction(index, is_reply(index, tuple), tcp_flags, bytes, now_tsc);
+    TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint64_t now_tsc) {
+        return track_direction(index, is_reply(index, tuple), tcp_flags, now_tsc);
     }
     // The same with the direction known (reply: from the responder).
-    TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint32_t bytes, uint64_t now_tsc);
+    TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc);
 
     // The state a connection starts in, for its first packet; invalid when that packet cannot open one (a TCP
     // packet without SYN, or with SYN+ACK/RST/FIN) unless loose_pickup (then mid-stream TCP opens as established).
@@ -268,7 +314,7 @@ public:
     // Entries in use: connections plus NAT aliases (a NAT connection takes two of the capacity), of both families.
     uint32_t size() const { return size_; }
     // Every index an entry can have is below this: a walk over the table goes 0 .. slot_count() - 1.
-    uint32_t slot_count() const { return slots_; }
+    uint32_t slot_count() const { return slot_count_; }
     uint32_t capacity() const { return capacity_; }
     uint32_t ipv6_capacity() const { return ipv6_capacity_; }
     // IPv6 entries in use (connections and their aliases). Any thread may read it (metrics): the owning worker
@@ -286,6 +332,11 @@ private:
             .store(ipv6_size_ + static_cast<uint32_t>(delta), std::memory_order_relaxed);
     }
     void remove_key(int32_t index);
+    uint32_t ticks_of(uint64_t tsc) const {
+        const uint64_t ticks = (tsc + (uint64_t{1} << tick_shift_) - 1) >> tick_shift_;
+        return ticks < kMaxLifetimeTicks ? static_cast<uint32_t>(ticks) : kMaxLifetimeTicks;
+    }
+    static constexpr uint32_t kMaxLifetimeTicks = INT32_MAX;
 
     // rte_hash keeps its keys in one array: its start and stride, measured at construction (locate_key_store).
     struct KeyStore {
@@ -294,24 +345,24 @@ private:
     };
 
     rte_hash* ipv4_ = nullptr;  // 16-byte keys (Ipv4Key in the .cpp); positions 0 .. ipv4_slots_ - 1
-    rte_hash* ipv6_ = nullptr;  // 40-byte keys (FiveTuple); positions ipv4_slots_ .. slots_ - 1
+    rte_hash* ipv6_ = nullptr;  // 40-byte keys (FiveTuple); positions ipv4_slots_ .. slot_count_ - 1
     ReleaseHook release_hook_ = nullptr;
     void* release_arg_ = nullptr;
     ExpiryHook expiry_hook_ = nullptr;
     void* expiry_arg_ = nullptr;
     KeyStore ipv4_keys_, ipv6_keys_;
-    ConnEntry* entries_ = nullptr;
-    TcpWindow* windows_ = nullptr;  // parallel to entries_
+    ConnSlot* slots_ = nullptr;
     uint32_t capacity_ = 0;
     uint32_t ipv6_capacity_ = 0;
     uint32_t ipv4_slots_ = 0;  // every position the IPv4 table can return is below it
-    uint32_t slots_ = 0;       // entries_ length: ipv4_slots_ plus the IPv6 table's positions
+    uint32_t slot_count_ = 0;  // slots_ length: ipv4_slots_ plus the IPv6 table's positions
     uint32_t size_ = 0;
     uint32_t ipv6_size_ = 0;  // IPv6 entries among size_ (written through add_ipv6_size: metrics read it)
     uint32_t aliases_ = 0;    // NAT aliases among size_ (none: lookup_bulk skips prefetching their peers)
     uint32_t expire_cursor_ = 0;
     uint64_t tsc_hz_ = 0;
-    uint64_t timeout_tsc_[static_cast<std::size_t>(ConnState::count)] = {};
+    unsigned tick_shift_ = 0;
+    uint32_t timeout_ticks_[static_cast<std::size_t>(ConnState::count)] = {};
     ConnTimeouts timeouts_;
 };
 

@@ -2,7 +2,7 @@
 // direction: the highest sequence sent, the highest the peer's window allows, the largest window advertised) and of
 // RFC 5961's defences against blind in-window attacks (a RST must hit the receiver's RCV.NXT exactly; one merely in
 // the window, or a SYN on a synchronized connection, gets a challenge ACK). Pure and allocation-free: any thread,
-// fast-path safe. The state lives in ConnTable's per-slot window array, touched only by TCP packets.
+// fast-path safe. The state lives in the second half of a ConnTable slot's cache line, touched only by TCP packets.
 #pragma once
 
 #include <algorithm>

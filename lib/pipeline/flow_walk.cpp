@@ -14,7 +14,7 @@ namespace sluice {
 namespace {
 
 // A clock read (rte_rdtsc, ~25 cycles) after this much work: a slot of a large table costs two cache misses (its
-// entry and its key); a batch of dry-run judgements (rte_acl classifications and Maglev picks) more than all of them.
+// line and its key); a batch of dry-run judgements (rte_acl classifications and Maglev picks) more than all of them.
 constexpr uint32_t kWorkBetweenClockReads = 4;
 // Slots between the one read and the one prefetched: a few misses' latency ahead.
 constexpr uint32_t kPrefetchDistance = 8;
@@ -91,6 +91,7 @@ void judge(FlowWalk& walk, JudgeBatch& batch) {
 void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc) {
     ConnTable& table = *ctx.conn_table;
     const uint32_t end = table.slot_count();
+    const uint64_t now_tsc = rte_rdtsc();  // the records' expiries: a slice is a few microseconds
     uint32_t work = 0;  // since the last clock read, in slots (a batch of judgements weighs kWorkBetweenClockReads)
     JudgeBatch batch;
     for (; walk.cursor < end; ++walk.cursor) {
@@ -109,7 +110,7 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
         if (walk.cursor + kPrefetchDistance < end) {
             // Non-temporal: the walk reads each slot once; the worker's own connections should stay in the caches.
             const auto ahead = static_cast<int32_t>(walk.cursor + kPrefetchDistance);
-            rte_prefetch_non_temporal(&table.entry(ahead));
+            rte_prefetch_non_temporal(table.slot_address(ahead));
             rte_prefetch_non_temporal(table.key_address(ahead));
         }
         const ConnEntry& e = table.entry(static_cast<int32_t>(walk.cursor));
@@ -138,8 +139,7 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
                  e.backend,
                  e.nat_port,
                  {e.packets[0], e.packets[1]},
-                 {e.bytes[0], e.bytes[1]},
-                 e.expires_tsc,
+                 now_tsc + table.lifetime_tsc(e, now_tsc),
                  tuple.proto == kIpProtoTcp ? table.window(static_cast<int32_t>(walk.cursor)) : TcpWindow{}});
     }
     if (batch.count) judge(walk, batch);

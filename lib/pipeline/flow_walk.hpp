@@ -22,9 +22,8 @@ struct FlowRecord {
     ConnState state;
     uint32_t backend;  // stable id + 1, 0 when not balanced
     uint16_t nat_port;
-    uint64_t packets[2];
-    uint64_t bytes[2];
-    uint64_t expires_tsc;
+    uint32_t packets[2];   // they wrap at 2^32 (ConnEntry)
+    uint64_t expires_tsc;  // when it would expire, in the worker's TSC (to its table's tick)
     TcpWindow window;  // TCP: the sequence and window tracking's state; zero for other protocols
 };
 

@@ -123,7 +123,7 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, bool icmp_erro
     if (!later_fragment && b.tuples[i].proto == kIpProtoTcp && !admit_tcp_segment(b, i, conn, reply)) return;
     const ConnState before = b.table.entry(conn).state;
     if (!later_fragment &&
-        b.table.track_direction(conn, reply, b.tcp_flags[i], b.length(i), b.now_tsc) != TrackVerdict::ok) {
+        b.table.track_direction(conn, reply, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok) {
         b.drop(i, DropReason::ct_invalid);
         return;
     }
@@ -160,7 +160,7 @@ void settle_known_connections(StatefulBurst& b) {
             // over a large table takes seconds): removed, counted as expired, and the packet is a new one.
             bool via_alias;
             const int32_t conn = b.table.resolve(position, via_alias);
-            if (SLUICE_UNLIKELY(b.table.entry(conn).expires_tsc <= b.now_tsc)) {
+            if (SLUICE_UNLIKELY(b.table.expired(b.table.entry(conn), b.now_tsc))) {
                 b.forget(conn);
                 position = -1;
             }
@@ -432,7 +432,7 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t rule, uint32_t stabl
         if (b.tuples[i].proto == kIpProtoTcp)
             open_tcp_window(b, i, position, tcp_window_check_for(b.fw, rule, service));
     }
-    b.table.track(position, b.tuples[i], b.tcp_flags[i], b.length(i), b.now_tsc);
+    b.table.track(position, b.tuples[i], b.tcp_flags[i], b.now_tsc);
     if (made) sync_event(b.ctx, b.table, position, SyncEventKind::opened, b.now_tsc);
     const ConnEntry& entry = b.table.entry(position);
     count_rule_traffic(b.ctx, entry.rule_index, b.length(i));

@@ -108,11 +108,11 @@ bool settle_pending(StatefulBurst& b, uint16_t i, int32_t conn, int32_t position
         return true;  // tracked and sent on to the client as any reply
     }
     if (kind != tcp::Kind::synack ||
-        b.table.track_direction(conn, true, b.tcp_flags[i], b.length(i), b.now_tsc) != TrackVerdict::ok)
+        b.table.track_direction(conn, true, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok)
         return false;
     b.table.set_seq_shift(position, backend_seq - cookie);
     entry.flags &= static_cast<uint8_t>(~kConnFlagSynProxyPending);
-    b.table.track_direction(conn, false, tcp::kAck, 0, b.now_tsc);  // sluice's ACK, written next
+    b.table.track_direction(conn, false, tcp::kAck, b.now_tsc);  // sluice's ACK, written next
     acknowledge_backend(b, i, position);
     return false;
 }

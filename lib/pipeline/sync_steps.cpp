@@ -116,8 +116,7 @@ bool make_sync_event(const ConnTable& table, int32_t conn, SyncEventKind kind, u
     event.backend = e.backend;
     event.seq_shift =
         (e.flags & kConnFlagSynProxy) && e.peer != kNoPeer ? table.seq_shift(static_cast<int32_t>(e.peer)) : 0;
-    event.lifetime_s =
-        e.expires_tsc > now_tsc ? static_cast<uint32_t>(whole_seconds(e.expires_tsc - now_tsc, tsc_hz)) : 0;
+    event.lifetime_s = static_cast<uint32_t>(whole_seconds(table.lifetime_tsc(e, now_tsc), tsc_hz));
     event.nat_port = e.nat_port;
     event.in_port = e.in_port;
     event.nat_address = e.nat_address;
@@ -156,9 +155,9 @@ SyncInstall install_sync_event(ConnTable& table, NatPortPool& nat_ports, const L
         ConnEntry& alias = table.entry(static_cast<int32_t>(e.peer));
         alias.flags = static_cast<uint8_t>((alias.flags & ~kConnFlagSynProxy) | (event.flags & kConnFlagSynProxy));
     }
-    e.rule_index = event.rule_index;
+    e.rule_index = ConnTable::stored_rule(event.rule_index);
     e.in_port = event.in_port;
-    e.expires_tsc = now_tsc + uint64_t{event.lifetime_s} * tsc_hz;
+    table.set_lifetime(e, now_tsc, uint64_t{event.lifetime_s} * tsc_hz);
     e.synced_s = seconds_of(now_tsc, tsc_hz);
     if (event.tuple.proto == kIpProtoTcp) {
         // The sequences may be a refresh interval old: each side is learned again from its next packet (the window

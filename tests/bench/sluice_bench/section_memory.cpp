@@ -13,9 +13,9 @@ namespace sluice::bench {
 namespace {
 
 // ConnTable's own estimate (conn_table.hpp) at capacity 1,000,000 (below 96% of 2^20: no extendable buckets):
-// about 142 B per IPv4 entry (its 32-byte TCP window included), plus the default IPv6 share (an eighth of the
-// capacity) at about 158 B per entry.
-constexpr double kConnTableEstimateBytes = 142 + 158.0 / 8;
+// about 110 B per IPv4 entry (its 64-byte slot with the TCP window included), plus the default IPv6 share (a
+// sixteenth of the capacity) at about 126 B per entry.
+constexpr double kConnTableEstimateBytes = 110 + 126.0 / 16;
 
 }  // namespace
 

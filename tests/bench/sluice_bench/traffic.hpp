@@ -33,7 +33,7 @@ uint32_t insert_established(ConnTable& table, const std::vector<FiveTuple>& flow
 std::vector<PacketSpec> random_packets(const std::vector<FiveTuple>& flows, uint32_t count, Rng& rng);
 
 // Fills the table to capacity with throwaway connections and removes them again (untimed), so that every slot of
-// its entry array and key store, and every bucket, has been written once. rte_hash hands out free slots first in,
+// its slot array and key store, and every bucket, has been written once. rte_hash hands out free slots first in,
 // first out, so passes of new connections walk through the whole table over time; without hugepages (--no-huge)
 // the EAL's memory is faulted in on first touch, and a pass that reaches fresh pages would pay the page faults.
 void touch_all_slots(ConnTable& table);

@@ -77,7 +77,7 @@ void bench(uint32_t live) {
         uint64_t t0 = rte_rdtsc();
         table.lookup_bulk(b.tuples, b.hashes, kBurst, positions);
         const uint64_t t1 = rte_rdtsc();
-        for (uint32_t i = 0; i < kBurst; ++i) table.track(positions[i], *b.tuples[i], tcp::kAck, 100, t1);
+        for (uint32_t i = 0; i < kBurst; ++i) table.track(positions[i], *b.tuples[i], tcp::kAck, t1);
         track_cycles.push_back(rte_rdtsc() - t1);
         hit_cycles.push_back(t1 - t0);
         for (uint32_t i = 0; i < kBurst; ++i) REQUIRE(positions[i] >= 0);

@@ -37,13 +37,13 @@ public:
         REQUIRE(initial == ConnState::tcp_syn_sent);
         index_ = table_.insert(client_, symmetric_flow_hash(client_), initial, 0, now_);
         REQUIRE(index_ >= 0);
-        REQUIRE(table_.track(index_, client_, SYN, 60, now_) == TrackVerdict::ok);  // the opening SYN itself
+        REQUIRE(table_.track(index_, client_, SYN, now_) == TrackVerdict::ok);  // the opening SYN itself
         REQUIRE(state() == ConnState::tcp_syn_sent);
     }
 
-    TrackVerdict send(Dir dir, uint8_t flags, uint32_t bytes = 60) {
+    TrackVerdict send(Dir dir, uint8_t flags) {
         now_ += 10;
-        return table_.track(index_, dir == Dir::orig ? client_ : client_.reversed(), flags, bytes, now_);
+        return table_.track(index_, dir == Dir::orig ? client_ : client_.reversed(), flags, now_);
     }
 
     void play(const std::vector<Segment>& segments) {
@@ -66,6 +66,7 @@ public:
     ConnState state() const { return table_.entry(index_).state; }
     const ConnEntry& entry() const { return table_.entry(index_); }
     uint64_t now() const { return now_; }
+    uint32_t tick(uint64_t tsc) const { return table_.tick(tsc); }
     ConnTable& table() { return table_; }
 
 private:
@@ -93,9 +94,7 @@ TEST_CASE("TCP: the three-way handshake reaches established and counts both dire
     c.play({{O, ACK | PSH, ok, ConnState::tcp_established}, {R, ACK | PSH, ok, ConnState::tcp_established}});
     CHECK(c.entry().packets[0] == 3);  // SYN, ACK, data
     CHECK(c.entry().packets[1] == 2);  // SYN+ACK, data
-    CHECK(c.entry().bytes[0] == 3 * 60);
-    CHECK(c.entry().bytes[1] == 2 * 60);
-    CHECK(c.entry().expires_tsc == c.now() + 3600 * kFakeTscHz);
+    CHECK(c.entry().expires == c.tick(c.now() + 3600 * kFakeTscHz));
 }
 
 TEST_CASE("TCP: the close sequences reach time_wait", "[conntrack]") {
@@ -113,7 +112,7 @@ TEST_CASE("TCP: the close sequences reach time_wait", "[conntrack]") {
             {O, ACK, ok, ConnState::tcp_time_wait},
             {O, ACK, ok, ConnState::tcp_time_wait},
         });
-        CHECK(c.entry().expires_tsc == c.now() + 120 * kFakeTscHz);
+        CHECK(c.entry().expires == c.tick(c.now() + 120 * kFakeTscHz));
     }
     SECTION("the responder closes first") {
         TcpConn c;
@@ -157,7 +156,7 @@ TEST_CASE("TCP: RST closes from either side, with the short timeout", "[conntrac
             c.play(kHandshake);
             REQUIRE(c.send(dir, flags) == ok);
             CHECK(c.state() == ConnState::tcp_close);
-            CHECK(c.entry().expires_tsc == c.now() + 10 * kFakeTscHz);
+            CHECK(c.entry().expires == c.tick(c.now() + 10 * kFakeTscHz));
             c.play({{O, ACK, ok, ConnState::tcp_close}, {R, RST, ok, ConnState::tcp_close}});
         }
     }
@@ -172,7 +171,7 @@ TEST_CASE("TCP: invalid segments are refused and change nothing", "[conntrack]")
         CHECK(c.send(O, SYN | ACK) == invalid);
         CHECK(c.state() == ConnState::tcp_syn_sent);
         CHECK(c.entry().packets[0] == before.packets[0]);
-        CHECK(c.entry().expires_tsc == before.expires_tsc);
+        CHECK(c.entry().expires == before.expires);
     }
     SECTION("an ACK or FIN from the initiator before the SYN+ACK") {
         TcpConn c;
@@ -205,7 +204,7 @@ TEST_CASE("TCP: retransmissions and ignored segments", "[conntrack]") {
     SECTION("a retransmitted SYN stays in syn_sent and refreshes the entry") {
         TcpConn c;
         c.play({{O, SYN, ok, ConnState::tcp_syn_sent}, {O, SYN, ok, ConnState::tcp_syn_sent}});
-        CHECK(c.entry().expires_tsc == c.now() + 30 * kFakeTscHz);
+        CHECK(c.entry().expires == c.tick(c.now() + 30 * kFakeTscHz));
         c.play(kHandshake);
     }
     SECTION("a retransmitted SYN+ACK in syn_recv") {
@@ -216,18 +215,18 @@ TEST_CASE("TCP: retransmissions and ignored segments", "[conntrack]") {
     SECTION("a SYN+ACK retransmitted after the handshake passes without a state change or new expiry") {
         TcpConn c;
         c.play(kHandshake);
-        const uint64_t expiry = c.entry().expires_tsc;
+        const uint32_t expiry = c.entry().expires;
         c.play({{R, SYN | ACK, ok, ConnState::tcp_established}});
-        CHECK(c.entry().expires_tsc == expiry);
+        CHECK(c.entry().expires == expiry);
         CHECK(c.entry().packets[1] == 2);
     }
     SECTION("a new SYN from the initiator on an established connection is ignored, not refused") {
         // The initiator may have reopened after a close we missed; nf_conntrack lets it through too.
         TcpConn c;
         c.play(kHandshake);
-        const uint64_t expiry = c.entry().expires_tsc;
+        const uint32_t expiry = c.entry().expires;
         c.play({{O, SYN, ok, ConnState::tcp_established}});
-        CHECK(c.entry().expires_tsc == expiry);
+        CHECK(c.entry().expires == expiry);
     }
     SECTION("the responder's challenge ACK to a SYN passes") {
         TcpConn c;
@@ -300,8 +299,8 @@ TEST_CASE("TCP: an established connection takes every flag byte as the state tab
     for (int flags = 0; flags <= 0xff; ++flags) {
         for (Dir dir : {O, R}) {
             c.reset_to_established();
-            const uint64_t expiry_before = c.entry().expires_tsc;
-            const uint64_t packets_before = c.entry().packets[dir == R];
+            const uint32_t expiry_before = c.entry().expires;
+            const uint32_t packets_before = c.entry().packets[dir == R];
             const tcp::Transition t =
                 tcp::step(ConnState::tcp_established, 0, dir == R, tcp::classify(static_cast<uint8_t>(flags)));
             INFO("flags 0x" << std::hex << flags << std::dec << " from " << (dir == O ? "initiator" : "responder"));
@@ -309,7 +308,7 @@ TEST_CASE("TCP: an established connection takes every flag byte as the state tab
             REQUIRE((verdict == TrackVerdict::invalid) == (t.step == tcp::Step::invalid));
             REQUIRE(c.state() == t.state);
             REQUIRE((c.entry().flags & tcp::kSubStateFlags) == t.flags);
-            REQUIRE((c.entry().expires_tsc != expiry_before) == (t.step == tcp::Step::advance));
+            REQUIRE((c.entry().expires != expiry_before) == (t.step == tcp::Step::advance));
             REQUIRE(c.entry().packets[dir == R] == packets_before + (t.step == tcp::Step::invalid ? 0 : 1));
         }
     }
@@ -383,10 +382,10 @@ TEST_CASE("Loose pickup: the first sender becomes the initiator", "[conntrack]")
     REQUIRE(ConnTable::initial_state(server_to_client, ACK, true, initial) == ok);
     const int32_t i = table.insert(server_to_client, symmetric_flow_hash(server_to_client), initial, 0, 0);
     REQUIRE(i >= 0);
-    CHECK(table.track(i, server_to_client, ACK, 100, 1) == ok);
+    CHECK(table.track(i, server_to_client, ACK, 1) == ok);
     CHECK_FALSE(table.is_reply(i, server_to_client));
     CHECK(table.is_reply(i, server_to_client.reversed()));
-    CHECK(table.track(i, server_to_client.reversed(), ACK, 100, 2) == ok);
+    CHECK(table.track(i, server_to_client.reversed(), ACK, 2) == ok);
     CHECK(table.entry(i).state == ConnState::tcp_established);
     CHECK(table.entry(i).packets[0] == 1);
     CHECK(table.entry(i).packets[1] == 1);
@@ -398,24 +397,23 @@ TEST_CASE("UDP, ICMP and other protocols", "[conntrack]") {
     const FiveTuple dns = v4_tuple(IPPROTO_UDP, 0x0a000001, 5353, 0x08080808, 53);
     const int32_t i = table.insert(dns, symmetric_flow_hash(dns), ConnState::udp_unreplied, 0, 0);
     REQUIRE(i >= 0);
-    CHECK(table.track(i, dns, 0, 40, 100) == ok);
+    CHECK(table.track(i, dns, 0, 100) == ok);
     CHECK(table.entry(i).state == ConnState::udp_unreplied);
-    CHECK(table.entry(i).expires_tsc == 100 + timeouts.udp_unreplied * kFakeTscHz);
-    CHECK(table.track(i, dns.reversed(), 0, 120, 200) == ok);
+    CHECK(table.entry(i).expires == table.tick(100 + timeouts.udp_unreplied * kFakeTscHz));
+    CHECK(table.track(i, dns.reversed(), 0, 200) == ok);
     CHECK(table.entry(i).state == ConnState::udp_replied);
-    CHECK(table.entry(i).expires_tsc == 200 + timeouts.udp_replied * kFakeTscHz);
-    CHECK(table.track(i, dns, 0, 40, 300) == ok);
+    CHECK(table.entry(i).expires == table.tick(200 + timeouts.udp_replied * kFakeTscHz));
+    CHECK(table.track(i, dns, 0, 300) == ok);
     CHECK(table.entry(i).state == ConnState::udp_replied);  // replied stays replied
     CHECK(table.entry(i).packets[0] == 2);
-    CHECK(table.entry(i).bytes[1] == 120);
 
     FiveTuple ping = v4_tuple(IPPROTO_ICMP, 0x0a000001, 77, 0x08080808, 77);  // the echo id in both port slots
     const int32_t p = table.insert(ping, symmetric_flow_hash(ping), ConnState::icmp, 0, 0);
     REQUIRE(p >= 0);
-    CHECK(table.track(p, ping.reversed(), 0, 84, 10) == ok);
+    CHECK(table.track(p, ping.reversed(), 0, 10) == ok);
     CHECK(table.is_reply(p, ping.reversed()));
     CHECK(table.entry(p).state == ConnState::icmp);
-    CHECK(table.entry(p).expires_tsc == 10 + timeouts.icmp * kFakeTscHz);
+    CHECK(table.entry(p).expires == table.tick(10 + timeouts.icmp * kFakeTscHz));
 
     for (int s = 0; s < static_cast<int>(ConnState::count); ++s)
         CHECK(std::string(conn_state_name(static_cast<ConnState>(s))) != "unknown");
@@ -452,26 +450,26 @@ TEST_CASE("An adopted one-way connection starts established and ends like one th
     REQUIRE(index >= 0);
     ConnEntry& e = table.entry(index);
     e.flags |= kConnFlagOneWay;
-    REQUIRE(table.track(index, client, ACK, 60, 100) == TrackVerdict::ok);
+    REQUIRE(table.track(index, client, ACK, 100) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_established);
-    CHECK(e.expires_tsc == 100 + 50 * kFakeTscHz);  // the established timeout, not syn_sent's
+    CHECK(e.expires == table.tick(100 + 50 * kFakeTscHz));  // the established timeout, not syn_sent's
     CHECK(e.packets[0] == 1);
     CHECK_FALSE(table.is_reply(index, client));  // the client is the initiator
 
     // Data goes on, retransmitted SYNs change nothing; FIN starts the close, RST ends it, a new SYN reopens.
-    REQUIRE(table.track(index, client, ACK | PSH, 600, 200) == TrackVerdict::ok);
+    REQUIRE(table.track(index, client, ACK | PSH, 200) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_established);
-    REQUIRE(table.track(index, client, SYN, 60, 300) == TrackVerdict::ok);
+    REQUIRE(table.track(index, client, SYN, 300) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_established);
-    REQUIRE(table.track(index, client, FIN | ACK, 60, 400) == TrackVerdict::ok);
+    REQUIRE(table.track(index, client, FIN | ACK, 400) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_fin_wait);
-    CHECK(e.expires_tsc == 400 + 7 * kFakeTscHz);
-    REQUIRE(table.track(index, client, ACK, 60, 500) == TrackVerdict::ok);
+    CHECK(e.expires == table.tick(400 + 7 * kFakeTscHz));
+    REQUIRE(table.track(index, client, ACK, 500) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_fin_wait);  // the client's last ACK: still closing
-    REQUIRE(table.track(index, client, RST, 40, 600) == TrackVerdict::ok);
+    REQUIRE(table.track(index, client, RST, 600) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_close);
-    CHECK(e.expires_tsc == 600 + 2 * kFakeTscHz);
-    REQUIRE(table.track(index, client, SYN, 60, 700) == TrackVerdict::ok);
+    CHECK(e.expires == table.tick(600 + 2 * kFakeTscHz));
+    REQUIRE(table.track(index, client, SYN, 700) == TrackVerdict::ok);
     CHECK(e.state == ConnState::tcp_syn_sent);
     CHECK(e.packets[0] == 7);
 }

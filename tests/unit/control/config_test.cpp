@@ -251,7 +251,7 @@ TEST_CASE("config: ipv6_table_size is a share of table_size, defaults to ConnTab
     const ConfigResult plain = load_config_text(std::string(kValid) + firewall, "plain.yaml");
     INFO(errors_of(plain));
     REQUIRE(plain.config);
-    CHECK(plain.config->firewall.ipv6_table_size == 0);  // ConnTable::default_ipv6_capacity(100000) = 12500
+    CHECK(plain.config->firewall.ipv6_table_size == 0);  // ConnTable::default_ipv6_capacity(100000) = 6250
 
     const ConfigResult set =
         load_config_text(std::string(kValid) + firewall + "  ipv6_table_size: 50000\n", "set.yaml");
