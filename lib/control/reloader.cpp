@@ -10,7 +10,7 @@
 namespace sluice {
 namespace {
 
-constexpr auto kRejudgeTimeout = std::chrono::seconds(30);
+constexpr auto kRejudgeTimeout = std::chrono::seconds(120);
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 

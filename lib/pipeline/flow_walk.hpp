@@ -59,10 +59,10 @@ struct FlowWalk {
 };
 
 // A walk's share of a worker: one slice of at most kWalkSliceUs per loop iteration when the iteration moved no
-// packet, and at most one per kWalkBusyIntervalUs while packets flow (2% of a saturated worker's time, plus what the
+// packet, and at most one per kWalkBusyIntervalUs while packets flow (1% of a saturated worker's time, plus what the
 // walk evicts from the caches).
 constexpr uint64_t kWalkSliceUs = 2;
-constexpr uint64_t kWalkBusyIntervalUs = 100;
+constexpr uint64_t kWalkBusyIntervalUs = 200;
 
 // Owning worker: advances the walk until the end of the table (then sets done) or until deadline_tsc, whichever
 // comes first; it walks a few slots at least, so a walk always ends.
