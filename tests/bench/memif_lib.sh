@@ -132,11 +132,15 @@ finish_run() {
     fi
 }
 
-# write_sluice_config PATH SOCKET: sluice as the benchmarks run it: `in` the memif client of SOCKET, `out` a
-# net_null sink, one lcore [rx, worker] on CPU 1, forward entries both ways. EAL prefix $ID-sluice.
+# write_sluice_config PATH SOCKET [OUT_DEVICE [routed]]: sluice as the benchmarks run it: `in` the memif client of
+# SOCKET, `out` OUT_DEVICE (default a net_null sink), one lcore [rx, worker] on CPU 1, forward entries both ways.
+# routed: no forward entries; `out` holds an address on the next hop's link ($ROUTES_SLUICE_ADDRESS) and the routes
+# come from kernel table $ROUTES_TABLE (forward.sh --routes). EAL prefix $ID-sluice.
 write_sluice_config() {
+    local out=${3:-net_null0,no-rx=1} routed=${4:-}
     PREFIXES+=("$ID-sluice")
-    cat >"$1" <<EOF
+    {
+        cat <<EOF
 eal:
   - --lcores=0@0,1@1
   - --file-prefix=$ID-sluice
@@ -148,14 +152,25 @@ ports:
   - name: in
     device: net_memif0,role=client,socket=$2
   - name: out
-    device: net_null0,no-rx=1
+    device: $out
+EOF
+        [[ -z $routed ]] || echo "    addresses: [$ROUTES_SLUICE_ADDRESS]"
+        cat <<EOF
 lcores:
   - id: 1
     roles: [rx, worker]
+EOF
+        if [[ -n $routed ]]; then
+            # The next hop answers ARP once, at start: kept for the run, not probed again.
+            printf 'routing: {kernel_table: %s}\nneighbours: {reachable_ms: 3600000}\n' "$ROUTES_TABLE"
+        else
+            cat <<EOF
 forward:
   - {from: in, to: out, next_hop_mac: "02:00:00:00:00:02"}
   - {from: out, to: in, next_hop_mac: "02:00:00:00:00:01"}
 EOF
+        fi
+    } >"$1"
 }
 
 # check_sluice_configs: a config sluice rejects fails the run before any traffic.
