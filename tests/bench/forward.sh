@@ -132,6 +132,9 @@ ROUTES_SUMMARY=""
 OUT_DEVICE="net_null0,no-rx=1"
 if [[ $MODE == routes ]]; then
     readonly ROUTES_SLUICE_ADDRESS=10.0.0.1/24
+    # sluice's two copies of a 1M-route table (each a 64 MiB DIR-24-8 level, its rte_rib nodes and next hops), its
+    # mbufs, and the generator's replayed flows.
+    reserve_hugepages 800
     ip link set lo up
     ip link add sl-routes-gw type veth peer name sl-routes-gwp
     ip link set sl-routes-gw up && ip link set sl-routes-gwp up
@@ -196,7 +199,7 @@ run_sluice() {
     SL_PID=$!
     PIDS+=("$SL_PID")
     # With a full kernel table sluice reads it and builds both copies of its route table before it is ready.
-    if ! wait_for "$SL_PID" "$([[ $MODE == routes ]] && echo 180 || echo 20)" grep -qs "ready:" "$log"; then
+    if ! wait_for "$SL_PID" "$([[ $MODE == routes ]] && echo 300 || echo 20)" grep -qs "ready:" "$log"; then
         show_log "$log"; die "sluice did not start"
     fi
     if [[ $MODE == routes && -z $variant ]] && ! wait_for "$SL_PID" 120 grep -qEs \
