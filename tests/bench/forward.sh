@@ -3,7 +3,8 @@
 #
 #   tests/bench/forward.sh [--pipeline | --routes] [--no-record]   (as root; about 90 s: 3 rounds of 2 runs, each 2 s
 #                                                       warm-up + 8 s window; pipeline 3 runs a round, about 3.5 min;
-#                                                       routes about 5 min, 1-2 of them loading the kernel table)
+#                                                       routes 5-10 min: each routed start reads the 1M routes
+#                                                       and builds two copies of sluice's table)
 #
 # 1. Reference: testpmd txonly (64 B UDP, --txonly-multi-flow) as the memif *server* on CPU 0, started first;
 #    then testpmd io as the memif client forwarding memif -> net_null (no-rx=1) with its forwarding lcore on CPU 1.

@@ -259,9 +259,13 @@ def routes_files(batch, pcap, count, flows, table):
         f.writelines(f"route add {dotted(a)}/{n} table {int(table)} via {ROUTES_HOP}\n" for a, n in prefixes)
     rng = random.Random(2)
     frames = []
-    for i in range(int(flows)):
+    while len(frames) < int(flows):
         a, n = prefixes[rng.randrange(len(prefixes))]
-        frames.append(udp_frame(CLIENTS + i, a | rng.getrandbits(32 - n), 1024 + (i * 7919) % 64000, VIP_PORT))
+        dst = a | rng.getrandbits(32 - n)
+        if dst >> 16 == 0xa9fe:  # 169.254/16 inside a shorter prefix: link-local, dropped as a martian
+            continue
+        i = len(frames)
+        frames.append(udp_frame(CLIENTS + i, dst, 1024 + (i * 7919) % 64000, VIP_PORT))
     write_frames(pcap, frames)
     by_length = {}
     for _, n in prefixes:

@@ -8,7 +8,7 @@
 # balancer" table through firewall.sh's own table code), `sluice_bench --only reload,scaling` (printed), and
 # kernel_compare.sh when the lab's tools are installed and no lab is up. --peers adds peer_ovs.sh (OVS-DPDK side by
 # side, about 8 minutes: the whole would pass 15, hence a flag); --routes adds forward.sh --routes (a 1M-route kernel
-# table, then 3 rounds of 3 runs: about 5 minutes, a flag for the same reason). Not soak.sh
+# table, then 3 rounds of 3 runs: 5-10 minutes, a flag for the same reason). Not soak.sh
 # (hours). Stops at the first failure and names it.
 #
 # Environment: BUILD (build directory, default build), STEPS (default "forward pipeline firewall lb reload-scaling
