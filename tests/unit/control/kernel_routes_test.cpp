@@ -241,7 +241,8 @@ TEST_CASE("kernel routes: notifications lost to a full socket buffer, or a dump 
     CHECK(other.resyncs() == 1);
 }
 
-TEST_CASE("kernel routes: the socket buffer is routing.kernel_socket_buffer_kib, 8 MiB by default", "[routes][kernel]") {
+TEST_CASE("kernel routes: the socket buffer is routing.kernel_socket_buffer_kib, 8 MiB by default",
+          "[routes][kernel]") {
     const ConfigResult defaults = load_config_text(kGatewayConfig, "gateway.yaml");
     REQUIRE(defaults.config);
     CHECK(static_cast<int>(defaults.config->routing.kernel_socket_buffer_kib) << 10 ==
