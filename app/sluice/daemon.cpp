@@ -151,7 +151,8 @@ private:
         if (const uint32_t table = initial_config_.routing.kernel_table) {
             reloader_->routes().keep_spare_ready();
             try {
-                kernel_routes_ = std::make_unique<KernelRouteMirror>(table);
+                kernel_routes_ = std::make_unique<KernelRouteMirror>(
+                    table, static_cast<int>(initial_config_.routing.kernel_socket_buffer_kib) << 10);
             } catch (const std::exception& e) {
                 throw StartupError(std::string("routing: ") + e.what());
             }

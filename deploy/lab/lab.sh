@@ -27,7 +27,8 @@
 # hosts' neighbour entries for the gateway are permanent; sluice resolves its next hops itself. No link leaves the namespaces; nothing here touches the root
 # namespace's interfaces or routes.
 #
-# usage: lab.sh up        create the namespaces and links (tears down leftovers first)
+# usage: lab.sh up [--jumbo]   create the namespaces and links (tears down leftovers first); --jumbo: MTU 9000 on
+#                         every link, and `start` runs sluice on net_pcap with mtu 9000 on its ports (below)
 #        lab.sh start     start sluice in sl-gw in the background and wait for "ready:" (lab must be up)
 #        lab.sh stop      stop the sluice this script started (SIGTERM, bounded wait)
 #        lab.sh down      stop everything in the lab's namespaces, delete them and the state; idempotent
@@ -36,9 +37,15 @@
 #        lab.sh pid       print the pid of the sluice started by 'start'; status 1 if it does not run
 #        lab.sh backend-stop N | backend-start N   stop / start backend N's servers (health-check experiments)
 #
+# Jumbo frames (`up --jumbo`): DPDK 22.11's kernel-interface PMDs cap the frame below 9000 (net_af_xdp: MTU 3542,
+# one 4 KiB page per frame; net_af_packet: 1500), so the jumbo lab runs sluice on net_pcap (libpcap on gw-client and
+# gw-server: slower, no XDP steering; the kernel of sl-gw sees every frame too and, with no address on those links,
+# drops them), which takes 9000, and gives its ports `mtu: 9000`. docs/operations.md, "MTU and jumbo frames".
+#
 # Environment: SLUICE_BIN (default build/app/sluice/sluice), SLUICE_LAB_CONFIG (default config/lab.yaml),
 # SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30),
-# SLUICE_LAB_DRIVER (af_xdp, the default, or af_packet), SLUICE_LAB_NS (the namespaces' prefix, default sl),
+# SLUICE_LAB_DRIVER (af_xdp, the default; af_packet; or pcap, the jumbo lab's and its default there), SLUICE_LAB_NS
+# (the namespaces' prefix, default sl),
 # SLUICE_LAB_CPU (the CPU of sluice's lcore in the config, default 1: the gateway's veths steer their receive work to
 # it with RPS, the hosts' veths and the bridge's to the other CPUs; see placement below), SLUICE_LAB_SESSION (caller:
 # 'start' keeps sluice in the caller's session instead of a new one; for benchmarks, see cmd_start).
@@ -69,7 +76,8 @@ FILE_PREFIX=${FILE_PREFIX:-sluice-lab}
 # packet work on it and the hosts' on the other CPUs (placement below).
 GW_CPU=${SLUICE_LAB_CPU:-1}
 PYTHON=/usr/bin/python3  # not the first python3 on PATH: a pyenv shim may shadow it
-DRIVER=${SLUICE_LAB_DRIVER:-af_xdp}  # af_packet: the fallback, for kernels without AF_XDP
+DRIVER=${SLUICE_LAB_DRIVER:-}  # af_xdp unless the lab is jumbo; af_packet: the fallback, for kernels without AF_XDP
+JUMBO_MTU=9000
 
 say() { printf 'lab: %s\n' "$*"; }
 die() { printf 'lab: error: %s\n' "$*" >&2; exit 1; }
@@ -114,14 +122,23 @@ cmd_start() {
   [ -x "$SLUICE_BIN" ] || die "$SLUICE_BIN is missing; build first (ninja -C build)"
   [ -r "$CONFIG" ] || die "$CONFIG is missing"
   mkdir -p "$STATE"
-  local config=$CONFIG
-  case "$DRIVER" in
+  local config=$CONFIG driver=$DRIVER mtu=""
+  [ ! -f "$STATE/jumbo" ] || mtu=$JUMBO_MTU
+  [ -n "$driver" ] || driver=$([ -n "$mtu" ] && echo pcap || echo af_xdp)
+  if [ -n "$mtu" ] && [ "$driver" != pcap ]; then
+    die "the lab is up with --jumbo (MTU $mtu): $driver in DPDK 22.11 takes an MTU of $([ "$driver" = af_xdp ] && echo 3542 || echo 1500) at most; leave SLUICE_LAB_DRIVER unset (pcap)"
+  fi
+  case "$driver" in
     af_xdp) ;;
     af_packet)  # the same config with the fallback devices config/lab.yaml documents
       config=$STATE/lab-af_packet.yaml
       sed -E 's#device: net_af_xdp([0-9]+),iface=([a-z0-9-]+)$#device: net_af_packet\1,iface=\2,qpairs=1,framecnt=4096#' \
         "$CONFIG" > "$config" ;;
-    *) die "SLUICE_LAB_DRIVER must be af_xdp or af_packet, not '$DRIVER'" ;;
+    pcap)  # libpcap on the interfaces; with --jumbo the ports' mtu too
+      config=$STATE/lab-pcap.yaml
+      sed -E 's#^( *)device: net_af_xdp([0-9]+),iface=([a-z0-9-]+)$#\1device: net_pcap\2,iface=\3'"${mtu:+\\n\\1mtu: $mtu}"'#' \
+        "$CONFIG" > "$config" ;;
+    *) die "SLUICE_LAB_DRIVER must be af_xdp, af_packet or pcap, not '$driver'" ;;
   esac
   # Emptied here, not only by the redirection below: that happens in the background child, and until it does, the
   # wait for "ready:" would find the previous run's line and report a sluice ready that is still starting.
@@ -228,6 +245,12 @@ setup_host() {
 
 cmd_up() {
   need_root
+  local jumbo=""
+  case "${1:-}" in
+    "") ;;
+    --jumbo) jumbo=1 ;;
+    *) die "usage: $0 up [--jumbo]" ;;
+  esac
   command -v ethtool >/dev/null || die "ethtool is missing (deploy/install-deps.sh installs it)"
   local ns
   for ns in "${NAMESPACES[@]}"; do
@@ -286,6 +309,7 @@ cmd_up() {
   done
   setup_router
   placement
+  if [ -n "$jumbo" ]; then set_jumbo; fi
   say "up: $NS_CLIENT 10.77.1.2 fd77:1::2 <-> $NS_GW (gw-client, gw-server) <-> $NS_SERVER 10.77.2.2 fd77:2::2"
   say "    backends $NS-backend1..3 10.77.2.11..13 (HTTP :80, UDP :53); health checks from $NS_GW via gw-mgmt 10.77.2.254"
   say "    $NS_ROUTER 10.77.2.3 announces 10.77.50.0/24 over BGP to $NS_GW's BIRD (kernel table $KERNEL_TABLE)"
@@ -322,6 +346,22 @@ placement() {
     set_rps "$NS-backend$n" eth0 "$hosts"
   done
   set_rps "$NS_ROUTER" eth0 "$hosts"
+}
+
+# --jumbo: MTU 9000 on every interface of the lab's links (a bridge takes its ports' smallest MTU), and the mark that
+# tells `start` to run sluice with mtu 9000 on devices that take it.
+set_jumbo() {
+  local ns dev names='$2 != "lo" {sub(/@.*/, "", $2); print $2}'
+  for ns in "${NAMESPACES[@]}"; do
+    # The bridge after its ports: its MTU follows theirs.
+    for dev in $(ip -n "$ns" -o link show | awk -F': ' "$names" | grep -vxF -f <(ip -n "$ns" -o link show type bridge |
+                 awk -F': ' "$names"; echo lo)) $(ip -n "$ns" -o link show type bridge | awk -F': ' "$names"); do
+      ip -n "$ns" link set "$dev" mtu "$JUMBO_MTU"
+    done
+  done
+  mkdir -p "$STATE"
+  echo "$JUMBO_MTU" >"$STATE/jumbo"
+  say "jumbo: MTU $JUMBO_MTU on every link; 'start' runs sluice on net_pcap with mtu $JUMBO_MTU on its ports"
 }
 
 # A bridge port in namespace $1: no offloads, no IPv6 of its own (no MLD or ND chatter), enslaved to br0, up.
@@ -582,7 +622,7 @@ cmd_status() {
 }
 
 case "${1:-}" in
-  up) cmd_up ;;
+  up) cmd_up "${2:-}" ;;
   down) cmd_down ;;
   start) cmd_start ;;
   stop) cmd_stop ;;

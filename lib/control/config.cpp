@@ -589,7 +589,8 @@ std::vector<std::string> restart_required_changes(const Config& running, const C
         changes.push_back("ports changed: " + names);
     }
     if (running.lcores != candidate.lcores) changes.push_back("lcores changed");
-    if (running.routing != candidate.routing) changes.push_back("routing kernel_table changed");
+    if (running.routing != candidate.routing)
+        changes.push_back("routing changed (kernel_table, kernel_socket_buffer_kib)");
     // Connection tables and NAT port pools are sized and timed per worker at start.
     if (running.tracks_connections() != candidate.tracks_connections())
         changes.push_back("connection tracking turned on or off (a firewall section or services added or removed)");

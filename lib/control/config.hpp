@@ -244,6 +244,9 @@ struct BgpConfig {
 // routing: what sluice takes from the host's routing engine (docs/config.md, "routing").
 struct RoutingConfig {
     uint32_t kernel_table = 0;  // a kernel routing table mirrored over netlink (routes BIRD or FRR install); 0: none
+    // The netlink socket's receive buffer: route notifications that arrive while the control thread is busy wait
+    // here; beyond it they are lost and the table is read whole again (a resync).
+    uint32_t kernel_socket_buffer_kib = 8192;
     friend bool operator==(const RoutingConfig&, const RoutingConfig&) = default;
 };
 

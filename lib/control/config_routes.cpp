@@ -123,10 +123,15 @@ void decode_routes(Decoder& d, const YAML::Node& node, Config& config) {
 }
 
 void decode_routing(Decoder& d, const YAML::Node& node, Config& config) {
-    if (!d.map(node, "routing", {"kernel_table"})) return;
+    if (!d.map(node, "routing", {"kernel_table", "kernel_socket_buffer_kib"})) return;
     // 0 is RT_TABLE_UNSPEC. 254 (main) works too: routes whose next hops are on no link of sluice's are left out.
     d.field(node, "kernel_table", "routing", false, [&](const YAML::Node& v) {
         d.integer(v, "routing kernel_table", config.routing.kernel_table, 1, 0xffffffffLL);
+    });
+    // The kernel counts about 830 bytes of a buffer twice the size asked per route notification: 64 KiB holds about
+    // 150, the default 8 MiB about 20k, 1 GiB 2.5 million.
+    d.field(node, "kernel_socket_buffer_kib", "routing", false, [&](const YAML::Node& v) {
+        d.integer(v, "routing kernel_socket_buffer_kib", config.routing.kernel_socket_buffer_kib, 64, 1 << 20);
     });
 }
 

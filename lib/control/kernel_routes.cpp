@@ -16,8 +16,6 @@
 namespace sluice {
 namespace {
 
-constexpr int kReceiveBuffer = 8 << 20;  // a BGP burst of many thousand routes between two control-loop turns
-
 bool address_of(const rtattr* a, IpFamily family, IpAddress& out) {
     const std::size_t size = family == IpFamily::ipv4 ? 4 : 16;
     if (RTA_PAYLOAD(a) != size) return false;
@@ -85,17 +83,18 @@ bool parse_kernel_route(const nlmsghdr* msg, uint32_t table, KernelRouteMessage&
     return true;
 }
 
-KernelRouteMirror::KernelRouteMirror(uint32_t table) : table_(table) {
+KernelRouteMirror::KernelRouteMirror(uint32_t table, int receive_buffer)
+    : table_(table), receive_buffer_(receive_buffer) {
     socket_ = open_socket();
     request_dump(AF_INET);
 }
 
-UniqueFd KernelRouteMirror::open_socket() {
+UniqueFd KernelRouteMirror::open_socket() const {
     UniqueFd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE));
     if (!fd.valid()) throw std::runtime_error(std::string("netlink socket: ") + std::strerror(errno));
     // SO_RCVBUFFORCE goes past rmem_max with CAP_NET_ADMIN (which sluice has); else the plain one, capped.
-    if (setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &kReceiveBuffer, sizeof kReceiveBuffer) != 0)
-        setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &kReceiveBuffer, sizeof kReceiveBuffer);
+    if (setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &receive_buffer_, sizeof receive_buffer_) != 0)
+        setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &receive_buffer_, sizeof receive_buffer_);
     sockaddr_nl local{};
     local.nl_family = AF_NETLINK;
     local.nl_groups = RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
@@ -135,17 +134,22 @@ void KernelRouteMirror::resync(const char* why) {
     }
 }
 
-void KernelRouteMirror::check_dump(Clock::time_point now) {
-    if (!dump_family_ || now - dump_heard_ < kDumpSilence) return;
-    // A socket of its own: the kernel refuses a dump (EBUSY) while the lost one still runs on the old socket.
+void KernelRouteMirror::resync_on_new_socket(const std::string& why) {
+    // What the old socket still holds is older than the new dump: taken after it, a notification of a route deleted
+    // since would bring the route back. And the kernel refuses a dump (EBUSY) while one still runs on the old socket.
     try {
         socket_ = open_socket();
     } catch (const std::exception& e) {
-        spdlog::error("routing: {}; the dump of table {} is asked for again on the old socket", e.what(), table_);
+        spdlog::error("routing: {}; table {} is read again on the old socket", e.what(), table_);
     }
     dump_family_ = 0;
     redump_ = false;
-    resync("a dump of the kernel's routes stopped before its end");
+    resync(why.c_str());
+}
+
+void KernelRouteMirror::check_dump(Clock::time_point now) {
+    if (!dump_family_ || now - dump_heard_ < kDumpSilence) return;
+    resync_on_new_socket("a dump of the kernel's routes stopped before its end");
 }
 
 void KernelRouteMirror::take(const KernelRouteMessage& m, std::map<Key, ByMetric>& into) {
@@ -228,7 +232,9 @@ std::size_t KernelRouteMirror::read(RouteTableWriter& writer, const Config& conf
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == ENOBUFS) {  // the table is read again whole and replaces what sluice has
-                resync("kernel route notifications lost (socket buffer full)");
+                resync_on_new_socket("kernel route notifications lost: the socket's " +
+                                     std::to_string(receive_buffer_ >> 10) +
+                                     " KiB buffer was full (routing.kernel_socket_buffer_kib)");
                 continue;
             }
             break;  // EAGAIN: all read

@@ -1,7 +1,8 @@
 // A kernel routing table mirrored into sluice's route table (routing.kernel_table): the routes BIRD or FRR install.
 // Plain rtnetlink (RFC 3549, rtnetlink(7)): a dump of both families at start, then RTM_NEWROUTE / RTM_DELROUTE as
 // they come. Lost notifications (ENOBUFS), a dump the kernel marks interrupted (NLM_F_DUMP_INTR) and a dump whose
-// end never comes start a new dump that replaces the kernel routes whole, as BIRD and FRR do. The socket lives in
+// end never comes start a new dump that replaces the kernel routes whole, as BIRD and FRR do (the first and the last
+// on a new socket: what is still queued on the old one is older than that dump). The socket lives in
 // the network namespace sluice runs in. Kernel devices are not sluice's ports: a next hop's address decides its port
 // through the ports' addresses (connected routes), and a route with no next hop on a link of sluice's is left out.
 // Control thread only.
@@ -47,9 +48,11 @@ bool parse_kernel_route(const nlmsghdr* msg, uint32_t table, KernelRouteMessage&
 
 class KernelRouteMirror {
 public:
-    // Opens the socket, subscribes to both families' route changes and asks for the first dump. Throws
-    // std::runtime_error when netlink cannot be opened.
-    explicit KernelRouteMirror(uint32_t table);
+    // Opens the socket (its receive buffer receive_buffer bytes), subscribes to both families' route changes and asks
+    // for the first dump. Throws std::runtime_error when netlink cannot be opened.
+    explicit KernelRouteMirror(uint32_t table, int receive_buffer = kDefaultReceiveBuffer);
+
+    static constexpr int kDefaultReceiveBuffer = 8 << 20;  // RoutingConfig's default
 
     using Clock = std::chrono::steady_clock;
     // A dump that sends nothing for this long lost its end (or its request): it is asked for again.
@@ -84,10 +87,12 @@ private:
     using ByMetric = std::map<uint32_t, Route>;
 
     // A netlink socket subscribed to both families' route changes. Throws std::runtime_error.
-    static UniqueFd open_socket();
+    UniqueFd open_socket() const;
     void request_dump(int family);
     // Reads the table whole again; it replaces the mirrored one when both families are in.
     void resync(const char* why);
+    // The same, on a new socket: what the old one still holds is dropped unread.
+    void resync_on_new_socket(const std::string& why);
     void take(const KernelRouteMessage& m, std::map<Key, ByMetric>& into);
     // The route sluice installs for the prefix (its lowest metric), if any of its next hops is on a link.
     bool compile(const Key& key, const ByMetric& routes, const Config& config, const std::vector<PortIdentity>& ports,
@@ -95,6 +100,7 @@ private:
     void write(const Key& key, RouteTableWriter& writer, const Config& config, const std::vector<PortIdentity>& ports);
 
     uint32_t table_;
+    int receive_buffer_;
     UniqueFd socket_;
     uint32_t sequence_ = 0;
     int dump_family_ = 0;             // AF_INET or AF_INET6 while a dump runs

@@ -145,11 +145,12 @@ def combine(work, rounds, ref_name="ref", cycles_name="cycles"):
                      f"{ratio:.3f}", cell, cycles, f"{worst_ref:.0%}/{worst_slu:.0%}",
                      "1" if max(worst_ref, worst_slu) > 0.05 else "0"]))
 
-def forward_only(work, rounds):
-    """Pipeline mode: sluice forwarding the same traffic with neither firewall nor service, beside the reference and
-    the full pipeline of the same rounds: the medians of its rate, of its ratio to the reference, of its busy cycles
-    per packet and of what the full pipeline took more in the same round (the stateful stages: connection tracking,
-    rules, NAT), with its lcore load (under ~95 % its rate was the generator's) and what other processes used."""
+def forward_only(work, rounds, mode="pipeline"):
+    """Pipeline and routes modes: sluice forwarding the same traffic by the port's forward entry (no firewall, no
+    service, no route lookup), beside the reference and the full pipeline (or the routed run) of the same rounds: the
+    medians of its rate, of its ratio to the reference, of its busy cycles per packet and of what the other sluice run
+    took more in the same round (the stateful stages: connection tracking, rules, NAT; or the route lookups), with
+    its lcore load (under ~95 % its rate was the generator's) and what other processes used."""
     import statistics
     med, rounds = statistics.median, int(rounds)
     ks = range(1, rounds + 1)
@@ -158,12 +159,14 @@ def forward_only(work, rounds):
     fwd_cycles = [open(f"{work}/cycles-forward-{k}").read().split() for k in ks]
     full_cycles = [open(f"{work}/cycles-{k}").read().split() for k in ks]
     loads = [x for x in (load(v) for v in fwd) if x is not None]
-    text = (f"forwarding only (same traffic, no firewall, no service; medians of {rounds} round(s)): "
+    what = "no firewall, no service" if mode == "pipeline" else "same sink, by the forward entry"
+    added = "the stateful stages add" if mode == "pipeline" else "the route lookups add"
+    text = (f"forwarding only (same traffic, {what}; medians of {rounds} round(s)): "
             f"{med(v['rate_pps'] for v in fwd) / 1e6:.2f} Mpps, ratio "
             f"{med(f['rate_pps'] / r['rate_pps'] for f, r in zip(fwd, ref)):.3f}")
     paired = [(float(f[0]), float(p[1])) for f, p in zip(fwd_cycles, full_cycles) if len(f) == 1 and len(p) == 2]
     if paired:
-        text += (f", {med(f for f, _ in paired):.0f} busy cycles/pkt; the stateful stages add "
+        text += (f", {med(f for f, _ in paired):.0f} busy cycles/pkt; {added} "
                  f"{med(p - f for f, p in paired):.0f}")
     if loads:
         text += f"; lcore load {med(loads):.0%}"
@@ -202,24 +205,150 @@ CLIENTS = 0x64400000  # 100.64.0.0: client i is 100.64.0.0 + i, UDP source port 
 def dotted(a):
     return ".".join(str(a >> s & 255) for s in (24, 16, 8, 0))
 
-def write_pcap(path, flows):
-    """FLOWS 64-byte UDP frames, one per client, to VIP:VIP_PORT, in a shuffled order (libpcap format)."""
-    import random, struct
+def write_frames(path, frames):
+    """A libpcap file of Ethernet frames (bytes)."""
+    import struct
+    out = [struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1)]
+    out += [struct.pack("<IIII", 0, 0, len(f), len(f)) + f for f in frames]
+    with open(path, "wb") as f:
+        f.write(b"".join(out))
+
+def udp_frame(src, dst, sport, dport):
+    """A 64-byte UDP frame from 02:00:00:00:00:01 to 02:00:00:00:00:02; addresses as host-order integers."""
+    import struct
     def csum(b):
         s = sum(struct.unpack(f"!{len(b) // 2}H", b))
         s = (s >> 16) + (s & 0xffff)
         return ~(s + (s >> 16)) & 0xffff
-    vip = bytes(int(x) for x in VIP.split("."))
-    out = [struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1)]
+    udp = struct.pack("!HHHH", sport, dport, 30, 0) + bytes(22)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 50, 0, 0, 64, 17, 0, struct.pack("!I", src), struct.pack("!I", dst))
+    return bytes.fromhex("020000000002020000000001" "0800") + ip[:10] + struct.pack("!H", csum(ip)) + ip[12:] + udp
+
+def write_pcap(path, flows):
+    """FLOWS 64-byte UDP frames, one per client, to VIP:VIP_PORT, in a shuffled order (libpcap format)."""
+    import random
+    vip = sum(int(x) << s for x, s in zip(VIP.split("."), (24, 16, 8, 0)))
     order = list(range(int(flows)))
     random.Random(1).shuffle(order)
-    for i in order:
-        udp = struct.pack("!HHHH", 1024 + (i * 7919) % 64000, VIP_PORT, 30, 0) + bytes(22)
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 50, 0, 0, 64, 17, 0, struct.pack("!I", CLIENTS + i), vip)
-        frame = bytes.fromhex("020000000002020000000001" "0800") + ip[:10] + struct.pack("!H", csum(ip)) + ip[12:] + udp
-        out.append(struct.pack("<IIII", 0, 0, 64, 64) + frame)
-    with open(path, "wb") as f:
-        f.write(b"".join(out))
+    write_frames(path, (udp_frame(CLIENTS + i, vip, 1024 + (i * 7919) % 64000, VIP_PORT) for i in order))
+
+# --- routes mode: a full table in a kernel routing table, and traffic spread over it ---
+ROUTES_LINK, ROUTES_SLUICE, ROUTES_KERNEL, ROUTES_HOP = "10.0.0.0/24", "10.0.0.1/24", "10.0.0.254/24", "10.0.0.2"
+ROUTES_HOP_MAC = "02:00:00:00:01:01"
+
+def bgp_prefixes(count, seed=1):
+    """COUNT distinct random IPv4 prefixes of /8-/24, as in a full BGP table (after sluice_bench's section_routes),
+    none in 0/8, 10/8, 127/8 or 224/3 (the next hop's link, loopback, multicast and reserved space)."""
+    import random
+    rng, seen = random.Random(seed), set()
+    while len(seen) < count:
+        n = rng.randint(8, 24)
+        a = rng.getrandbits(32) & (0xffffffff << (32 - n)) & 0xffffffff
+        if a >> 24 in (0, 10, 127) or a >> 29 == 7:
+            continue
+        seen.add((a, n))
+    return sorted(seen)
+
+def routes_files(batch, pcap, count, flows, table):
+    """The `ip -batch` file (load_routes reads it) that puts COUNT prefixes into kernel table TABLE via ROUTES_HOP, and FLOWS 64-byte UDP
+    frames (one per client) each to a random address inside a random one of them, so that the lookups spread over
+    the whole table as a transit router's do. Prints the prefix lengths' spread."""
+    import random
+    prefixes = bgp_prefixes(int(count))
+    with open(batch, "w") as f:
+        f.writelines(f"route add {dotted(a)}/{n} table {int(table)} via {ROUTES_HOP}\n" for a, n in prefixes)
+    rng = random.Random(2)
+    frames = []
+    while len(frames) < int(flows):
+        a, n = prefixes[rng.randrange(len(prefixes))]
+        dst = a | rng.getrandbits(32 - n)
+        if dst >> 16 == 0xa9fe:  # 169.254/16 inside a shorter prefix: link-local, dropped as a martian
+            continue
+        i = len(frames)
+        frames.append(udp_frame(CLIENTS + i, dst, 1024 + (i * 7919) % 64000, VIP_PORT))
+    write_frames(pcap, frames)
+    by_length = {}
+    for _, n in prefixes:
+        by_length[n] = by_length.get(n, 0) + 1
+    print(f"{len(prefixes)} prefixes (/{min(by_length)}-/{max(by_length)}, {by_length.get(24, 0)} of them /24), "
+          f"{int(flows)} flows to addresses inside them")
+
+def load_routes(batch, table):
+    """Adds the routes of an `ip -batch` file written by routes_files to kernel table TABLE over rtnetlink, many
+    RTM_NEWROUTE messages per sendmsg and no acknowledgement asked (the kernel answers only a failure): `ip -batch`
+    waits for an answer to each route, which on this shared VM took minutes for 1M. Exit 1 on any failure."""
+    import ipaddress, socket, struct
+    NEWROUTE, REQUEST, CREATE, EXCL = 24, 0x1, 0x400, 0x200
+    RTA_DST, RTA_GATEWAY, RTA_TABLE = 1, 5, 15
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    s.bind((0, 0))
+    s.setblocking(False)
+    errors, sent, chunk = [], 0, []
+
+    def drain():
+        while True:
+            try:
+                data = s.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError as e:  # ENOBUFS: more failures than the socket holds
+                errors.append(e.errno)
+                continue
+            while data:
+                length, kind = struct.unpack_from("=IH", data)
+                if kind == 2:  # NLMSG_ERROR
+                    code = struct.unpack_from("=i", data, 16)[0]
+                    if code:
+                        errors.append(-code)
+                data = data[(length + 3) & ~3:]
+
+    def flush():
+        nonlocal chunk
+        if chunk:
+            s.setblocking(True)
+            s.send(b"".join(chunk))
+            s.setblocking(False)
+            chunk = []
+            drain()
+
+    for line in open(batch):
+        words = line.split()  # route add PREFIX table N via GATEWAY
+        net = ipaddress.IPv4Network(words[2])
+        gateway = ipaddress.IPv4Address(words[words.index("via") + 1])
+        attrs = (struct.pack("=HH4s", 8, RTA_DST, net.network_address.packed)
+                 + struct.pack("=HH4s", 8, RTA_GATEWAY, gateway.packed) + struct.pack("=HHI", 8, RTA_TABLE, int(table)))
+        body = struct.pack("=BBBBBBBBI", socket.AF_INET, net.prefixlen, 0, 0, 0, 3, 0, 1, 0) + attrs  # boot, unicast
+        sent += 1
+        chunk.append(struct.pack("=IHHII", 16 + len(body), NEWROUTE, REQUEST | CREATE | EXCL, sent, 0) + body)
+        if len(chunk) == 1000:
+            flush()
+    flush()  # the kernel handles a sendmsg's messages before it returns: every answer is in by now
+    s.close()
+    print(f"{sent} routes sent, {len(errors)} refused" + (f" (first: {os.strerror(errors[0])})" if errors else ""))
+    if errors:
+        sys.exit(1)
+
+def arp_pcap(path):
+    """One ARP reply from the next hop, ROUTES_HOP at ROUTES_HOP_MAC, to sluice's address on the link (broadcast):
+    what the next hop would answer to sluice's solicitation; the sink port reads it once and sluice learns the MAC."""
+    import struct
+    mac = bytes.fromhex(ROUTES_HOP_MAC.replace(":", ""))
+    ip = lambda a: bytes(int(x) for x in a.split("/")[0].split("."))
+    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2) + mac + ip(ROUTES_HOP) + b"\xff" * 6 + ip(ROUTES_SLUICE)
+    write_frames(path, [b"\xff" * 6 + mac + b"\x08\x06" + arp + bytes(18)])
+
+def routes_check(path):
+    """A routed run: what sluice received in the window left through the route's next hop (tx on `out`), and not as
+    drops (no_route, neighbour_unresolved). Exit 1 when less than 99 % did."""
+    v = json.load(open(path))
+    st = "/sluice/stats"
+    d = lambda key: v["last"][st][key] - v["first"][st][key]
+    rx, tx = d("rx_packets"), d("port/out/tx_packets")
+    reasons = {k[5:]: d(k) for k in v["last"][st] if k.startswith("drop/") and d(k)}
+    print(f"routes window: rx {rx}, routed and sent {tx} ({tx / rx if rx else 0:.2%}), drops {reasons or '{}'}")
+    if not rx or tx < 0.99 * rx:
+        print("routes: FAIL: packets were not routed (see the drops above)")
+        sys.exit(1)
 
 def classbench_rules(count, flows, seed=1):
     """COUNT - 1 ClassBench-like rules (after sluice_bench's generator: prefixes /8-/32, source ports WC 70 HI 10
@@ -356,6 +485,17 @@ PIPELINE_HEADER = """### Full pipeline: 1k rules, 100k tracked connections, a `n
 | --- | --- | --- | ---: | ---: | ---: | ---: | --- |
 """
 
+ROUTES_MARK = "<!-- forward.sh --routes appends rows above this line -->"
+ROUTES_HEADER = """### Forwarding with a full route table (`tests/bench/forward.sh --routes`)
+
+sluice routing by a mirrored kernel table of 1M random IPv4 prefixes (/8-/24) against testpmd io, on 100k flows to
+addresses spread over the table, all three runs of a round into the same sink (net_pcap, TX to /dev/null); the last
+column has sluice forwarding the same traffic by the port's forward entry in the same rounds.
+
+| date (UTC) | machine | command | reference Mpps | sluice Mpps | ratio | busy cycles/pkt: reference / sluice (ratio) | table; sluice by the forward entry |
+| --- | --- | --- | ---: | ---: | ---: | ---: | --- |
+"""
+
 SWAP_MARK = "<!-- forward.sh appends 5tswap rows above this line -->"
 SWAP_HEADER = """### Forwarding against testpmd 5tswap (`tests/bench/forward.sh`)
 
@@ -368,9 +508,10 @@ touches no packet byte).
 """
 
 def record(doc, mode, date, machine, command, ref, slu, ratio, cycles, pipeline=""):
-    mark, header = {"pipeline": (PIPELINE_MARK, PIPELINE_HEADER), "5tswap": (SWAP_MARK, SWAP_HEADER)}.get(
-        mode, (MARK, HEADER))
-    row = f"| {date} | {machine} | {command} | {ref} | {slu} | {ratio} | {cycles} |" + (f" {pipeline} |" if mode == "pipeline" else "")
+    mark, header = {"pipeline": (PIPELINE_MARK, PIPELINE_HEADER), "5tswap": (SWAP_MARK, SWAP_HEADER),
+                    "routes": (ROUTES_MARK, ROUTES_HEADER)}.get(mode, (MARK, HEADER))
+    row = (f"| {date} | {machine} | {command} | {ref} | {slu} | {ratio} | {cycles} |"
+           + (f" {pipeline} |" if mode in ("pipeline", "routes") else ""))
     text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
     if mark not in text:
         text = text.rstrip("\n") + "\n\n" + header + mark + "\n"

@@ -34,8 +34,27 @@ cleanup() {
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     local p
     for p in "${PREFIXES[@]}"; do rm -rf "${RUNDIR:?}/$p" /dev/hugepages/"$p"map_*; done
+    if [[ -n ${HUGEPAGES_BEFORE:-} ]]; then
+        echo "$HUGEPAGES_BEFORE" >"$HUGEPAGES/nr_hugepages" || true
+        log "hugepages back to $HUGEPAGES_BEFORE reserved"
+    fi
     rm -f "${SOCKETS[@]}"
     if [[ "${KEEP:-0}" == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+
+# reserve_hugepages NEED: at least NEED free 2 MiB pages, the reservation raised if fewer are free (other processes
+# hold some); cleanup puts the reservation back as it was.
+readonly HUGEPAGES=/sys/kernel/mm/hugepages/hugepages-2048kB
+reserve_hugepages() {
+    local need=$1 free
+    free=$(cat "$HUGEPAGES/free_hugepages")
+    if (( free < need )); then
+        HUGEPAGES_BEFORE=$(cat "$HUGEPAGES/nr_hugepages")
+        echo $((HUGEPAGES_BEFORE + need - free)) >"$HUGEPAGES/nr_hugepages"
+        free=$(cat "$HUGEPAGES/free_hugepages")
+        log "hugepages: reservation raised from $HUGEPAGES_BEFORE to $(cat "$HUGEPAGES/nr_hugepages") for this run"
+    fi
+    (( free >= need )) || die "only $free hugepages free, $need needed"
 }
 
 forget_pid() {
@@ -132,11 +151,15 @@ finish_run() {
     fi
 }
 
-# write_sluice_config PATH SOCKET: sluice as the benchmarks run it: `in` the memif client of SOCKET, `out` a
-# net_null sink, one lcore [rx, worker] on CPU 1, forward entries both ways. EAL prefix $ID-sluice.
+# write_sluice_config PATH SOCKET [OUT_DEVICE [routed]]: sluice as the benchmarks run it: `in` the memif client of
+# SOCKET, `out` OUT_DEVICE (default a net_null sink), one lcore [rx, worker] on CPU 1, forward entries both ways.
+# routed: no forward entries; `out` holds an address on the next hop's link ($ROUTES_SLUICE_ADDRESS) and the routes
+# come from kernel table $ROUTES_TABLE (forward.sh --routes). EAL prefix $ID-sluice.
 write_sluice_config() {
+    local out=${3:-net_null0,no-rx=1} routed=${4:-}
     PREFIXES+=("$ID-sluice")
-    cat >"$1" <<EOF
+    {
+        cat <<EOF
 eal:
   - --lcores=0@0,1@1
   - --file-prefix=$ID-sluice
@@ -148,14 +171,25 @@ ports:
   - name: in
     device: net_memif0,role=client,socket=$2
   - name: out
-    device: net_null0,no-rx=1
+    device: $out
+EOF
+        [[ -z $routed ]] || echo "    addresses: [$ROUTES_SLUICE_ADDRESS]"
+        cat <<EOF
 lcores:
   - id: 1
     roles: [rx, worker]
+EOF
+        if [[ -n $routed ]]; then
+            # The next hop answers ARP once, at start: kept for the run, not probed again.
+            printf 'routing: {kernel_table: %s}\nneighbours: {reachable_ms: 3600000}\n' "$ROUTES_TABLE"
+        else
+            cat <<EOF
 forward:
   - {from: in, to: out, next_hop_mac: "02:00:00:00:00:02"}
   - {from: out, to: in, next_hop_mac: "02:00:00:00:00:01"}
 EOF
+        fi
+    } >"$1"
 }
 
 # check_sluice_configs: a config sluice rejects fails the run before any traffic.

@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
 # Every benchmark of tests/bench in one go, each appending its rows to docs/benchmarks.md as it does alone:
 #
-#   tests/bench/run-all.sh [--peers]   (as root; about 11 minutes, 19 with --peers)
+#   tests/bench/run-all.sh [--peers] [--routes]   (as root; about 11 minutes, 19 with --peers, 5 more with --routes)
 #
 # Builds the release build directory `build` (sluice and sluice_bench; `meson setup` first if it does not exist),
 # then runs forward.sh, forward.sh --pipeline, firewall.sh, `sluice_bench --only lb` (its rows go to the "Load
 # balancer" table through firewall.sh's own table code), `sluice_bench --only reload,scaling` (printed), and
 # kernel_compare.sh when the lab's tools are installed and no lab is up. --peers adds peer_ovs.sh (OVS-DPDK side by
-# side, about 8 minutes: the whole would pass 15, hence a flag). Not soak.sh (hours). Stops at the first failure and
-# names it.
+# side, about 8 minutes: the whole would pass 15, hence a flag); --routes adds forward.sh --routes (a 1M-route kernel
+# table, then 3 rounds of 3 runs: 5-10 minutes, a flag for the same reason). Not soak.sh
+# (hours). Stops at the first failure and names it.
 #
 # Environment: BUILD (build directory, default build), STEPS (default "forward pipeline firewall lb reload-scaling
-# kernel", plus "peer" with --peers: a subset to run), BENCH_DOC (default docs/benchmarks.md; passed on to every
-# script).
+# kernel", plus "peer" with --peers and "routes" with --routes: a subset to run), BENCH_DOC (default
+# docs/benchmarks.md; passed on to every script).
 set -euo pipefail
 
 readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${BUILD:-build}"; [[ $BUILD == /* ]] || BUILD="$REPO/$BUILD"
 STEPS=" ${STEPS:-forward pipeline firewall lb reload-scaling kernel} "
-case "${1:-}" in
-    --peers) STEPS+="peer " ;;
-    ""|-h|--help) ;;
-    *) echo "usage: $0 [--peers]" >&2; exit 2 ;;
-esac
+for arg in "$@"; do
+    case "$arg" in
+        --peers) STEPS+="peer " ;;
+        --routes) STEPS+="routes " ;;
+        -h|--help) ;;
+        *) echo "usage: $0 [--peers] [--routes]" >&2; exit 2 ;;
+    esac
+done
 readonly STEPS
 export BENCH_DOC="${BENCH_DOC:-$REPO/docs/benchmarks.md}"
 export SLUICE="$BUILD/app/sluice/sluice" SLUICE_BIN="$BUILD/app/sluice/sluice" SLUICE_BENCH="$BUILD/tests/bench/sluice_bench"
-[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0; }
 
 log() { printf '\n[run-all.sh] %s\n' "$*" >&2; }
 STEP="build"
@@ -86,6 +90,7 @@ lab_ready() {
 
 step forward "tests/bench/forward.sh" "$REPO/tests/bench/forward.sh"
 step pipeline "tests/bench/forward.sh --pipeline" "$REPO/tests/bench/forward.sh" --pipeline
+step routes "tests/bench/forward.sh --routes" "$REPO/tests/bench/forward.sh" --routes
 step firewall "tests/bench/firewall.sh" "$REPO/tests/bench/firewall.sh"
 step lb "sluice_bench --only lb" lb
 step reload-scaling "sluice_bench --only reload,scaling" "$SLUICE_BENCH" --only reload,scaling

@@ -106,7 +106,8 @@ def test_alerts_cover_what_an_operator_must_know():
                    "rate(sluice_lcore_polls_total[1m]) == 0", "sluice_lcore_busy_seconds_total",
                    "sluice_ring_packets / sluice_ring_capacity", "sluice_mempool_mbufs_in_use / sluice_mempool_mbufs",
                    "sluice_port_link_up == 0", "sluice_conntrack_entries / sluice_conntrack_capacity",
-                   "sluice_conntrack_ipv6_entries / sluice_conntrack_ipv6_capacity"):
+                   "sluice_conntrack_ipv6_entries / sluice_conntrack_ipv6_capacity",
+                   "sluice_kernel_routes_resyncs_total"):
         assert needle in joined, f"no alert uses {needle}"
     assert exprs["SluiceBackendDown"] == "sluice_backend_up == 0"
 
@@ -215,6 +216,9 @@ ALERT_SCENARIOS = {
                         "3m", {"instance": "gw"}),
     "SluiceNextHopUnresolved": ('sluice_next_hops_unresolved{job="sluice", instance="gw"}', "1x40", "3m",
                                 {"job": "sluice", "instance": "gw"}),
+    # Three resyncs within 30 minutes (one every 10 minutes, 5 s samples).
+    "SluiceKernelRoutesResyncing": ('sluice_kernel_routes_resyncs_total{job="sluice", instance="gw"}',
+                                    "0x119 1x119 2x119 3x119", "31m", {"job": "sluice", "instance": "gw"}),
 }
 
 
@@ -282,6 +286,7 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
         {"series": f'sluice_conntrack_ipv6_entries{{{gw}, worker="0"}}', "values": "100000x80"},
         {"series": f'sluice_conntrack_ipv6_capacity{{{gw}, worker="0"}}', "values": "125000x80"},
         {"series": f'sluice_backend_up{{{gw}, service="web", backend="10.1.0.11:8080"}}', "values": "1x80"},
+        {"series": f'sluice_kernel_routes_resyncs_total{{{gw}}}', "values": "0x40 1x40"},  # one resync: normal
     ], "alert_rule_test": [{"eval_time": "6m", "alertname": r["alert"], "exp_alerts": []} for r in alert_rules()]})
 
     fired = {t["alert_rule_test"][0]["alertname"] for t in tests if t["alert_rule_test"][0]["exp_alerts"]}

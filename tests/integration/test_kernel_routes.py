@@ -2,12 +2,14 @@
 `ip route ... table N` (as BIRD or FRR install them) appear in its route table within a second and go when deleted:
 a table read at start, multipath routes as ECMP next hops with weights, blackhole and prohibit kinds, IPv6, a route
 whose next hop is on no link of sluice's left out; packets follow a route that changes under traffic, none lost;
-and routes a router announces over BGP to the gateway's BIRD come and go in sluice as they do in BIRD."""
+routes a router announces over BGP to the gateway's BIRD come and go in sluice as they do in BIRD; and notifications
+lost to a full socket buffer are made good by reading the table again."""
 
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -136,6 +138,71 @@ def test_packets_follow_a_kernel_route_that_changes_under_traffic(tmp_path, ns):
     assert 0 < switched < count, "the route changed before or after the traffic"
     assert set(hops[:switched]) == {HOP_MACS["192.0.2.11"]} and set(hops[switched:]) == {HOP_MACS["192.0.2.12"]}
     assert [p[UDP].sport for p in sent] == sorted(p[UDP].sport for p in sent)
+
+
+METRICS_PORT = 9469  # inside the test's own namespace
+
+
+def scrape(ns, name):
+    """One unlabelled sample, scraped inside the namespace sluice runs in."""
+    text = ns.exec("/usr/bin/python3", "-c", "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen("
+                   f"'http://127.0.0.1:{METRICS_PORT}/metrics', timeout=5).read().decode())").stdout
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def kernel_table_as_sluice_lists_it(ns):
+    """`ip route show table N` in sluicectl routes' words (the test's routes: /24s via one gateway, or blackhole)."""
+    lines = set()
+    for line in ns.exec("ip", "-4", "route", "show", "table", TABLE).stdout.splitlines():
+        words = line.split()
+        if words[0] == "blackhole":
+            lines.add(f"{words[1]} kernel blackhole")
+        else:
+            assert words[1] == "via", line
+            lines.add(f"{words[0]} kernel via {words[2]} on server (unresolved)")
+    return lines
+
+
+def test_lost_notifications_are_made_good_by_reading_the_table_again(tmp_path, ns):
+    """The control thread stalls (SIGSTOP: as a reload compiling a large rule set does) while the routing daemon
+    rewrites the table: thousands of notifications for a socket buffer of about 150 (64 KiB). sluice hears ENOBUFS,
+    says so, reads the table whole again, and ends with exactly the kernel's table: routes deleted, changed and added
+    during the stall included."""
+    ns.exec("ip", "link", "set", "lo", "up")
+    cfg = config(tmp_path)
+    cfg["routing"]["kernel_socket_buffer_kib"] = 64
+    cfg["metrics"] = {"listen": f"127.0.0.1:{METRICS_PORT}"}
+
+    def batch(lines):
+        subprocess.run(ns.prefix() + ["ip", "-batch", "-"], input="".join(f"{line}\n" for line in lines), text=True,
+                       check=True, capture_output=True, timeout=60)
+
+    batch(f"route add 100.64.{i}.0/24 table {TABLE} via 192.0.2.11" for i in range(40))
+    sluice = Sluice(tmp_path, cfg, netns=ns)
+    with sluice:
+        wait_until(lambda: {r for r in sluice.routes() if " kernel " in r} == kernel_table_as_sluice_lists_it(ns),
+                   timeout=5, what="the first dump in sluice")
+        assert len(kernel_table_as_sluice_lists_it(ns)) == 40
+        resyncs = scrape(ns, "sluice_kernel_routes_resyncs_total")
+        os.kill(sluice.proc.pid, signal.SIGSTOP)
+        try:
+            churn = [f"100.96.{i // 256}.{i % 256}/32" for i in range(1500)]
+            batch([f"route add {p} table {TABLE} via 192.0.2.12" for p in churn] +
+                  [f"route del {p} table {TABLE}" for p in churn] +
+                  [f"route del 100.64.{i}.0/24 table {TABLE}" for i in range(15)] +
+                  [f"route replace 100.64.{i}.0/24 table {TABLE} via 192.0.2.12" for i in range(15, 30)] +
+                  [f"route add 100.65.{i}.0/24 table {TABLE} via 192.0.2.12" for i in range(10)] +
+                  [f"route add blackhole 100.66.{i}.0/24 table {TABLE}" for i in range(5)])
+        finally:
+            os.kill(sluice.proc.pid, signal.SIGCONT)
+        expected = kernel_table_as_sluice_lists_it(ns)
+        assert len(expected) == 40 - 15 + 10 + 5
+        wait_until(lambda: {r for r in sluice.routes() if " kernel " in r} == expected, timeout=10,
+                   what=f"sluice's kernel routes to be the kernel's table: {sorted(expected)}")
+        assert scrape(ns, "sluice_kernel_routes_resyncs_total") > resyncs
+        assert re.search(r"kernel route notifications lost: the socket's 64 KiB buffer was full .*reading kernel "
+                         f"table {TABLE} again", sluice.log()), sluice.log()
+        assert sluice.stop() == 0, sluice.log()
 
 
 ROUTER_BIRD = """router id 192.0.2.11;
