@@ -41,6 +41,11 @@ constexpr std::size_t kMaxExpandedRules = 1'000'000;
 // parts grow instead of multiplying.
 constexpr std::size_t kMaxParts = 16;
 
+// A region whose rules changed in an edit (a reload that changes few regions) is built as pieces this many times
+// smaller: rte_acl_build's time grows faster than its rule count, so an edit's build is several times shorter, at
+// the price of a few more contexts for keys that no earlier part matches, in that region only.
+constexpr std::size_t kPiecesPerPart = 4;
+
 // The search key rte_acl reads for one packet, in network byte order. rte_acl's layout rules (rte_acl.h,
 // programmer's guide "Packet Classification and Access Control"): the first field is one byte, every other field
 // belongs to a 4-byte input group whose bytes are all covered by fields. Field offsets below are offsets into these
@@ -352,25 +357,46 @@ uint64_t match_hash(const Rule& r) {
     return h;
 }
 
-// Where the rules are cut into parts, as (first, count): a part ends after a rule whose match hash picks it, once
-// the part holds part_rules / 2 rte_acl rules, or at 2 * part_rules (about part_rules on average). A cut depends
-// only on the rules just before it, so an edit, an insertion or a removal moves the cuts of its own part at most.
-std::vector<std::pair<uint32_t, uint32_t>> cut_parts(const std::vector<Rule>& rules,
-                                                     const std::vector<std::size_t>& counts, std::size_t part_rules) {
-    const std::size_t least = std::max<std::size_t>(part_rules / 2, 1);
-    std::vector<std::pair<uint32_t, uint32_t>> parts;
-    std::size_t held = 0;
+// Where the rules are cut, as regions of about part_rules rte_acl rules, each cut again into pieces of about
+// part_rules / kPiecesPerPart. A piece ends after a rule whose match hash picks it, once the piece holds half its
+// size, or at twice its size; a region ends at such a piece end, picked the same way at the region's size. A cut
+// depends only on the rules just before it, so an edit, an insertion or a removal moves the cuts of its own piece
+// and region at most.
+struct Region {
     uint32_t first = 0;
+    uint32_t count = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> pieces;  // (first, count), covering the region in order
+};
+
+std::vector<Region> cut_regions(const std::vector<Rule>& rules, const std::vector<std::size_t>& counts,
+                                std::size_t part_rules) {
+    const std::size_t piece_rules = std::max<std::size_t>(part_rules / kPiecesPerPart, 1);
+    const std::size_t least = std::max<std::size_t>(part_rules / 2, 1);
+    const std::size_t piece_least = std::max<std::size_t>(piece_rules / 2, 1);
+    std::vector<Region> regions(1);
+    std::size_t held = 0, piece_held = 0;
+    uint32_t piece_first = 0;
     for (uint32_t i = 0; i < rules.size(); ++i) {
         held += counts[i];
-        if ((held >= least && match_hash(rules[i]) % least == 0) || held >= 2 * part_rules) {
-            parts.emplace_back(first, i + 1 - first);
-            first = i + 1;
+        piece_held += counts[i];
+        const uint64_t h = match_hash(rules[i]);
+        if ((piece_held < piece_least || h % piece_least != 0) && piece_held < 2 * piece_rules) continue;
+        regions.back().pieces.emplace_back(piece_first, i + 1 - piece_first);
+        piece_first = i + 1;
+        piece_held = 0;
+        if ((held >= least && h % least == 0) || held >= 2 * part_rules) {
+            regions.emplace_back();
             held = 0;
         }
     }
-    if (first < rules.size()) parts.emplace_back(first, static_cast<uint32_t>(rules.size()) - first);
-    return parts;
+    if (piece_first < rules.size())
+        regions.back().pieces.emplace_back(piece_first, static_cast<uint32_t>(rules.size()) - piece_first);
+    if (regions.back().pieces.empty()) regions.pop_back();
+    for (Region& r : regions) {
+        r.first = r.pieces.front().first;
+        r.count = r.pieces.back().first + r.pieces.back().second - r.first;
+    }
+    return regions;
 }
 
 uint64_t part_hash(const std::vector<Rule>& rules, uint32_t first, uint32_t count) {
@@ -645,37 +671,65 @@ void AclClassifier::build_parts(int socket_id, const std::string& name, int keep
     std::unordered_multimap<uint64_t, const AclPart*> reusable;
     if (reuse && reuse->family_ == family_ && reuse->method_setting_ == method_setting_)
         for (const AclPart& p : reuse->parts_) reusable.emplace(part_hash(reuse->rules_, p.first, p.count), &p);
-    // A key no rule matches passes through every part: their number is bounded, their size grows past it. A power
-    // of two, so that a few rules more or less leave the cuts where they were.
-    const auto cuts = cut_parts(rules_, counts, std::max(part_rules, std::bit_ceil(expanded_ / kMaxParts)));
-    const AclPart* largest = nullptr;
-    parts_.reserve(cuts.size());
-    for (const auto& [first, count] : cuts) {
-        AclPart part{nullptr, first, count, 0, {}};
+    // The running part whose rules match as rules [first, first + count) do, or null.
+    const auto running_part = [&](uint32_t first, uint32_t count) -> const AclPart* {
         const auto [from, to] = reusable.equal_range(part_hash(rules_, first, count));
-        for (auto it = from; it != to && !part.ctx; ++it) {
+        for (auto it = from; it != to; ++it) {
             const AclPart& old = *it->second;
             const auto old_rules = reuse->rules_.begin() + old.first;
-            if (old.count != count ||
-                !std::equal(rules_.begin() + first, rules_.begin() + first + count, old_rules, same_match))
-                continue;
-            part.ctx = old.ctx;
-            part.method = old.method;
-            part.report = old.report;
-            ++parts_reused_;
+            if (old.count == count &&
+                std::equal(rules_.begin() + first, rules_.begin() + first + count, old_rules, same_match))
+                return &old;
         }
-        if (!part.ctx) {
-            const std::string part_name = cuts.size() == 1 ? name : name + "." + std::to_string(parts_.size());
+        return nullptr;
+    };
+    // A key no rule matches passes through every part: their number is bounded, their size grows past it. A power
+    // of two, so that a few rules more or less leave the cuts where they were.
+    const auto regions = cut_regions(rules_, counts, std::max(part_rules, std::bit_ceil(expanded_ / kMaxParts)));
+    // Per region: the running part that serves it whole, else the running parts that serve its pieces (a region an
+    // earlier edit built in pieces), else nothing: it changed.
+    std::vector<const AclPart*> whole(regions.size());
+    std::vector<std::vector<const AclPart*>> pieces(regions.size());
+    std::size_t changed = 0;
+    for (std::size_t r = 0; r < regions.size(); ++r) {
+        whole[r] = running_part(regions[r].first, regions[r].count);
+        if (whole[r]) continue;
+        for (const auto& [first, count] : regions[r].pieces) pieces[r].push_back(running_part(first, count));
+        changed += std::count(pieces[r].begin(), pieces[r].end(), nullptr) != 0;
+    }
+    // An edit (at most a quarter of the regions changed, or one): its regions are built in pieces, each piece the
+    // running classifier has kept. Otherwise a changed region is built whole, as at start.
+    const bool edit = changed <= std::max<std::size_t>(1, regions.size() / 4);
+    std::size_t largest = SIZE_MAX;  // index in parts_
+    const bool one_context = regions.size() == 1 && regions[0].pieces.size() == 1;
+    const auto add = [&](uint32_t first, uint32_t count, const AclPart* old) {
+        AclPart part{nullptr, first, count, 0, {}};
+        if (old) {
+            part.ctx = old->ctx;
+            part.method = old->method;
+            part.report = old->report;
+            ++parts_reused_;
+        } else {
+            const std::string part_name = one_context ? name : name + "." + std::to_string(parts_.size());
             part.ctx.reset(build_classifier<F>(expand<F>(rules_, first, count, counts), socket_id, part_name,
                                                method_setting_, keep, part.method, part.report),
                            CtxDeleter{});
         }
         parts_.push_back(std::move(part));
-        if (!largest || parts_.back().count > largest->count) largest = &parts_.back();
+        if (largest == SIZE_MAX || parts_.back().count > parts_[largest].count) largest = parts_.size() - 1;
+    };
+    for (std::size_t r = 0; r < regions.size(); ++r) {
+        const bool kept_pieces = !whole[r] && std::count(pieces[r].begin(), pieces[r].end(), nullptr) == 0;
+        if (whole[r] || (!kept_pieces && !edit)) {
+            add(regions[r].first, regions[r].count, whole[r]);
+            continue;
+        }
+        for (std::size_t p = 0; p < regions[r].pieces.size(); ++p)
+            add(regions[r].pieces[p].first, regions[r].pieces[p].second, pieces[r][p]);
     }
-    if (!largest) return;
-    method_ = largest->method;
-    method_report_ = largest->report;
+    if (largest == SIZE_MAX) return;
+    method_ = parts_[largest].method;
+    method_report_ = parts_[largest].report;
     if (parts_.size() > 1)
         method_report_ += " in " + std::to_string(parts_.size()) + " rte_acl contexts (" +
                           std::to_string(parts_reused_) + " kept from the running rules)";

@@ -59,8 +59,9 @@ public:
     //
     // The rules are cut into parts of about kPartRules rte_acl rules, each its own rte_acl context (rte_acl_build's
     // time and memory grow faster than its rule count), at places that depend on the rules' contents, so an edit
-    // moves only the cuts near it. A part whose rules match as the same part of `reuse`
-    // (the context this one replaces) did is shared with it, not built again. part_rules: the part size, for tests.
+    // moves only the cuts near it. A part whose rules match as a part of `reuse` (the context this one replaces) did
+    // is shared with it, not built again. When few parts changed (an edit), each changed one is built as pieces of
+    // a quarter of its size, and only the pieces whose rules changed are built. part_rules: the part size, for tests.
     AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
                   int method = 0, int keep = 0, const AclClassifier* reuse = nullptr,
                   std::size_t part_rules = kPartRules);
