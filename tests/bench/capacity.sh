@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Capacity benchmark (issue #32): connection tables of 1M and 10M connections side by side in one sluice_bench
+# Capacity benchmark: connection tables of 1M and 10M connections side by side in one sluice_bench
 # process (its `capacity` section): DPDK memory per connection, the established path's cycles per packet at 10M
 # against 1M, and new connections into a full 10M table against a full 1M one. Not part of tests/run.sh.
 #

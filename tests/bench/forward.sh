@@ -272,7 +272,7 @@ if [[ $MODE == plain ]]; then
     IFS=$'\t' read -r REF5_M _ RATIO5 RATIO5_CELL CYCLES5 others5 NOISY5 <<<"$combined"
     echo "reference testpmd 5tswap ${REF5_M} Mpps, ratio sluice/5tswap ${RATIO5_CELL}; busy cycles per packet" \
          "5tswap / sluice: $CYCLES5"
-    echo "forwarding target (issue #32): >= 0.95 of testpmd 5tswap:" \
+    echo "forwarding target: >= 0.95 of testpmd 5tswap:" \
          "$(python3 -c "print('met' if $RATIO5 >= 0.95 else 'NOT met')")"
     (( NOISY5 == 0 )) || log "note: other processes used up to $others5 of the CPUs during the 5tswap/sluice windows"
 fi

@@ -200,7 +200,7 @@ def combine(work, rounds, jobs):
                          f" / {med(x['rate_pps'] for x in slu) / 1e6:.2f}", f"{others:.0%}"]))
 
 
-TARGETS = {"pipeline": 10.0, "plain": 1.3}  # issue #32: sluice at least this many times OVS-DPDK's speed
+TARGETS = {"pipeline": 10.0, "plain": 1.3}  # the targets: sluice at least this many times OVS-DPDK's speed
 
 
 def targets(combined_path):
@@ -209,7 +209,7 @@ def targets(combined_path):
         job, *_, emc_cell, smc_cell, _rates, _others = line.split("\t")
         if job in TARGETS:
             ratio = min(float(emc_cell.split()[0]), float(smc_cell.split()[0]))
-            print(f"target (issue #32): sluice >= {TARGETS[job]}x OVS-DPDK's speed on {job}: {ratio:.2f}x, "
+            print(f"target: sluice >= {TARGETS[job]}x OVS-DPDK's speed on {job}: {ratio:.2f}x, "
                   + ("met" if ratio >= TARGETS[job] else "NOT met"))
 
 

@@ -1,4 +1,4 @@
-"""Spoofed TCP segments against real Linux TCP through the lab (issue #28, sluice's sequence and window tracking):
+"""Spoofed TCP segments against real Linux TCP through the lab (sluice's sequence and window tracking):
 
 - a large HTTP download, through plain forwarding and through a NAT VIP, while blind spoofers flood both of its ends
   with RSTs and data segments at guessed sequence numbers: the download completes intact, every spoofed frame is

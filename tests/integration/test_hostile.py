@@ -1,4 +1,4 @@
-"""Hostile and malformed frames through a real sluice on net_pcap ports (issue #9, reliability).
+"""Hostile and malformed frames through a real sluice on net_pcap ports (reliability).
 
 Each case is (name, frame builder, expected outcome, drop reason). The whole battery goes through one sluice run per
 setting (a pcap in, a pcap out), with a valid canary frame after every case: a case passed exactly when its frame

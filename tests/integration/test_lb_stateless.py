@@ -1,4 +1,4 @@
-"""Connections that reach sluice mid-stream (issue #10, scale-out): behind ECMP, when an instance dies or ECMP
+"""Connections that reach sluice mid-stream (scale-out): behind ECMP, when an instance dies or ECMP
 rehashes, the packets of an established TCP connection arrive at an instance that never saw its SYN.
 
 - dsr and tunnel services send such a packet to the backend their Maglev table gives for its 5-tuple (the one an

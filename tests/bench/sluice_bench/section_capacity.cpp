@@ -1,4 +1,4 @@
-// Section capacity (only when named; issue #32's capacity target): one connection table per size of
+// Section capacity (only when named; the capacity target): one connection table per size of
 // --capacity-conns (1M and 10M), each filled to capacity, measured side by side: DPDK memory per connection, the
 // established path's cycles per packet (packets of random connections: nearly every one a cache miss), and new
 // connections per second (SYN, miss, classify, insert) into the table while it is full but for them. Each size is

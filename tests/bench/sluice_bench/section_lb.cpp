@@ -72,14 +72,14 @@ void add_lb_new_rows(const Dpdk& d, Table& table, const std::vector<std::vector<
         Row{.id = "lb-new-nat-rate",
             .measurement = "new conns, nat service, 1k rules: firewall + forward; " + fmt(nat.median) + " cycles/conn",
             .unit = "M conn/s",
-            .reference = "target (issue #8) per worker",
+            .reference = "the target per worker",
             .ref = target,
             .sluice = millions_per_second(d, nat)});
     table.add(Row{.id = "lb-new-nat-nofw-rate",
                   .measurement = "new conns, nat service, firewall off: firewall + forward; " + fmt(nat_open.median) +
                                  " cycles/conn",
                   .unit = "M conn/s",
-                  .reference = "target (issue #8) per worker",
+                  .reference = "the target per worker",
                   .ref = target,
                   .sluice = millions_per_second(d, nat_open)});
     table.add(Row{.id = "lb-remove-nat",
@@ -98,7 +98,7 @@ void add_lb_new_rows(const Dpdk& d, Table& table, const std::vector<std::vector<
         Row{.id = "lb-new-nat-sustained-rate",
             .measurement = "new + removed conns, nat service, 1k rules; " + fmt(nat_sustained.median) + " cycles/conn",
             .unit = "M conn/s",
-            .reference = "target (issue #8) per worker",
+            .reference = "the target per worker",
             .ref = target,
             .sluice = millions_per_second(d, nat_sustained)});
     table.add(Row{.id = "lb-new-nat-sync",

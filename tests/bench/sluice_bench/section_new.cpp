@@ -67,7 +67,7 @@ void section_new(Dpdk& d, const Options& o, Table& table) {
     table.add(Row{.id = "new-rate",
                   .measurement = what,
                   .unit = "M conn/s",
-                  .reference = "target (firewall issue) per worker",
+                  .reference = "the target per worker",
                   .ref = constant_stat(kTargetNewConnsPerSecond / 1e6),
                   .sluice = rate});
     table.add(Row{.id = "new-cycles",

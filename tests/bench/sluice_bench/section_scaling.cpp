@@ -134,7 +134,7 @@ private:
         table.add(Row{.id = id + "-speedup",
                       .measurement = "scaling 1 -> 2 workers, " + what + " (speed-up)",
                       .unit = "x",
-                      .reference = "target (issue)",
+                      .reference = "the target",
                       .ref = constant_stat(1.8),
                       .sluice = stat_of(speedup)});
         table.add(

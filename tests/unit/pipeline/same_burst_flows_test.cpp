@@ -1,4 +1,4 @@
-// Flows whose first packets share one RX burst (issue #28, items 3-5): the first packet of each flow is decided
+// Flows whose first packets share one RX burst: the first packet of each flow is decided
 // (one rule hit, one rate-limit or new-connection token, one entry), and the flow's later packets in the burst
 // follow that decision: forwarded and rewritten as the connection's packets, or refused with it under its reason.
 #include <catch2/catch.hpp>
