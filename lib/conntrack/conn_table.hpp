@@ -289,10 +289,11 @@ public:
     }
 
     // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for
-    // other protocols), counts it (packets only: per-connection byte counts are not kept), and pushes the expiry out by the new state's timeout. invalid: the packet makes
-    // no sense in this state (e.g. a SYN on an established connection from the wrong side); the caller drops it.
-    // An invalid packet is not counted and changes nothing. A few TCP packets are let through without a state
-    // change or a new expiry (nf_conntrack's "ignore": a retransmitted SYN+ACK on an established connection).
+    // other protocols), counts it (packets only: per-connection byte counts are not kept), and pushes the expiry out by
+    // the new state's timeout. invalid: the packet makes no sense in this state (e.g. a SYN on an established
+    // connection from the wrong side); the caller drops it. An invalid packet is not counted and changes nothing. A few
+    // TCP packets are let through without a state change or a new expiry (nf_conntrack's "ignore": a retransmitted
+    // SYN+ACK on an established connection).
     TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint64_t now_tsc) {
         return track_direction(index, is_reply(index, tuple), tcp_flags, now_tsc);
     }

@@ -24,7 +24,7 @@ struct FlowRecord {
     uint16_t nat_port;
     uint32_t packets[2];   // they wrap at 2^32 (ConnEntry)
     uint64_t expires_tsc;  // when it would expire, in the worker's TSC (to its table's tick)
-    TcpWindow window;  // TCP: the sequence and window tracking's state; zero for other protocols
+    TcpWindow window;      // TCP: the sequence and window tracking's state; zero for other protocols
 };
 
 struct FlowFilter {

@@ -122,8 +122,7 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, bool icmp_erro
     const bool later_fragment = (b.meta(i).flags & kMetaFragment) && b.meta(i).l4_offset == 0;
     if (!later_fragment && b.tuples[i].proto == kIpProtoTcp && !admit_tcp_segment(b, i, conn, reply)) return;
     const ConnState before = b.table.entry(conn).state;
-    if (!later_fragment &&
-        b.table.track_direction(conn, reply, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok) {
+    if (!later_fragment && b.table.track_direction(conn, reply, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok) {
         b.drop(i, DropReason::ct_invalid);
         return;
     }

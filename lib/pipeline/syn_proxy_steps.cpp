@@ -107,8 +107,7 @@ bool settle_pending(StatefulBurst& b, uint16_t i, int32_t conn, int32_t position
         entry.flags &= static_cast<uint8_t>(~kConnFlagSynProxyPending);
         return true;  // tracked and sent on to the client as any reply
     }
-    if (kind != tcp::Kind::synack ||
-        b.table.track_direction(conn, true, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok)
+    if (kind != tcp::Kind::synack || b.table.track_direction(conn, true, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok)
         return false;
     b.table.set_seq_shift(position, backend_seq - cookie);
     entry.flags &= static_cast<uint8_t>(~kConnFlagSynProxyPending);

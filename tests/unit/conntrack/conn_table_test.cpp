@@ -417,7 +417,7 @@ TEST_CASE("ConnTable: expiry compares ticks modulo 2^32, so the clock may wrap u
     ConnTimeouts timeouts;
     timeouts.udp_unreplied = 1;  // 1000 fake cycles
     ConnTable table(unique_table_name(), 64, SOCKET_ID_ANY, timeouts, kFakeTscHz);
-    REQUIRE(table.tick_shift() == 0);  // a fake clock of 1000 Hz: a day fits 31 bits as it is
+    REQUIRE(table.tick_shift() == 0);                  // a fake clock of 1000 Hz: a day fits 31 bits as it is
     const uint64_t start = (uint64_t{1} << 32) - 400;  // the tick wraps 400 cycles after the insert
     const FiveTuple dns = v4_tuple(IPPROTO_UDP, 0x0a000001, 5353, 0x08080808, 53);
     const int32_t i = table.insert(dns, symmetric_flow_hash(dns), ConnState::udp_unreplied, 0, start);
