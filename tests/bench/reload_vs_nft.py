@@ -3,7 +3,9 @@
 
 Cases, each timed on both in alternation, REPS times:
   all-10k     RULES rules, every one different from the running set
-  one-10k     the same rules but one (its destination port changed)
+  one-10k     the same rules but one (its destination port changed), each repetition in another place of the file:
+              the first edit in its part of the rules
+  again-10k   the rule one-10k changed last, changed again: an edit where the previous one was
   all-100k    BIG_RULES rules, every one different (also the peak memory of each)
 sluice: the running daemon (net_null port, one rx+worker lcore on CPU 1, control thread on CPU 0) gets its config
 file rewritten and SIGHUP; the time is its own log's, from "reload (SIGHUP): reading" to "reload applied" (ms
@@ -30,10 +32,10 @@ SLUICE = os.environ["SLUICE"]
 RULES = int(os.environ.get("RULES", "10000"))
 BIG_RULES = int(os.environ.get("BIG_RULES", "100000"))
 REPS = int(os.environ.get("REPS", "3"))
-CASES = os.environ.get("CASES", "all-10k one-10k all-100k").split()
+CASES = os.environ.get("CASES", "all-10k one-10k again-10k all-100k").split()
 KEEP = os.environ.get("KEEP") == "1"
 FILES = int(os.environ.get("FILES", "20"))  # firewall.include files the sluice rules are split into; 0: inline
-TARGETS = {"all-10k": 1.0, "one-10k": 0.25, "all-100k": 1.0}
+TARGETS = {"all-10k": 1.0, "one-10k": 0.25, "again-10k": 0.25, "all-100k": 1.0}
 
 
 def log(*args):
@@ -243,6 +245,7 @@ def main():
             write_nft(nft_file, sets[0])
             run_nft(netns, nft_file)  # the kernel holds the running set, as sluice does
             current = 0
+            edited = 0  # the rule the last one-10k repetition changed
             for case in cases:
                 for rep in range(REPS):
                     if case.startswith("all"):
@@ -250,8 +253,10 @@ def main():
                         rules = sets[current]
                     else:
                         rules = [list(r) for r in sets[current]]
-                        changed = rules[len(rules) // 2]
-                        port = (changed[4] or (1, 1))[0] % 60000 + 1 + rep
+                        if case.startswith("one"):  # spread over the file: 1/6, 3/6, 5/6 of it with 3 repetitions
+                            edited = (2 * rep + 1) * len(rules) // (2 * REPS)
+                        changed = rules[edited]
+                        port = (changed[4] or (1, 1))[0] % 60000 + 1 + rep + (REPS if case.startswith("again") else 0)
                         changed[2] = changed[2] if changed[2] != "any" else "tcp"
                         changed[4] = (port, port)
                         sets[current] = rules

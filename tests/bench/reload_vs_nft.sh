@@ -7,7 +7,9 @@
 # written once as a sluice config (firewall.rules) and once as an nft file (flush ruleset + an inet table with a
 # forward chain, one nft rule per sluice rule). Cases, each run REPS times with the order of the two alternating:
 #   all-10k    RULES rules, every one different from the running set        target sluice/nft <= 1.0
-#   one-10k    the running set with one rule's destination port changed     target <= 0.25
+#   one-10k    the running set with one rule's destination port changed,    target <= 0.25
+#              each repetition in another place of the file (the first edit in its part of the rules)
+#   again-10k  the rule one-10k changed last, changed again                   target <= 0.25
 #   all-100k   BIG_RULES rules, every one different; also peak memory       target <= 1.0 in time and in memory
 # sluice: a running daemon (net_null port, --no-huge so that DPDK's memory is the process's own, its rx+worker lcore
 # on CPU 1 and its control thread on CPU 0) has its config file replaced and gets SIGHUP; the time is its log's, from
@@ -18,7 +20,8 @@
 #
 # Environment: SLUICE (default build/app/sluice/sluice), RULES (10000), BIG_RULES (100000), REPS (3), FILES (20:
 # the sluice rules in that many firewall.include files; 0: inline in firewall.rules), CASES
-# (default "all-10k one-10k all-100k"), KEEP=1 keeps the work directory (configs, nft files, the daemons' logs).
+# (default "all-10k one-10k again-10k all-100k"), KEEP=1 keeps the work directory (configs, nft files, the daemons'
+# logs).
 set -euo pipefail
 
 readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
