@@ -209,6 +209,14 @@ inline uint32_t keyed_datagram_hash(const IpAddress& src, const IpAddress& dst, 
                                     : KeyedMix::v6(src, dst, id, seed(proto, family));
 }
 
+// The sender a source address stands for, where limits count per sender: an IPv4 address, or an IPv6 address's
+// /64 (a host is given a /64 and may send from any address in it, so a whole address would let one host count as
+// many).
+inline IpAddress sender_of(IpAddress src, IpFamily family) {
+    if (family == IpFamily::ipv6) src.words[2] = src.words[3] = 0;
+    return src;
+}
+
 // A source address's, for the per-source rate limiter's buckets.
 inline uint32_t keyed_source_hash(const IpAddress& src, IpFamily family) {
     using namespace flow_hash_detail;

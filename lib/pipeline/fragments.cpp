@@ -50,11 +50,8 @@ FragmentTracker::~FragmentTracker() {
 
 uint32_t FragmentTracker::pending() const { return static_cast<uint32_t>(rte_hash_count(table_)); }
 
-// A source is its IPv4 address or its IPv6 /64: a host is given a /64 and may send from any address in it.
 void FragmentTracker::source_slots(const Key& key, uint16_t (&slots)[2]) const {
-    IpAddress source = key.src;
-    if (key.family == IpFamily::ipv6) source.words[2] = source.words[3] = 0;
-    const uint32_t hash = keyed_source_hash(source, key.family);
+    const uint32_t hash = keyed_source_hash(sender_of(key.src, key.family), key.family);
     slots[0] = static_cast<uint16_t>(hash % kSourceSlots);
     slots[1] = static_cast<uint16_t>((hash >> 16) % kSourceSlots);
 }

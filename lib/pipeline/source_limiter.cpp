@@ -52,7 +52,7 @@ void SourceLimiter::expire(uint64_t now_tsc) {
 
 bool SourceLimiter::take(const IpAddress& source, IpFamily family, uint64_t now_tsc, bool& overflowed) {
     overflowed = false;
-    const Key key{source, static_cast<uint32_t>(family), 0};
+    const Key key{sender_of(source, family), static_cast<uint32_t>(family), 0};
     const hash_sig_t hash = rte_hash_hash(table_, &key);
     int32_t position = rte_hash_lookup_with_hash(table_, &key, hash);
     if (position >= 0) {

@@ -1,14 +1,14 @@
-// The token buckets of one `per: source` rate-limited rule on one lcore: a bucket per source address, in an rte_hash
-// keyed by the address (a keyed hash: senders choose their sources, and must not aim collisions). A source is
-// forgotten once its bucket would be full again, which changes nothing (a new source starts full); the least
-// recently used go first (an AgeList), up to kExpirePerInsert at each new source. At most kCapacity sources (the
-// rte_hash has an eighth more room, so its cuckoo search does not fail short of that): when the table has no room,
-// a new source is judged on the rule's overflow bucket, one source's rate shared by every source the table could
-// not take (counted: rate_limit_overflow). So a source's own bucket is never reset by another's, whatever the number
-// of sources; one refused room and given it later may have had tokens of the overflow bucket as well: at most its
-// limit twice over, and all the overflow sources together at most one source's.
-// Built by the control thread with the snapshot (one per lcore slot and rule); used by that lcore only. Fast-path
-// safe: no allocation, lock or syscall after construction.
+// The token buckets of one `per: source` rate-limited rule on one lcore: a bucket per sender (an IPv4 address, an IPv6
+// /64: sender_of), in an rte_hash keyed by it (a keyed hash: senders choose their sources, and must not aim
+// collisions). A source is forgotten once its bucket would be full again, which changes nothing (a new source starts
+// full); the least recently used go first (an AgeList), up to kExpirePerInsert at each new source. At most kCapacity
+// sources (the rte_hash has an eighth more room, so its cuckoo search does not fail short of that): when the table has
+// no room, a new source is judged on the rule's overflow bucket, one source's rate shared by every source the table
+// could not take (counted: rate_limit_overflow). So a source's own bucket is never reset by another's, whatever the
+// number of sources; one refused room and given it later may have had tokens of the overflow bucket as well: at most
+// its limit twice over, and all the overflow sources together at most one source's. Built by the control thread with
+// the snapshot (one per lcore slot and rule); used by that lcore only. Fast-path safe: no allocation, lock or syscall
+// after construction.
 #pragma once
 
 #include <cstdint>
@@ -34,14 +34,14 @@ public:
     SourceLimiter(const SourceLimiter&) = delete;
     SourceLimiter& operator=(const SourceLimiter&) = delete;
 
-    // Takes a token from source's bucket; false when it has none. overflowed: the table had no room for a new
-    // source, and the token came (or did not) from the overflow bucket.
+    // Takes a token from the bucket of source's sender; false when it has none. overflowed: the table had no room for a
+    // new source, and the token came (or did not) from the overflow bucket.
     bool take(const IpAddress& source, IpFamily family, uint64_t now_tsc, bool& overflowed);
     uint32_t sources() const;  // tracked now
 
 private:
     struct Key {
-        IpAddress address;  // an IPv4 address in its first 4 bytes, the rest 0
+        IpAddress address;  // sender_of: an IPv4 address in its first 4 bytes, an IPv6 /64 in its first 8; the rest 0
         uint32_t family;
         uint32_t zero;  // compared as bytes
     };

@@ -1,6 +1,7 @@
 // SourceLimiter (lib/pipeline/source_limiter.hpp) on its own: when a source may be forgotten, and what a lookup costs.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -56,6 +57,28 @@ TEST_CASE("source limiter: the same 4 bytes as an IPv4 and an IPv6 source are tw
     bool overflowed;
     for (int i = 0; i < 2; ++i) CHECK(limiter.take(address, IpFamily::ipv4, 0, overflowed));
     CHECK(limiter.take(address, IpFamily::ipv6, 0, overflowed));
+    CHECK(limiter.sources() == 2);
+}
+
+TEST_CASE("source limiter: an IPv6 /64 is one sender, whatever addresses it sends from", "[source_limiter]") {
+    SourceLimiter limiter("sl_src_test_slash64", 0, one_a_second_burst_two());
+    // 2001:db8:0:1::/64 sends from three addresses; 2001:db8:0:2::1 is another /64.
+    auto v6 = [](uint16_t subnet, uint64_t interface_id) {
+        IpAddress a{};
+        const uint8_t prefix[6] = {0x20, 0x01, 0x0d, 0xb8, 0, 0};
+        std::memcpy(a.bytes, prefix, sizeof prefix);
+        a.bytes[6] = static_cast<uint8_t>(subnet >> 8);
+        a.bytes[7] = static_cast<uint8_t>(subnet);
+        for (int i = 0; i < 8; ++i) a.bytes[15 - i] = static_cast<uint8_t>(interface_id >> (8 * i));
+        return a;
+    };
+    bool overflowed;
+    CHECK(limiter.take(v6(1, 1), IpFamily::ipv6, 0, overflowed));
+    CHECK(limiter.take(v6(1, 0xdead), IpFamily::ipv6, 0, overflowed));
+    CHECK_FALSE(limiter.take(v6(1, 0xbeef00000001), IpFamily::ipv6, 0, overflowed));
+    CHECK_FALSE(overflowed);
+    CHECK(limiter.sources() == 1);
+    CHECK(limiter.take(v6(2, 1), IpFamily::ipv6, 0, overflowed));
     CHECK(limiter.sources() == 2);
 }
 
