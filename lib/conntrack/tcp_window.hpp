@@ -155,9 +155,8 @@ inline WindowVerdict check_ack(TcpWindow& w, int s, const TcpSegmentFields& seg)
     const uint32_t sender_maxwin = tcp_window_maxwin(w, s);
     if (receiver_seen && tcp_window_check_of(w) == TcpWindowCheck::strict) {
         const uint32_t ack_slack = std::max(sender_maxwin, kMinAckWindow);
-        // Bitwise: the four compares cost less than the branches between them.
-        if (after(seg.seq, sender.maxend) | before(end, sender.end - tcp_window_maxwin(w, r)) |
-            after(seg.ack, receiver.end) | before(seg.ack, receiver.end - ack_slack))
+        if (after(seg.seq, sender.maxend) || before(end, sender.end - tcp_window_maxwin(w, r)) ||
+            after(seg.ack, receiver.end) || before(seg.ack, receiver.end - ack_slack))
             return WindowVerdict::out_of_window;
     }
     const uint32_t window = static_cast<uint32_t>(seg.window) << window_scale(w, s);
