@@ -419,34 +419,25 @@ void ConnTable::live_key(int32_t index, FiveTuple& key) const {
     else std::memcpy(&key, stored, sizeof key);
 }
 
-TrackVerdict ConnTable::track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc) {
+TrackVerdict ConnTable::track_moving(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc) {
     ConnEntry& e = slots_[index].entry;
     bool refresh = true;
-    // Most packets: a segment with ACK alone (PSH, URG, ECE, CWR aside) on an established connection, one-way or
-    // not, or a datagram of a UDP flow with replies. Neither the state table nor the one-way rules move the state,
-    // and established carries no sub-state bits (every move into it writes 0), so there are none to clear here.
-    const bool steady = (e.state == ConnState::tcp_established &&
-                         (tcp_flags & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) == tcp::kAck) ||
-                        e.state == ConnState::udp_replied;
-    if (SLUICE_UNLIKELY(!steady)) {
-        if (SLUICE_UNLIKELY(e.flags & kConnFlagOneWay) && is_tcp_state(e.state)) {
-            if (tcp_flags & tcp::kRst) e.state = ConnState::tcp_close;
-            else if (tcp_flags & tcp::kSyn)
-                e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
-            else if (tcp_flags & tcp::kFin) e.state = ConnState::tcp_fin_wait;
-            else if (e.state == ConnState::tcp_syn_sent) e.state = ConnState::tcp_established;
-        } else if (is_tcp_state(e.state)) {
-            const tcp::Transition t = tcp::step(e.state, e.flags, reply, tcp::classify(tcp_flags));
-            if (t.step == tcp::Step::invalid) return TrackVerdict::invalid;
-            if (t.step == tcp::Step::advance) {
-                e.state = t.state;
-                e.flags = static_cast<uint8_t>((e.flags & ~tcp::kSubStateFlags) | t.flags);
-            } else {
-                refresh = false;
-            }
-        } else if (e.state == ConnState::udp_unreplied && reply) {
-            e.state = ConnState::udp_replied;
+    if (SLUICE_UNLIKELY(e.flags & kConnFlagOneWay) && is_tcp_state(e.state)) {
+        if (tcp_flags & tcp::kRst) e.state = ConnState::tcp_close;
+        else if (tcp_flags & tcp::kSyn) e.state = e.state == ConnState::tcp_close ? ConnState::tcp_syn_sent : e.state;
+        else if (tcp_flags & tcp::kFin) e.state = ConnState::tcp_fin_wait;
+        else if (e.state == ConnState::tcp_syn_sent) e.state = ConnState::tcp_established;
+    } else if (is_tcp_state(e.state)) {
+        const tcp::Transition t = tcp::step(e.state, e.flags, reply, tcp::classify(tcp_flags));
+        if (t.step == tcp::Step::invalid) return TrackVerdict::invalid;
+        if (t.step == tcp::Step::advance) {
+            e.state = t.state;
+            e.flags = static_cast<uint8_t>((e.flags & ~tcp::kSubStateFlags) | t.flags);
+        } else {
+            refresh = false;
         }
+    } else if (e.state == ConnState::udp_unreplied && reply) {
+        e.state = ConnState::udp_replied;
     }
     e.packets[reply] += 1;
     if (refresh) e.expires = tick(now_tsc) + timeout_ticks_[static_cast<std::size_t>(e.state)];

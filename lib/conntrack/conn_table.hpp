@@ -12,6 +12,7 @@
 
 #include "common/compiler.hpp"
 #include "common/five_tuple.hpp"
+#include "conntrack/tcp_flags.hpp"
 #include "conntrack/tcp_window.hpp"
 
 struct rte_hash;
@@ -297,8 +298,20 @@ public:
     TrackVerdict track(int32_t index, const FiveTuple& tuple, uint8_t tcp_flags, uint64_t now_tsc) {
         return track_direction(index, is_reply(index, tuple), tcp_flags, now_tsc);
     }
-    // The same with the direction known (reply: from the responder).
-    TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc);
+    // The same with the direction known (reply: from the responder). Inline for most packets: a segment with ACK
+    // alone (PSH, URG, ECE, CWR aside) on an established connection, one-way or not, or a datagram of a UDP flow
+    // with replies. Neither the state table nor the one-way rules move the state, and established carries no
+    // sub-state bits (every move into it writes 0), so there are none to clear here.
+    TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc) {
+        ConnEntry& e = slots_[index].entry;
+        const bool steady = (e.state == ConnState::tcp_established &&
+                             (tcp_flags & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) == tcp::kAck) ||
+                            e.state == ConnState::udp_replied;
+        if (SLUICE_UNLIKELY(!steady)) return track_moving(index, reply, tcp_flags, now_tsc);
+        e.packets[reply] += 1;
+        e.expires = tick(now_tsc) + timeout_ticks_[static_cast<std::size_t>(e.state)];
+        return TrackVerdict::ok;
+    }
 
     // The state a connection starts in, for its first packet; invalid when that packet cannot open one (a TCP
     // packet without SYN, or with SYN+ACK/RST/FIN) unless loose_pickup (then mid-stream TCP opens as established).
@@ -324,6 +337,8 @@ public:
     const ConnTimeouts& timeouts() const { return timeouts_; }
 
 private:
+    // track_direction for the packets that may move the state (the state table, the one-way rules).
+    TrackVerdict track_moving(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc);
     // Adds tuple's canonical key to its family's table: its index (a tuple already there gets its own back), or -1
     // when the table (or its family's share) is full. Counts nothing: count_added() does, for a new entry.
     int32_t add_key(const FiveTuple& tuple, uint32_t hash, bool& low_is_source);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/compiler.hpp"
 #include "common/tcp_window_check.hpp"
 #include "conntrack/tcp_flags.hpp"
 
@@ -139,13 +140,42 @@ inline bool rst_hits_rcv_nxt(const TcpWindow& w, int receiver, uint32_t seq) {
     return seq == w.side[1 - receiver].end;
 }
 
-// Judges one segment of a connection from the initiator (reply false) or the responder, and learns from it when it
-// passes (rst_exact and pass). synchronized: the connection is past its handshake (established to last_ack: RFC
-// 5961 4's synchronized states, without time_wait, where a new SYN may reuse the ports). A side not seen yet is
-// learned from its first packet (mid-stream pickup) and, until both sides are seen, nothing is dropped for its
-// window: the unseen side's window and scale are unknown ("be liberal", as nf_conntrack with a picked-up connection).
-// Inline: every TCP packet of a tracked connection comes through it.
-inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegmentFields& seg, bool synchronized) {
+namespace tcp_window_detail {
+
+// tcp_window_check for the segment nearly every packet of a connection is: ACK without SYN, FIN or RST (PSH, URG,
+// ECE, CWR aside) from a side already seen. The same judgment and learning as tcp_window_full_check's, without the
+// branches the handshake, a RST or the sender's first packet need (tests/unit/conntrack/tcp_window_test.cpp holds
+// the two to the same answers).
+inline WindowVerdict check_ack(TcpWindow& w, int s, const TcpSegmentFields& seg) {
+    const int r = 1 - s;
+    TcpWindowSide& sender = w.side[s];
+    TcpWindowSide& receiver = w.side[r];
+    const bool receiver_seen = w.flags[r] & kWindowSideSeen;
+    const uint32_t end = seg.seq + seg.payload;
+    const uint32_t sender_maxwin = tcp_window_maxwin(w, s);
+    if (receiver_seen && tcp_window_check_of(w) == TcpWindowCheck::strict) {
+        const uint32_t ack_slack = std::max(sender_maxwin, kMinAckWindow);
+        if (after(seg.seq, sender.maxend) || before(end, sender.end - tcp_window_maxwin(w, r)) ||
+            after(seg.ack, receiver.end) || before(seg.ack, receiver.end - ack_slack))
+            return WindowVerdict::out_of_window;
+    }
+    const uint32_t window = static_cast<uint32_t>(seg.window) << window_scale(w, s);
+    if (after(end, sender.end)) sender.end = end;
+    if (after(sender.end, sender.maxend)) sender.maxend = sender.end;  // past the window (liberal, or a probe)
+    if (!(w.flags[s] & kWindowSideAcked) || after(seg.ack, sender.maxack)) sender.maxack = seg.ack;
+    if (!receiver_seen) receiver.end = seg.ack;  // until it is seen, the best guess
+    const uint32_t reach = seg.ack + std::max<uint32_t>(window, 1);
+    if (!(w.flags[r] & kWindowSideBounded) || after(reach, receiver.maxend)) receiver.maxend = reach;
+    w.flags[s] |= kWindowSideAcked;
+    w.flags[r] |= kWindowSideBounded;
+    if (SLUICE_UNLIKELY(window > sender_maxwin)) set_tcp_window_maxwin(w, s, window);
+    return WindowVerdict::pass;
+}
+
+}  // namespace tcp_window_detail
+
+// tcp_window_check for any segment: the handshake, RSTs, FINs, a side not seen yet, and every ACK check_ack takes.
+inline WindowVerdict tcp_window_full_check(TcpWindow& w, bool reply, const TcpSegmentFields& seg, bool synchronized) {
     const int s = reply ? 1 : 0, r = 1 - s;
     const tcp::Kind kind = tcp::classify(seg.flags);
     // RFC 5961 4.2: whatever its sequence, a SYN on a synchronized connection is answered, never let through.
@@ -232,6 +262,20 @@ inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegment
     w.flags[s] = sender_flags;
     if (sender_maxwin != known_maxwin) set_tcp_window_maxwin(w, s, sender_maxwin);
     return kind == tcp::Kind::rst ? WindowVerdict::rst_exact : WindowVerdict::pass;
+}
+
+// Judges one segment of a connection from the initiator (reply false) or the responder, and learns from it when it
+// passes (rst_exact and pass). synchronized: the connection is past its handshake (established to last_ack: RFC
+// 5961 4's synchronized states, without time_wait, where a new SYN may reuse the ports). A side not seen yet is
+// learned from its first packet (mid-stream pickup) and, until both sides are seen, nothing is dropped for its
+// window: the unseen side's window and scale are unknown ("be liberal", as nf_conntrack with a picked-up connection).
+// Inline: every TCP packet of a tracked connection comes through it.
+inline WindowVerdict tcp_window_check(TcpWindow& w, bool reply, const TcpSegmentFields& seg, bool synchronized) {
+    const int s = reply ? 1 : 0;
+    if (SLUICE_LIKELY((seg.flags & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) == tcp::kAck &&
+                      (w.flags[s] & kWindowSideSeen)))
+        return tcp_window_detail::check_ack(w, s, seg);
+    return tcp_window_full_check(w, reply, seg, synchronized);
 }
 
 // A syn_proxy connection's window at its opening (the client's ACK that returned the cookie): both sides known from

@@ -53,7 +53,11 @@ struct StatefulBurst {
     int32_t positions[kBurst];  // the connection lookup's answer: an entry (or its alias), or -1
     Fate fate[kBurst];
     DropReason reason[kBurst];
-    PacketRoute route[kBurst];  // a new packet to a service keeps the service index in route.backend until opened
+    // A new packet to a service keeps the service index in route.backend until opened. An anonymous union: left
+    // uninitialised here, as gather writes each packet's.
+    union {
+        PacketRoute route[kBurst];
+    };
 
     // Set by triage for the packets the rules decide.
     ConnState opening[kBurst];

@@ -99,11 +99,9 @@ void settle_icmp_error(StatefulBurst& b, uint16_t i, int32_t conn, int32_t posit
         b.route[i] = PacketRoute{conn, entry.backend - 1, RouteKind::nat_icmp_to_backend};
 }
 
-// A packet of a tracked connection (found under either key, at position): tracked, counted, and routed to its
-// backend.
-void settle_known(StatefulBurst& b, uint16_t i, int32_t position, bool icmp_error) {
-    bool via_alias;
-    const int32_t conn = b.table.resolve(position, via_alias);
+// A packet of a tracked connection conn (found under either key, at position; via_alias: by its NAT key, as
+// ConnTable::resolve tells): tracked, counted, and routed to its backend.
+void settle_known(StatefulBurst& b, uint16_t i, int32_t position, int32_t conn, bool via_alias, bool icmp_error) {
     if (icmp_error) {
         settle_icmp_error(b, i, conn, position, via_alias);
         return;
@@ -152,19 +150,20 @@ void settle_known_connections(StatefulBurst& b) {
     for (uint16_t i = 0; i < b.count; ++i) {
         const bool icmp_error = b.meta(i).flags & kMetaIcmpError;
         int32_t& position = b.positions[i];
+        int32_t conn = -1;
+        bool via_alias = false;
         if (position >= 0 && SLUICE_UNLIKELY(!(b.table.entry(position).flags & kConnFlagLive))) {
             position = -1;  // an earlier packet of this burst ended the connection
         } else if (position >= 0) {
             // A connection past its timeout is over, whether or not expiry's bounded sweep reached it yet (a pass
             // over a large table takes seconds): removed, counted as expired, and the packet is a new one.
-            bool via_alias;
-            const int32_t conn = b.table.resolve(position, via_alias);
+            conn = b.table.resolve(position, via_alias);
             if (SLUICE_UNLIKELY(b.table.expired(b.table.entry(conn), b.now_tsc))) {
                 b.forget(conn);
                 position = -1;
             }
         }
-        if (position >= 0) settle_known(b, i, position, icmp_error);
+        if (position >= 0) settle_known(b, i, position, conn, via_alias, icmp_error);
         else if (icmp_error) b.drop(i, DropReason::icmp_unrelated);
         else b.fresh[b.fresh_count++] = i;
     }
@@ -540,7 +539,9 @@ void retry_unopened(StatefulBurst& b) {
         const uint16_t i = b.retry[k];
         if (found[k] >= 0) {
             b.route[i] = PacketRoute{};
-            settle_known(b, i, found[k], false);
+            bool via_alias;
+            const int32_t conn = b.table.resolve(found[k], via_alias);
+            settle_known(b, i, found[k], conn, via_alias, false);
         } else if (b.route[i].kind == RouteKind::to_backend) {  // a FIN or RST passed on without an entry
             counter_add(b.ctx.counters.lb_stateless_forwards);
             count_rule_traffic(b.ctx, b.pickup_rule[i], b.length(i));

@@ -53,9 +53,8 @@ void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, 
     b.drop(i, why);
 }
 
-}  // namespace
-
-TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) {
+// segment_fields, inline where every TCP packet of a known connection reads it.
+inline TcpSegmentFields read_segment_fields(const StatefulBurst& b, uint16_t i) {
     const PacketMeta& meta = b.meta(i);
     const rte_tcp_hdr& tcp = tcp_header(b, i);
     const uint32_t ip_header_and_extensions = meta.l4_offset - meta.l3_offset;
@@ -82,6 +81,10 @@ TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) {
             static_cast<int8_t>(tcp_window_scale_option(reinterpret_cast<const uint8_t*>(&tcp), header_length));
     return fields;
 }
+
+}  // namespace
+
+TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) { return read_segment_fields(b, i); }
 
 bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment) {
     rte_mbuf* m = b.mbuf(i);
@@ -115,7 +118,7 @@ bool admit_tcp_segment(StatefulBurst& b, uint16_t i, int32_t conn, bool reply) {
     TcpWindow& window = b.table.window(conn);
     if (tcp_window_check_of(window) == TcpWindowCheck::off) return true;
     const ConnEntry& entry = b.table.entry(conn);
-    TcpSegmentFields fields = segment_fields(b, i);
+    TcpSegmentFields fields = read_segment_fields(b, i);
     if (SLUICE_UNLIKELY(entry.flags & kConnFlagSynProxy) && reply)
         fields.seq -= b.table.seq_shift(static_cast<int32_t>(entry.peer));  // the backend's, in the client's space
     // One-way connections never show the responder: no SYN is judged against a handshake sluice could not see.

@@ -1,5 +1,8 @@
 // TCP sequence and window tracking (conntrack/tcp_window.hpp) as a pure function: handshakes with and without window
 // scaling, data and ACKs at the window's edges, RFC 5961's RST and SYN handling, mid-stream pickup, the SYN proxy.
+#include <cstring>
+#include <random>
+
 #include <catch2/catch.hpp>
 
 #include "conntrack/tcp_state.hpp"
@@ -70,6 +73,98 @@ TEST_CASE("tcp window: data and ACKs outside the window are refused (strict)", "
     // A FIN takes a sequence number.
     CHECK(tcp_window_check(w, kClient, seg(FIN | ACK, 2401, 5001), true) == WindowVerdict::pass);
     CHECK(w.side[0].end == 2402);
+}
+
+TEST_CASE("tcp window: an ACK's edges, a byte inside and a byte outside (strict)", "[conntrack][tcp_window]") {
+    // After the handshake the client may send up to 1001 + 65160 (the server's SYN+ACK window, unscaled), and the
+    // server's acknowledgment may trail the client's 1001 by max(65160, kMinAckWindow) = 66000. The segments below
+    // are plain ACKs between two known sides: tcp_window_check's common path.
+    const TcpWindow start = handshake(TcpWindowCheck::strict, -1, -1, 65535);
+    REQUIRE(start.side[0].maxend == 1001 + 65160);
+    SECTION("the client's data: its last byte at maxend passes, one more is refused") {
+        TcpWindow w = start;
+        CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 1001 + 65160 + 1, 5001, 0), true) ==
+              WindowVerdict::out_of_window);
+        CHECK(w.side[0].end == 1001);
+        CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 1001 + 65160 - 100, 5001, 100), true) == WindowVerdict::pass);
+        CHECK(w.side[0].end == 1001 + 65160);
+        CHECK(w.side[0].maxend == 1001 + 65160);
+    }
+    SECTION("the client's old data: ending a server window before its next byte passes, one byte earlier not") {
+        TcpWindow w = start;
+        CHECK(tcp_window_check(w, kClient, seg(ACK, 1001 - 65160 - 11, 5001, 10), true) ==
+              WindowVerdict::out_of_window);
+        CHECK(tcp_window_check(w, kClient, seg(ACK, 1001 - 65160 - 10, 5001, 10), true) == WindowVerdict::pass);
+        CHECK(w.side[0].end == 1001);  // a retransmission moves nothing forward
+    }
+    SECTION("the server's acknowledgment: at most the client's next byte, at least 66000 behind it") {
+        TcpWindow w = start;
+        CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 1002), true) == WindowVerdict::out_of_window);
+        CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 1001 - 66001), true) == WindowVerdict::out_of_window);
+        CHECK(w.side[1].maxack == 1001);  // refused segments taught nothing
+        CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 1001 - 66000), true) == WindowVerdict::pass);
+        CHECK(tcp_window_check(w, kServer, seg(ACK, 5001, 1001), true) == WindowVerdict::pass);
+        CHECK(w.side[1].maxack == 1001);
+        // What it acknowledged and its window bound the client: 1001 + 65535.
+        CHECK(w.side[0].maxend == 1001 + 65535);
+    }
+    SECTION("liberal: the byte outside passes and is learned from") {
+        TcpWindow w = handshake(TcpWindowCheck::liberal, -1, -1, 65535);
+        CHECK(tcp_window_check(w, kClient, seg(ACK | PSH, 1001 + 65160 + 1, 5001, 10), true) == WindowVerdict::pass);
+        CHECK(w.side[0].end == 1001 + 65160 + 11);
+        CHECK(w.side[0].maxend == 1001 + 65160 + 11);
+    }
+}
+
+TEST_CASE("tcp window: the common ACK's path and the full check agree", "[conntrack][tcp_window]") {
+    // Connections after a handshake (scaled or not, strict or liberal) or picked up mid-stream (one side or both),
+    // then segments near every edge: each one given to tcp_window_check and to tcp_window_full_check alone, the
+    // verdicts and the windows they leave compared byte for byte.
+    std::mt19937 rng(7);
+    auto random32 = [&] { return static_cast<uint32_t>(rng()); };
+    auto pick = [&](uint32_t n) { return random32() % n; };
+    int common = 0;
+    for (int round = 0; round < 300; ++round) {
+        const TcpWindowCheck check = pick(2) ? TcpWindowCheck::strict : TcpWindowCheck::liberal;
+        TcpWindow w{};
+        if (const uint32_t start = pick(4); start < 2) {
+            // Picked up mid-stream: both sides, or only the client's (a one-way connection's backend is never seen).
+            set_tcp_window_check(w, check);
+            REQUIRE(tcp_window_check(w, kClient, seg(ACK, 70000, 900000, 500, 300), true) == WindowVerdict::pass);
+            if (start == 0)
+                REQUIRE(tcp_window_check(w, kServer, seg(ACK, 900000, 70500, 0, 300), true) == WindowVerdict::pass);
+        } else {
+            const auto scale = [&] { return pick(3) ? static_cast<int8_t>(pick(15)) : int8_t{-1}; };
+            w = handshake(check, scale(), scale(), static_cast<uint16_t>(1 + pick(65535)));
+        }
+        for (int k = 0; k < 40; ++k) {
+            const bool reply = pick(2);
+            const TcpWindowSide& sender = w.side[reply ? 1 : 0];
+            const TcpWindowSide& receiver = w.side[reply ? 0 : 1];
+            const uint32_t edges_seq[] = {sender.end, sender.maxend, sender.maxend + 1,
+                                          sender.end - tcp_window_maxwin(w, reply ? 0 : 1), random32()};
+            const uint32_t edges_ack[] = {receiver.end,
+                                          receiver.end + 1,
+                                          receiver.end - 66000,
+                                          receiver.end - 66001,
+                                          receiver.end - tcp_window_maxwin(w, reply ? 1 : 0),
+                                          random32()};
+            const uint32_t payload = pick(3) ? pick(3000) : 0;
+            const uint32_t seq = edges_seq[pick(5)] - (pick(2) ? payload : 0) + pick(3) - 1;
+            const uint32_t ack = edges_ack[pick(6)] + pick(3) - 1;
+            static constexpr uint8_t kFlags[] = {ACK, ACK, ACK | PSH, ACK | 0xc0, FIN | ACK, RST, RST | ACK, 0};
+            const uint8_t flags = kFlags[pick(8)];
+            const auto window = static_cast<uint16_t>(pick(4) ? pick(65536) : 65535);
+            const TcpSegmentFields segment = seg(flags, seq, ack, payload, window);
+            TcpWindow full = w;
+            const WindowVerdict expected = tcp_window_full_check(full, reply, segment, true);
+            INFO("round " << round << " segment " << k << " flags " << int{flags} << " seq " << seq << " ack " << ack);
+            REQUIRE(tcp_window_check(w, reply, segment, true) == expected);
+            REQUIRE(std::memcmp(&w, &full, sizeof w) == 0);
+            common += (flags & (FIN | SYN | RST | ACK)) == ACK;
+        }
+    }
+    CHECK(common > 3000);
 }
 
 TEST_CASE("tcp window: a RST closes only at the receiver's RCV.NXT (RFC 5961 3.2)", "[conntrack][tcp_window]") {
