@@ -169,6 +169,7 @@ private:
             throw StartupError(std::string("tables: ") + e.what());
         }
         log_tables(*first);
+        spdlog::info("tables built; memory: {}", memory_report(ports_.front()->socket()));
         DataplaneSpec spec = dataplane_spec(config(), port_identities_);
         spec.solicitation_pool = pools_.at(solicitation_socket());
         dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
