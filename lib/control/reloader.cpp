@@ -211,8 +211,8 @@ bool Reloader::apply(const char* trigger) {
         return true;
     }
     const int64_t read_ms = ms_since(reading);
-    ConfigResult candidate = readable ? load_config_text(text, config_.path, config_.include_cache)
-                                      : load_config_file(config_.path, config_.include_cache);
+    ConfigResult candidate =
+        readable ? load_config_text(text, config_.path, &config_) : load_config_file(config_.path, &config_);
     spdlog::info(
         "reload: file(s) read and compared in {} ms, YAML parsed in {:.0f} ms, decoded and checked in {:.0f} ms",
         read_ms, candidate.times.yaml_ms, candidate.times.decode_ms);
