@@ -323,7 +323,14 @@ std::unique_ptr<Snapshot> build_all_but_routes(const Config& config, const std::
     fw.log_tokens_per_tsc = fc.log_rate / static_cast<double>(rte_get_tsc_hz());
     fw.default_action = fc.default_action;
     const uint64_t generation = g_generation.fetch_add(1);
+    // Sized exactly: the classifiers keep them (grown by doubling, 100k rules would hold room for 131k).
+    const auto of_family = [&](IpFamily family) {
+        return static_cast<std::size_t>(std::count_if(
+            fc.rules.begin(), fc.rules.end(), [&](const FirewallRuleConfig& r) { return matches_family(r, family); }));
+    };
     std::vector<Rule> v4, v6;
+    v4.reserve(of_family(IpFamily::ipv4));
+    v6.reserve(of_family(IpFamily::ipv6));
     for (uint32_t id = 0; id < fc.rules.size(); ++id) {
         const FirewallRuleConfig& rule = fc.rules[id];
         fw.actions.push_back(rule.action);
