@@ -67,8 +67,9 @@ double unix_now() { return std::chrono::duration<double>(std::chrono::system_clo
 // A file descriptor closed when it goes.
 class Daemon {
 public:
-    Daemon(const Config& config, std::string program, std::vector<std::string> extra_eal_args)
-        : initial_config_(config), program_(std::move(program)), extra_eal_args_(std::move(extra_eal_args)) {}
+    Daemon(Config config, std::string program, std::vector<std::string> extra_eal_args)
+        : initial_config_(std::move(config)), program_(std::move(program)), extra_eal_args_(std::move(extra_eal_args)) {
+    }
 
     int run() {
         int exit_code = kExitOk;
@@ -139,25 +140,27 @@ private:
     // The reloader takes the config over; the first snapshot goes to the lcores.
     void start_dataplane(uint16_t workers) {
         apply_neighbour_targets(initial_config_);
-        reloader_ =
-            std::make_unique<Reloader>(initial_config_, ReloaderSetup{.ports = port_identities_,
-                                                                      .lcore_count = initial_config_.lcores.size(),
-                                                                      .socket = ports_.front()->socket(),
-                                                                      .health = health_.get(),
-                                                                      .transitions = &health_transitions_,
-                                                                      .neighbours = neighbour_lookup(),
-                                                                      .hosts = connected_hosts(),
-                                                                      .applied = [this] { follow_config(); }});
-        if (const uint32_t table = initial_config_.routing.kernel_table) {
+        const std::size_t lcore_count = initial_config_.lcores.size();
+        // Moved, not copied: a config holds every rule, and the reloader's is the one that runs from here on.
+        reloader_ = std::make_unique<Reloader>(std::move(initial_config_),
+                                               ReloaderSetup{.ports = port_identities_,
+                                                             .lcore_count = lcore_count,
+                                                             .socket = ports_.front()->socket(),
+                                                             .health = health_.get(),
+                                                             .transitions = &health_transitions_,
+                                                             .neighbours = neighbour_lookup(),
+                                                             .hosts = connected_hosts(),
+                                                             .applied = [this] { follow_config(); }});
+        if (const uint32_t table = config().routing.kernel_table) {
             reloader_->routes().keep_spare_ready();
             try {
                 kernel_routes_ = std::make_unique<KernelRouteMirror>(
-                    table, static_cast<int>(initial_config_.routing.kernel_socket_buffer_kib) << 10);
+                    table, static_cast<int>(config().routing.kernel_socket_buffer_kib) << 10);
             } catch (const std::exception& e) {
                 throw StartupError(std::string("routing: ") + e.what());
             }
             read_first_kernel_dump();
-            apply_neighbour_targets(initial_config_);
+            apply_neighbour_targets(config());
         }
         std::unique_ptr<Snapshot> first;
         try {
@@ -166,6 +169,7 @@ private:
             throw StartupError(std::string("tables: ") + e.what());
         }
         log_tables(*first);
+        spdlog::info("tables built; memory: {}", memory_report(ports_.front()->socket()));
         DataplaneSpec spec = dataplane_spec(config(), port_identities_);
         spec.solicitation_pool = pools_.at(solicitation_socket());
         dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
@@ -221,11 +225,11 @@ private:
         while (kernel_routes_->dumping() && std::chrono::steady_clock::now() < deadline) {
             pollfd fd{kernel_routes_->fd(), POLLIN, 0};
             poll(&fd, 1, 100);
-            kernel_routes_->read(reloader_->routes(), initial_config_, port_identities_);
+            kernel_routes_->read(reloader_->routes(), config(), port_identities_);
         }
         if (kernel_routes_->dumping())
             spdlog::warn("routing: kernel table {} not read whole in {} s; its routes follow as they come",
-                         initial_config_.routing.kernel_table, kFirstDumpWait.count());
+                         config().routing.kernel_table, kFirstDumpWait.count());
     }
 
     // Control thread: kernel route changes into the route table, published kRouteBatch after the first of a batch.
@@ -742,7 +746,7 @@ private:
         return exit_code;
     }
 
-    Config initial_config_;  // until the reloader takes it over
+    Config initial_config_;  // until the reloader takes it over (moved from then)
     std::string program_;
     std::vector<std::string> extra_eal_args_;
     std::unique_ptr<EalGuard> eal_;
@@ -781,8 +785,8 @@ private:
 
 }  // namespace
 
-int run_daemon(const Config& config, const std::string& program, const std::vector<std::string>& extra_eal_args) {
-    Daemon daemon(config, program, extra_eal_args);
+int run_daemon(Config config, const std::string& program, const std::vector<std::string>& extra_eal_args) {
+    Daemon daemon(std::move(config), program, extra_eal_args);
     return daemon.run();
 }
 

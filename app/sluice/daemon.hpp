@@ -15,6 +15,6 @@ inline constexpr int kExitBadConfig = 2;
 inline constexpr int kExitLeakedMbufs = 3;
 
 // Runs until SIGINT or SIGTERM; returns the process exit code. The caller has blocked those signals.
-int run_daemon(const Config& config, const std::string& program, const std::vector<std::string>& extra_eal_args);
+int run_daemon(Config config, const std::string& program, const std::vector<std::string>& extra_eal_args);
 
 }  // namespace sluice

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "sluice: warning: glibc refused the heap settings: reloads will fault pages in as they build\n");
 
-    const sluice::ConfigResult loaded = sluice::load_config_file(config_path);
+    sluice::ConfigResult loaded = sluice::load_config_file(config_path);
     for (const sluice::ConfigError& e : loaded.warnings) std::fprintf(stderr, "%s\n", e.to_string().c_str());
     for (const sluice::ConfigError& e : loaded.errors) std::fprintf(stderr, "%s\n", e.to_string().c_str());
     if (!loaded.config) return sluice::kExitBadConfig;
@@ -98,5 +98,6 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
     spdlog::info("sluice {} starting with {}", SLUICE_VERSION, config_path);
-    return sluice::run_daemon(*loaded.config, argv[0], extra_eal_args);
+    // Moved: the daemon holds the one copy of the rules.
+    return sluice::run_daemon(std::move(*loaded.config), argv[0], extra_eal_args);
 }

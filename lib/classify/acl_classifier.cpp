@@ -649,9 +649,9 @@ ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> 
     return {fastest->first, false};
 }
 
-AclClassifier::AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
+AclClassifier::AclClassifier(IpFamily family, std::vector<Rule> rules, int socket_id, const std::string& name,
                              int method, int keep, const AclClassifier* reuse, std::size_t part_rules)
-    : family_(family), rule_count_(rules.size()), method_setting_(method), rules_(rules) {
+    : family_(family), rule_count_(rules.size()), method_setting_(method), rules_(std::move(rules)) {
     const auto started = std::chrono::steady_clock::now();
     if (method != RTE_ACL_CLASSIFY_DEFAULT && std::none_of(std::begin(kAclMethods), std::end(kAclMethods),
                                                            [method](const auto& m) { return m.alg == method; }))

@@ -62,9 +62,10 @@ public:
     // moves only the cuts near it. A part whose rules match as a part of `reuse` (the context this one replaces) did
     // is shared with it, not built again. When few parts changed (an edit), each changed one is built as pieces of
     // a quarter of its size, and only the pieces whose rules changed are built. part_rules: the part size, for tests.
-    AclClassifier(IpFamily family, const std::vector<Rule>& rules, int socket_id, const std::string& name,
-                  int method = 0, int keep = 0, const AclClassifier* reuse = nullptr,
-                  std::size_t part_rules = kPartRules);
+    // The classifier keeps `rules` (for built_from and the next reload's reuse): pass them moved when the caller has
+    // no use for them after.
+    AclClassifier(IpFamily family, std::vector<Rule> rules, int socket_id, const std::string& name, int method = 0,
+                  int keep = 0, const AclClassifier* reuse = nullptr, std::size_t part_rules = kPartRules);
     ~AclClassifier();
     AclClassifier(const AclClassifier&) = delete;
     AclClassifier& operator=(const AclClassifier&) = delete;

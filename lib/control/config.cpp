@@ -502,13 +502,13 @@ ConfigResult decode(const YAML::Node& root, Decoder& d, const std::string& name)
 
 }  // namespace config_detail
 
-ConfigResult load_config_text(const std::string& text, const std::string& name, std::shared_ptr<IncludeCache> cache) {
+ConfigResult load_config_text(const std::string& text, const std::string& name, const Config* previous) {
     using Clock = std::chrono::steady_clock;
     const auto ms = [](Clock::time_point from, Clock::time_point to) {
         return std::chrono::duration<double, std::milli>(to - from).count();
     };
     config_detail::Decoder d(name);
-    d.include_cache = cache ? std::move(cache) : std::make_shared<IncludeCache>();
+    d.previous = previous;
     YAML::Node root;
     const auto started = Clock::now();
     try {
@@ -519,10 +519,9 @@ ConfigResult load_config_text(const std::string& text, const std::string& name, 
     }
     const auto parsed = Clock::now();
     ConfigResult result = config_detail::decode(root, d, name);
-    std::erase_if(d.include_cache->files, [&](const auto& file) { return !d.included.count(file.first); });
     if (result.config) {
         result.config->hash = content_hash(text);
-        result.config->include_cache = d.include_cache;
+        result.config->include_index = std::move(d.include_index);
     }
     result.times = {ms(started, parsed) + d.included_yaml_ms, ms(parsed, Clock::now()) - d.included_yaml_ms};
     return result;
@@ -537,11 +536,11 @@ bool read_config_text(const std::string& path, std::string& text) {
     return true;
 }
 
-ConfigResult load_config_file(const std::string& path, std::shared_ptr<IncludeCache> cache) {
+ConfigResult load_config_file(const std::string& path, const Config* previous) {
     std::string text;
     if (!read_config_text(path, text))
         return {std::nullopt, {{path, 0, 0, std::string("cannot read the file: ") + std::strerror(errno)}}};
-    return load_config_text(text, path, std::move(cache));
+    return load_config_text(text, path, previous);
 }
 
 std::string content_hash(std::string_view bytes) {

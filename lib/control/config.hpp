@@ -290,14 +290,16 @@ struct ConfigInput {
     std::string hash;  // content_hash
 };
 
-// The rule files (firewall.include) a load decoded, by path: the next load takes a file's rules from here instead
-// of parsing it again when its bytes, and the ports, VLANs and prefix sets its rules may name, are the same. Shared by
-// the configs loaded one after the other; control thread only.
-struct IncludeCache {
+// Where a config's rules from each file of firewall.include sit in its firewall.rules, by path. A load given the
+// running config takes a file's rules from the running config's firewall.rules instead of parsing the file again
+// when its bytes, and the ports, VLANs and prefix sets its rules may name, are the same: the decoded rules are held
+// once, by the config.
+struct IncludeIndex {
     struct File {
-        std::string hash;     // content_hash of its bytes
-        std::string context;  // of what its rules may name (include_context in config_firewall.cpp)
-        std::vector<FirewallRuleConfig> rules;
+        std::string hash;       // content_hash of its bytes
+        std::string context;    // of what its rules may name (include_context in config_firewall.cpp)
+        std::size_t first = 0;  // its rules: firewall.rules[first, first + count)
+        std::size_t count = 0;
         std::vector<std::pair<int, int>> name_marks;  // each rule's name: line and column, for "defined twice"
     };
     std::map<std::string, File> files;
@@ -307,7 +309,7 @@ struct Config {
     std::string path;
     std::string hash;  // FNV-1a 64 of the file's bytes, 16 hex digits: tells which config runs
     std::vector<ConfigInput> inputs;
-    std::shared_ptr<IncludeCache> include_cache;  // what loading it decoded of its rule files
+    IncludeIndex include_index;  // where its rule files' rules are in firewall.rules
     std::vector<std::string> eal;
     LogConfig log;
     DataplaneConfig dataplane;
@@ -349,11 +351,11 @@ struct ConfigResult {
     ConfigLoadTimes times;
 };
 
-// cache: the rule files an earlier load decoded (its Config::include_cache), or null to parse every one.
-ConfigResult load_config_file(const std::string& path, std::shared_ptr<IncludeCache> cache = nullptr);
+// previous: the running config, whose unchanged rule files (Config::include_index) are not parsed again; null to parse
+// every one.
+ConfigResult load_config_file(const std::string& path, const Config* previous = nullptr);
 // `name` stands for the file in error messages.
-ConfigResult load_config_text(const std::string& text, const std::string& name,
-                              std::shared_ptr<IncludeCache> cache = nullptr);
+ConfigResult load_config_text(const std::string& text, const std::string& name, const Config* previous = nullptr);
 // The whole file into text; false when it cannot be read.
 bool read_config_text(const std::string& path, std::string& text);
 // FNV-1a 64 of bytes, 16 hex digits (Config::hash, ConfigInput::hash).

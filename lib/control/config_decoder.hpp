@@ -26,8 +26,10 @@ public:
     std::vector<ConfigError>& warnings() { return warnings_; }
     const std::string& file() const { return file_; }
 
-    // The rule files decoded before (firewall.include), and the paths this load read of them.
-    std::shared_ptr<IncludeCache> include_cache;
+    // The running config, whose unchanged rule files (firewall.include) are taken as they are (null: none); where
+    // this load's own rule files' rules are; the paths this load read of them.
+    const Config* previous = nullptr;
+    IncludeIndex include_index;
     std::set<std::string> included;
     double included_yaml_ms = 0;  // of the decoding's time, what yaml-cpp took on the included files
 

@@ -419,7 +419,8 @@ std::string include_context(const Config& config) {
 }
 
 // firewall.include: files of rules, each a YAML list written as firewall.rules; errors name the file's own lines.
-// A file whose bytes and context are those a load decoded before is not parsed again (IncludeCache).
+// A file whose bytes and context are those of the running config's is not parsed again: its rules are copied from
+// the running config's (IncludeIndex).
 void decode_included_rules(Decoder& d, const YAML::Node& node, Config& config, std::set<std::string>& names) {
     if (!d.sequence(node, "firewall include")) return;
     const std::string context = include_context(config);
@@ -449,17 +450,28 @@ void decode_included_rules(Decoder& d, const YAML::Node& node, Config& config, s
             d.error(item, "firewall include: " + path.string() + " is included twice");
             continue;
         }
-        IncludeCache::File& cached = d.include_cache->files[path.string()];
-        if (cached.hash == hash && cached.context == context) {
-            for (std::size_t i = 0; i < cached.rules.size(); ++i)
-                if (!names.insert(cached.rules[i].name).second)
-                    d.errors().push_back({path.string(), cached.name_marks[i].first, cached.name_marks[i].second,
-                                          "rule '" + cached.rules[i].name + "' is defined twice"});
-            config.firewall.rules.insert(config.firewall.rules.end(), cached.rules.begin(), cached.rules.end());
+        const std::size_t first = config.firewall.rules.size();
+        const IncludeIndex::File* running = nullptr;
+        if (d.previous) {
+            const auto found = d.previous->include_index.files.find(path.string());
+            if (found != d.previous->include_index.files.end() && found->second.hash == hash &&
+                found->second.context == context &&
+                found->second.first + found->second.count <= d.previous->firewall.rules.size())
+                running = &found->second;
+        }
+        if (running) {
+            const auto from = d.previous->firewall.rules.begin() + static_cast<std::ptrdiff_t>(running->first);
+            const auto to = from + static_cast<std::ptrdiff_t>(running->count);
+            for (auto rule = from; rule != to; ++rule)
+                if (!names.insert(rule->name).second) {
+                    const auto& [line, column] = running->name_marks[static_cast<std::size_t>(rule - from)];
+                    d.errors().push_back({path.string(), line, column, "rule '" + rule->name + "' is defined twice"});
+                }
+            config.firewall.rules.insert(config.firewall.rules.end(), from, to);
+            d.include_index.files[path.string()] = {hash, context, first, running->count, running->name_marks};
             continue;
         }
         Decoder own(path.string());
-        own.include_cache = d.include_cache;
         YAML::Node rules;
         const auto parsing = std::chrono::steady_clock::now();
         try {
@@ -469,21 +481,14 @@ void decode_included_rules(Decoder& d, const YAML::Node& node, Config& config, s
         }
         d.included_yaml_ms +=
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - parsing).count();
-        const std::size_t first = config.firewall.rules.size();
         std::vector<std::pair<int, int>> marks;
         if (own.errors().empty()) {
             if (!rules.IsSequence()) own.error(rules, "a firewall include file must be a list of rules");
             else decode_rules(own, rules, config, names, &marks);
         }
-        if (own.errors().empty()) {
-            cached = {
-                hash, context,
-                std::vector<FirewallRuleConfig>(config.firewall.rules.begin() + static_cast<std::ptrdiff_t>(first),
-                                                config.firewall.rules.end()),
-                std::move(marks)};
-        } else {
-            d.include_cache->files.erase(path.string());
-        }
+        if (own.errors().empty())
+            d.include_index.files[path.string()] = {hash, context, first, config.firewall.rules.size() - first,
+                                                    std::move(marks)};
         for (ConfigError& e : own.errors()) d.errors().push_back(std::move(e));
         for (ConfigError& w : own.warnings()) d.warnings().push_back(std::move(w));
     }

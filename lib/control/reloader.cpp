@@ -3,6 +3,11 @@
 #include <chrono>
 #include <set>
 
+#include <malloc.h>
+
+#include <fstream>
+
+#include <rte_malloc.h>
 #include <spdlog/spdlog.h>
 
 #include "pipeline/lcore_context.hpp"
@@ -65,6 +70,22 @@ std::vector<std::string> rule_changes(const Config& running, const Config& candi
 }
 
 }  // namespace
+
+std::string memory_report(int socket) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    long rss_kib = 0, peak_kib = 0;
+    while (std::getline(status, line)) {
+        if (line.starts_with("VmRSS:")) rss_kib = std::stol(line.substr(6));
+        if (line.starts_with("VmHWM:")) peak_kib = std::stol(line.substr(6));
+    }
+    const struct mallinfo2 heap = mallinfo2();
+    rte_malloc_socket_stats dpdk{};
+    rte_malloc_get_socket_stats(socket, &dpdk);
+    return fmt::format("process {} MiB (peak {} MiB), malloc {} MiB in use of {} MiB held, DPDK heap {} MiB in use",
+                       rss_kib >> 10, peak_kib >> 10, (heap.uordblks + heap.hblkhd) >> 20,
+                       (heap.arena + heap.hblkhd) >> 20, dpdk.heap_allocsz_bytes >> 20);
+}
 
 void log_tables(const Snapshot& snapshot) {
     const FirewallTables& fw = *snapshot.firewall;
@@ -190,8 +211,8 @@ bool Reloader::apply(const char* trigger) {
         return true;
     }
     const int64_t read_ms = ms_since(reading);
-    ConfigResult candidate = readable ? load_config_text(text, config_.path, config_.include_cache)
-                                      : load_config_file(config_.path, config_.include_cache);
+    ConfigResult candidate =
+        readable ? load_config_text(text, config_.path, &config_) : load_config_file(config_.path, &config_);
     spdlog::info(
         "reload: file(s) read and compared in {} ms, YAML parsed in {:.0f} ms, decoded and checked in {:.0f} ms",
         read_ms, candidate.times.yaml_ms, candidate.times.decode_ms);
@@ -210,6 +231,7 @@ bool Reloader::apply(const char* trigger) {
                              kMaxCountedRules);
             spdlog::info("reload: tables built in {} ms ({:.0f} ms of it rte_acl contexts)", ms_since(started),
                          acl_build_ms(*snapshot, dataplane_->snapshot()));
+            spdlog::info("reload: memory with both rule sets built: {}", memory_report(setup_.socket));
             log_tables(*snapshot);
             log_kept_tables(*snapshot, dataplane_->snapshot());
             if (snapshot->routes.fib && snapshot->routes.fib == dataplane_->snapshot().routes.fib)

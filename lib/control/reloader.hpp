@@ -37,6 +37,9 @@ struct ReloaderSetup {
 
 // Logs the firewall's rule counts and rte_acl classify methods of a built snapshot (at start and at each reload).
 void log_tables(const Snapshot& snapshot);
+// The process's memory for the start and reload logs: resident and its peak since start (VmRSS, VmHWM), glibc's
+// heap in use and held (freed memory stays held: retain_freed_heap), DPDK's heap on socket in use.
+std::string memory_report(int socket);
 
 // Checks for every backend whose service (or itself) has a health_check, by stable id.
 std::vector<HealthTarget> health_targets(const Config& config, const BackendRegistry& backends);

@@ -323,7 +323,14 @@ std::unique_ptr<Snapshot> build_all_but_routes(const Config& config, const std::
     fw.log_tokens_per_tsc = fc.log_rate / static_cast<double>(rte_get_tsc_hz());
     fw.default_action = fc.default_action;
     const uint64_t generation = g_generation.fetch_add(1);
+    // Sized exactly: the classifiers keep them (grown by doubling, 100k rules would hold room for 131k).
+    const auto of_family = [&](IpFamily family) {
+        return static_cast<std::size_t>(std::count_if(
+            fc.rules.begin(), fc.rules.end(), [&](const FirewallRuleConfig& r) { return matches_family(r, family); }));
+    };
     std::vector<Rule> v4, v6;
+    v4.reserve(of_family(IpFamily::ipv4));
+    v6.reserve(of_family(IpFamily::ipv6));
     for (uint32_t id = 0; id < fc.rules.size(); ++id) {
         const FirewallRuleConfig& rule = fc.rules[id];
         fw.actions.push_back(rule.action);
@@ -348,13 +355,13 @@ std::unique_ptr<Snapshot> build_all_but_routes(const Config& config, const std::
     // The running classifier when its rules match as they did (a reload of services or prefix sets only), else a
     // new one that shares the running one's parts whose rules did not change: an rte_acl build of 10k rules takes
     // 0.4-0.7 s of the control thread here.
-    const auto classifier = [&](IpFamily family, const std::vector<Rule>& rules,
+    const auto classifier = [&](IpFamily family, std::vector<Rule>& rules,
                                 const std::shared_ptr<const AclClassifier>& running,
                                 const char* name) -> std::shared_ptr<const AclClassifier> {
         if (rules.empty()) return nullptr;
         if (running && running->built_from(rules, fc.acl_method)) return running;
-        return std::make_shared<AclClassifier>(family, rules, socket, name + std::to_string(generation), fc.acl_method,
-                                               running ? running->classify_method() : 0, running.get());
+        return std::make_shared<AclClassifier>(family, std::move(rules), socket, name + std::to_string(generation),
+                                               fc.acl_method, running ? running->classify_method() : 0, running.get());
     };
     try {
         fw.acl_v4 = classifier(IpFamily::ipv4, v4, live.acl_v4, "sl_acl4_");

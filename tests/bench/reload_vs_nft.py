@@ -276,7 +276,7 @@ def main():
                         f"({result['sluice_growth'] // 1024} MiB over its RSS before the reload); "
                         f"nft {result['nft'][0]:.3f} s, {result['nft'][1] // 1024} MiB")
                     for line in phases:
-                        if "reload" in line and ("ms" in line or "reading" in line or "applied" in line):
+                        if "reload" in line and any(w in line for w in ("ms", "reading", "applied", "memory")):
                             log("    " + line[line.find(": ") + 2:])
             daemon.stop()
     finally:

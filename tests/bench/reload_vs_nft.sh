@@ -15,8 +15,9 @@
 # on CPU 1 and its control thread on CPU 0) has its config file replaced and gets SIGHUP; the time is its log's, from
 # "reload (SIGHUP): reading" to "reload applied"; the memory its VmHWM over the reload (reset just before). nft: the
 # command's wall time and maximum RSS (/usr/bin/time), in a network namespace of its own, on CPU 0.
-# The reload's phases as the daemon logs them (read, YAML, decoding, tables with their rte_acl share, publication)
-# are printed under each run. Nothing asserts a speed: the table says which targets were met.
+# The reload's phases as the daemon logs them (read, YAML, decoding, tables with their rte_acl share, the memory with
+# both rule sets built, publication) are printed under each run. Nothing asserts a speed: the table says which targets
+# were met.
 #
 # Environment: SLUICE (default build/app/sluice/sluice), RULES (10000), BIG_RULES (100000), REPS (3), FILES (20:
 # the sluice rules in that many firewall.include files; 0: inline in firewall.rules), CASES
@@ -30,7 +31,7 @@ die() { log "FAIL: $*"; exit 1; }
 
 case "${1:-}" in
     "") ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0" >&2; exit 2 ;;
 esac
 [[ $EUID -eq 0 ]] || die "run as root (network namespaces, nft)"

@@ -503,15 +503,14 @@ TEST_CASE("config: firewall.include files add their rules in order; their errors
     CHECK(names(*first.config) == "first web dns partners ");
     CHECK(first.config->inputs.size() == 2);
     CHECK(same_sources(*first.config, main));
-    REQUIRE(first.config->include_cache);
-    CHECK(first.config->include_cache->files.size() == 2);
+    CHECK(first.config->include_index.files.size() == 2);
 
     // Loaded again with the first load's files: the same rules. The prefix set a cached file's rule names changed:
     // that file is decoded again, with the set's new prefixes.
     std::string moved = main;
     moved.replace(moved.find("198.51.100.0/24"), 15, "203.0.113.0/24");
     std::ofstream(path) << moved;
-    const ConfigResult second = load_config_file(path, first.config->include_cache);
+    const ConfigResult second = load_config_file(path, &*first.config);
     INFO(errors_of(second));
     REQUIRE(second.config);
     CHECK(names(*second.config) == "first web dns partners ");
@@ -524,7 +523,7 @@ TEST_CASE("config: firewall.include files add their rules in order; their errors
         << "- {name: web, protocol: tcp, destination_ports: [80, 443], action: allow}\n"
            "- {name: dns, protocol: udp, destination_ports: 99999, action: allow}\n";
     std::ofstream(dir / "rules/partners.yaml") << "\n- {name: first, source: \"@partners\", action: allow}\n";
-    const ConfigResult broken = load_config_file(path, second.config->include_cache);
+    const ConfigResult broken = load_config_file(path, &*second.config);
     REQUIRE_FALSE(broken.config);
     const std::string rules = (dir / "rules").string();
     CHECK(errors_of(broken) == rules +
@@ -535,11 +534,12 @@ TEST_CASE("config: firewall.include files add their rules in order; their errors
     std::ofstream(dir / "rules/web.yaml")
         << "- {name: web, protocol: tcp, destination_ports: [80, 443], action: allow}\n";
     std::ofstream(dir / "rules/partners.yaml") << "\n- {name: web2, source: \"@partners\", action: allow}\n";
-    REQUIRE(load_config_file(path, second.config->include_cache).config);
+    const ConfigResult third = load_config_file(path, &*second.config);
+    REQUIRE(third.config);
     std::string again = moved;
     again.replace(again.find("  include:"), 0, "    - {name: web2, action: deny}\n");
     std::ofstream(path) << again;
-    const ConfigResult twice = load_config_file(path, second.config->include_cache);
+    const ConfigResult twice = load_config_file(path, &*third.config);
     CHECK(errors_of(twice) == rules + "/partners.yaml:2:10: rule 'web2' is defined twice\n");
 
     std::ofstream(dir / "rules/partners.yaml") << "- {name: partners, source: \"@partners\", action: allow}\n";
