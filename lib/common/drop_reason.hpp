@@ -50,6 +50,8 @@ namespace sluice {
     X(martian_destination_reserved, "destination in 240.0.0.0/4 (class E, reserved)")                                  \
     X(martian_land, "source address equal to the destination address (a land attack)")                                 \
     X(martian_port_zero, "a TCP or UDP packet with source or destination port 0")                                      \
+    X(multicast_not_routed, "a packet to a multicast group (224.0.0.0/4, ff00::/8) other than TCP: sluice routes no "  \
+                            "multicast")                                                                               \
     X(rule_deny, "a new connection denied by a rule or the default")                                                   \
     X(rule_reject, "a new connection rejected by a rule (a TCP RST or ICMP unreachable was sent)")                     \
     X(ct_no_connection, "TCP packet that cannot open a connection (no SYN) and has none")                              \

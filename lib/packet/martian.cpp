@@ -92,7 +92,8 @@ DropReason MartianFilter::check_v4(uint32_t src, uint32_t dst, uint8_t proto) co
     if (SLUICE_UNLIKELY(dst_first >= 224)) {
         if (dst == kLimitedBroadcast) return DropReason::martian_destination_broadcast;
         if (dst_first >= 240) return DropReason::martian_destination_reserved;
-        if (proto == kIpProtoTcp) return DropReason::martian_destination_multicast;  // TCP is unicast only
+        return proto == kIpProtoTcp ? DropReason::martian_destination_multicast  // TCP is unicast only
+                                    : DropReason::multicast_not_routed;
     }
     // RFC 3927 7: link-local packets never cross a router; on the link they may only be for sluice itself (a port's
     // address: a ping), never for a VIP, whose connections go on to other links.
@@ -119,7 +120,8 @@ DropReason MartianFilter::check_v6(const IpAddress& src, const IpAddress& dst, u
         if (dst.words[3] == 0) return DropReason::martian_destination_unspecified;
         if (dst.words[3] == kLoopbackWord) return DropReason::martian_destination_loopback;
     }
-    if (SLUICE_UNLIKELY(dst.bytes[0] == 0xff) && proto == kIpProtoTcp) return DropReason::martian_destination_multicast;
+    if (SLUICE_UNLIKELY(dst.bytes[0] == 0xff))
+        return proto == kIpProtoTcp ? DropReason::martian_destination_multicast : DropReason::multicast_not_routed;
     // RFC 4291 2.5.6: routers forward no packet with a link-local source or destination.
     const bool src_link_local = link_local_v6(src), dst_link_local = link_local_v6(dst);
     if (SLUICE_UNLIKELY(src_link_local || dst_link_local) && !port_address(IpFamily::ipv6, dst))

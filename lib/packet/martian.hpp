@@ -1,7 +1,9 @@
 // Martian packets (RFC 1812 5.3.7, RFC 6890, RFC 4291 2.5): addresses that no packet from the network may carry,
-// source equal to destination (a land attack), TCP/UDP port 0. The RX lcore checks every IP packet once, right after
-// parsing, so neither the firewall, the load balancer nor plain forwarding ever sees one. docs/security.md,
-// "Martian addresses", lists each check. Built by the control thread; read-only afterwards, fast-path safe.
+// source equal to destination (a land attack), TCP/UDP port 0; and multicast destinations, since sluice routes no
+// multicast (multicast_not_routed, not a martian reason: a LAN's group traffic is normal). The RX lcore checks every IP
+// packet once, right after parsing, so neither the firewall, the load balancer nor plain forwarding ever sees one.
+// docs/security.md, "Martian addresses", lists each check. Built by the control thread; read-only afterwards, fast-path
+// safe.
 #pragma once
 
 #include <array>

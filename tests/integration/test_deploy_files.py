@@ -262,9 +262,11 @@ def test_every_alert_fires_in_a_promtool_scenario(tmp_path):
     tests.append(scenario("SluiceDropRateHigh", f'sluice_drops_total{{{gw}, reason="no_route"}}', "0+50x200", "15m",
                           {"instance": "gw", "reason": "no_route"},
                           [{"series": f'sluice_port_rx_packets_total{{{gw}, port="lan"}}', "values": "0+1000x200"}]))
-    # A firewall denying half the traffic by policy is no fault: SluiceDropRateHigh ignores policy verdicts.
+    # A firewall denying half the traffic by policy is no fault, nor a LAN's group traffic, which sluice does not
+    # route: SluiceDropRateHigh ignores both.
     tests.append({"interval": "5s", "input_series": [
         {"series": f'sluice_drops_total{{{gw}, reason="rule_deny"}}', "values": "0+500x200"},
+        {"series": f'sluice_drops_total{{{gw}, reason="multicast_not_routed"}}', "values": "0+100x200"},
         {"series": f'sluice_port_rx_packets_total{{{gw}, port="lan"}}', "values": "0+1000x200"},
     ], "alert_rule_test": [{"eval_time": "15m", "alertname": "SluiceDropRateHigh", "exp_alerts": []}]})
     # And the quiet cases: healthy counters fire nothing.

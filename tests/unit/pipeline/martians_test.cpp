@@ -135,6 +135,8 @@ TEST_CASE("martians: every class, through the NAT service and through the firewa
         {tcp_spec("203.0.113.7", 40000, "169.254.1.1", 80), R::martian_destination_link_local},
         {udp_spec("2001:db8:ff::7", 5000, "::1", 53), R::martian_destination_loopback},
         {tcp_spec("2001:db8:ff::7", 40000, "ff05::2", 80), R::martian_destination_multicast},
+        {udp_spec("203.0.113.7", 5000, "239.1.1.1", 5000), R::multicast_not_routed},
+        {udp_spec("2001:db8:ff::7", 5000, "ff0e::1", 5000), R::multicast_not_routed},
         {tcp_spec("2001:db8:ff::7", 40000, "2001:db8:ff::7", 80), R::martian_land},
     };
     for (const Destination& d : destinations) expect_martian(lab, "client", d.frame, d.reason);
@@ -155,6 +157,11 @@ TEST_CASE("martians: plain forwarding (no firewall, no service) is checked too",
     expect_martian(lab, "client", udp_spec("127.0.0.1", 5000, "198.51.100.9", 53), DropReason::martian_source_loopback);
     expect_martian(lab, "server", tcp_spec("198.51.100.9", 80, "198.51.100.9", 80), DropReason::martian_land);
     CHECK(pass(lab, "client", udp_spec("203.0.113.7", 5000, "198.51.100.9", 53), "server").size() == 1);
+    // sluice routes no multicast: a group's packets stay on their link, whatever the forward entry says.
+    expect_martian(lab, "client", udp_spec("203.0.113.7", 5000, "239.1.1.1", 5000), DropReason::multicast_not_routed);
+    expect_martian(lab, "client", udp_spec("10.0.0.7", 5353, "224.0.0.251", 5353), DropReason::multicast_not_routed);
+    expect_martian(lab, "client", udp_spec("fe80::7", 5353, "ff02::fb", 5353), DropReason::multicast_not_routed);
+    expect_martian(lab, "server", udp_spec("2001:db8:ff::7", 5000, "ff0e::1", 5000), DropReason::multicast_not_routed);
 }
 
 TEST_CASE("martians: a dsr VIP may be a source (its backends answer from it); a nat VIP may not",
