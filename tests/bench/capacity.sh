@@ -19,6 +19,11 @@ SLUICE_BENCH="${SLUICE_BENCH:-$REPO/build/tests/bench/sluice_bench}"
 
 log() { printf '[capacity.sh] %s\n' "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
+case "${1:-}" in
+    "") ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0" >&2; exit 2 ;;
+esac
 [[ $EUID -eq 0 ]] || die "run as root (hugepages)"
 [[ -x $SLUICE_BENCH ]] || die "no $SLUICE_BENCH (ninja -C build tests/bench/sluice_bench)"
 
