@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Every benchmark of tests/bench in one go, each appending its rows to docs/benchmarks.md as it does alone:
 #
-#   tests/bench/run-all.sh [--peers] [--routes]   (as root; about 11 minutes, 19 with --peers, 5 more with --routes)
+#   tests/bench/run-all.sh [--peers] [--routes] [--nft] [--capacity]   (as root; about 11 minutes; each flag adds one)
 #
 # Builds the release build directory `build` (sluice and sluice_bench; `meson setup` first if it does not exist),
 # then runs forward.sh, forward.sh --pipeline, firewall.sh, `sluice_bench --only lb` (its rows go to the "Load
 # balancer" table through firewall.sh's own table code), `sluice_bench --only reload,scaling` (printed), and
 # kernel_compare.sh when the lab's tools are installed and no lab is up. --peers adds peer_ovs.sh (OVS-DPDK side by
 # side, about 8 minutes: the whole would pass 15, hence a flag); --routes adds forward.sh --routes (a 1M-route kernel
-# table, then 3 rounds of 3 runs: 5-10 minutes, a flag for the same reason). Not soak.sh
-# (hours). Stops at the first failure and names it.
+# table, then 3 rounds of 3 runs: 5-10 minutes, a flag for the same reason); --nft adds reload_vs_nft.sh (the reload
+# against `nft -f`, about 3 minutes); --capacity adds capacity.sh (1M and 10M connection tables, 2-4 minutes a round,
+# CAPACITY_ROUNDS, default 1). All four flags together take about 40 minutes. Not soak.sh (hours). Stops at the first
+# failure and names it.
 #
 # Environment: BUILD (build directory, default build), STEPS (default "forward pipeline firewall lb reload-scaling
-# kernel", plus "peer" with --peers and "routes" with --routes: a subset to run), BENCH_DOC (default
+# kernel", plus "peer", "routes", "nft", "capacity" with their flags: a subset to run), BENCH_DOC (default
 # docs/benchmarks.md; passed on to every script).
 set -euo pipefail
 
@@ -23,14 +25,16 @@ for arg in "$@"; do
     case "$arg" in
         --peers) STEPS+="peer " ;;
         --routes) STEPS+="routes " ;;
+        --nft) STEPS+="nft " ;;
+        --capacity) STEPS+="capacity " ;;
         -h|--help) ;;
-        *) echo "usage: $0 [--peers] [--routes]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--peers] [--routes] [--nft] [--capacity]" >&2; exit 2 ;;
     esac
 done
 readonly STEPS
 export BENCH_DOC="${BENCH_DOC:-$REPO/docs/benchmarks.md}"
 export SLUICE="$BUILD/app/sluice/sluice" SLUICE_BIN="$BUILD/app/sluice/sluice" SLUICE_BENCH="$BUILD/tests/bench/sluice_bench"
-[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ ${1:-} != -h && ${1:-} != --help ]] || { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0; }
 
 log() { printf '\n[run-all.sh] %s\n' "$*" >&2; }
 STEP="build"
@@ -95,6 +99,8 @@ step firewall "tests/bench/firewall.sh" "$REPO/tests/bench/firewall.sh"
 step lb "sluice_bench --only lb" lb
 step reload-scaling "sluice_bench --only reload,scaling" "$SLUICE_BENCH" --only reload,scaling
 step peer "tests/bench/peer_ovs.sh" "$REPO/tests/bench/peer_ovs.sh"
+step nft "tests/bench/reload_vs_nft.sh" "$REPO/tests/bench/reload_vs_nft.sh"
+step capacity "tests/bench/capacity.sh" env ROUNDS="${CAPACITY_ROUNDS:-1}" SLUICE_BENCH="$SLUICE_BENCH" "$REPO/tests/bench/capacity.sh"
 if [[ $STEPS == *" kernel "* ]] && lab_ready; then step kernel "tests/bench/kernel_compare.sh" "$REPO/tests/bench/kernel_compare.sh"; fi
 STEP=done
 log "all benchmarks ran; rows appended to $BENCH_DOC"
