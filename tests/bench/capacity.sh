@@ -14,7 +14,6 @@ set -euo pipefail
 
 readonly REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly ROUNDS="${ROUNDS:-3}" REPS="${REPS:-5}" SIZES="${SIZES:-1000000,10000000}" NEED_PAGES="${NEED_PAGES:-1400}"
-readonly PAGES=/sys/kernel/mm/hugepages/hugepages-2048kB
 SLUICE_BENCH="${SLUICE_BENCH:-$REPO/build/tests/bench/sluice_bench}"
 
 log() { printf '[capacity.sh] %s\n' "$*" >&2; }
@@ -27,26 +26,14 @@ esac
 [[ $EUID -eq 0 ]] || die "run as root (hugepages)"
 [[ -x $SLUICE_BENCH ]] || die "no $SLUICE_BENCH (ninja -C build tests/bench/sluice_bench)"
 
-readonly RESERVED_BEFORE="$(cat "$PAGES/nr_hugepages")"
-restore() { echo "$RESERVED_BEFORE" >"$PAGES/nr_hugepages" || true; log "hugepages back to $RESERVED_BEFORE reserved"; }
-free_pages="$(cat "$PAGES/free_hugepages")"
-if ((free_pages < NEED_PAGES)); then
-    trap restore EXIT
-    echo $((RESERVED_BEFORE + NEED_PAGES - free_pages)) >"$PAGES/nr_hugepages"
-    free_pages="$(cat "$PAGES/free_hugepages")"
-    ((free_pages >= NEED_PAGES)) || die "only $free_pages hugepages free after raising the reservation"
-fi
-log "$free_pages hugepages free (reserved before: $RESERVED_BEFORE)"
-
-idlest_cpu() {  # of CPUs 0 and 1, the one with the fewest busy jiffies over a second
-    local a b
-    a=($(awk '/^cpu[01] /{print $2+$3+$4+$7+$8}' /proc/stat)); sleep 1
-    b=($(awk '/^cpu[01] /{print $2+$3+$4+$7+$8}' /proc/stat))
-    (( b[0] - a[0] <= b[1] - a[1] )) && echo 0 || echo 1
-}
+# shellcheck source=tests/bench/hugepages_lib.sh
+source "$REPO/tests/bench/hugepages_lib.sh"
+trap restore_hugepages EXIT
+reserve_hugepages "$NEED_PAGES"
+log "$(cat "$HUGEPAGES/free_hugepages") hugepages free"
 
 for ((round = 1; round <= ROUNDS; ++round)); do
-    lcore="${LCORE:-$(idlest_cpu)}"
+    lcore="${LCORE:-$(python3 "$REPO/tests/bench/bench_table.py" idlest_cpu)}"
     log "round $round of $ROUNDS on CPU $lcore"
     "$SLUICE_BENCH" --only capacity --capacity-conns "$SIZES" --reps "$REPS" --lcore "$lcore"
 done

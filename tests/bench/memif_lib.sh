@@ -34,28 +34,13 @@ cleanup() {
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     local p
     for p in "${PREFIXES[@]}"; do rm -rf "${RUNDIR:?}/$p" /dev/hugepages/"$p"map_*; done
-    if [[ -n ${HUGEPAGES_BEFORE:-} ]]; then
-        echo "$HUGEPAGES_BEFORE" >"$HUGEPAGES/nr_hugepages" || true
-        log "hugepages back to $HUGEPAGES_BEFORE reserved"
-    fi
+    restore_hugepages
     rm -f "${SOCKETS[@]}"
     if [[ "${KEEP:-0}" == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
 }
 
-# reserve_hugepages NEED: at least NEED free 2 MiB pages, the reservation raised if fewer are free (other processes
-# hold some); cleanup puts the reservation back as it was.
-readonly HUGEPAGES=/sys/kernel/mm/hugepages/hugepages-2048kB
-reserve_hugepages() {
-    local need=$1 free
-    free=$(cat "$HUGEPAGES/free_hugepages")
-    if (( free < need )); then
-        HUGEPAGES_BEFORE=$(cat "$HUGEPAGES/nr_hugepages")
-        echo $((HUGEPAGES_BEFORE + need - free)) >"$HUGEPAGES/nr_hugepages"
-        free=$(cat "$HUGEPAGES/free_hugepages")
-        log "hugepages: reservation raised from $HUGEPAGES_BEFORE to $(cat "$HUGEPAGES/nr_hugepages") for this run"
-    fi
-    (( free >= need )) || die "only $free hugepages free, $need needed"
-}
+# shellcheck source=tests/bench/hugepages_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/hugepages_lib.sh"
 
 forget_pid() {
     local keep=() p
