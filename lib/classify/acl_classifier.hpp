@@ -85,7 +85,7 @@ public:
                   uint32_t* rule_index, uint32_t count) const;
 
     IpFamily family() const { return family_; }
-    std::size_t rule_count() const { return rule_count_; }         // rules given
+    std::size_t rule_count() const { return rule_count_; }  // rules given
     // Rule `index` as given, with only its protocol and its tests besides addresses and ports (ICMP types and codes,
     // TCP flags; l4_match_text): the classifier keeps these of the rules that have them, not the rules.
     Rule l4_tests(std::size_t index) const;
@@ -105,7 +105,8 @@ public:
 
     // Whether AclClassifier(family(), rules, ..., method) would build this same context: every rule matches what
     // the one at its index here matched (names and actions are not rte_acl's: the firewall reads them by rule id;
-    // compared by MatchKey), and method is the setting this one was given. A reload then keeps this context instead of building it again.
+    // compared by MatchKey), and method is the setting this one was given. A reload then keeps this context instead
+    // of building it again.
     bool built_from(const std::vector<Rule>& rules, int method) const;
 
 private:
@@ -119,8 +120,8 @@ private:
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
     int method_ = 0;
-    int method_setting_ = 0;   // the constructor's `method`
-    MatchKey key_;             // of all its rules, for built_from()
+    int method_setting_ = 0;                           // the constructor's `method`
+    MatchKey key_;                                     // of all its rules, for built_from()
     std::vector<std::pair<uint32_t, Rule>> l4_tests_;  // (index, l4_tests()) of the rules with such tests, in order
     std::string method_report_;
     double build_ms_ = 0;

@@ -4,8 +4,8 @@
 
 #include <unistd.h>
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -159,9 +159,9 @@ TEST_CASE("reloader: a down backend whose check the reload changes is up again i
 TEST_CASE("reloader: a dry run numbers no rule: the next applied reload numbers its new rules next", "[reloader]") {
     Fixture f(false);
     REQUIRE(f.dataplane->snapshot().firewall->stable_ids == std::vector<uint32_t>{0, 1});
-    const std::string with_dns =
-        replaced(kConfig, "    - {name: ssh", "    - {name: dns, protocol: udp, destination_ports: 53, action: allow}\n"
-                                              "    - {name: ssh");
+    const std::string with_dns = replaced(kConfig, "    - {name: ssh",
+                                          "    - {name: dns, protocol: udp, destination_ports: 53, action: allow}\n"
+                                          "    - {name: ssh");
     const std::string candidate = (f.dir / "candidate.yaml").string();
     std::ofstream(candidate) << with_dns;
     const std::vector<std::string> lines = f.reloader->dry_run(candidate);
