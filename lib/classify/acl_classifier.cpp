@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <numeric>
@@ -14,6 +15,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -317,19 +319,11 @@ std::vector<AclRule<F>> expand(const std::vector<Rule>& rules, uint32_t first, u
     return out;
 }
 
-bool same_match(const Rule& a, const Rule& b) {
-    return a.family == b.family && a.in_ports == b.in_ports && a.sources == b.sources &&
-           a.destinations == b.destinations && a.protocol == b.protocol && a.source_ports == b.source_ports &&
-           a.destination_ports == b.destination_ports && a.icmp_types == b.icmp_types && a.icmp_codes == b.icmp_codes &&
-           a.tcp_flags == b.tcp_flags;
-}
-
-// FNV-1a 64 over what a rule matches (same_match's fields), each list closed by its length.
-uint64_t match_hash(const Rule& r) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const auto bytes = [&h](const void* data, std::size_t n) {
-        for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 0x100000001b3ull;
-    };
+// What a rule matches (the family, protocol, ports, prefixes, ICMP ranges and TCP flags; not its name or action,
+// which are not rte_acl's: the firewall reads them by rule id), as bytes, each list closed by its length.
+void match_bytes(const Rule& r, std::string& out) {
+    out.clear();
+    const auto bytes = [&out](const void* data, std::size_t n) { out.append(static_cast<const char*>(data), n); };
     const auto list = [&](const auto& items, auto&& each) {
         for (const auto& item : items) each(item);
         const std::size_t n = items.size();
@@ -354,7 +348,32 @@ uint64_t match_hash(const Rule& r) {
     list(r.icmp_codes, range);
     bytes(&r.tcp_flags.value, 1);
     bytes(&r.tcp_flags.mask, 1);
-    return h;
+}
+
+// Two unrelated 64-bit hashes of what each rule matches (FNV-1a and libstdc++'s murmur of match_bytes): the
+// classifier keeps these per part instead of its rules, and two rule lists whose keys are equal are taken to match
+// the same packets. fnv also places the cuts.
+std::vector<MatchKey> match_keys(const std::vector<Rule>& rules) {
+    std::vector<MatchKey> keys;
+    keys.reserve(rules.size());
+    std::string buffer;
+    for (const Rule& r : rules) {
+        match_bytes(r, buffer);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char c : buffer) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+        keys.push_back({h, std::hash<std::string_view>{}(buffer)});
+    }
+    return keys;
+}
+
+// The key of rules [first, first + count): their count and both hashes of every rule, in order.
+MatchKey part_key(std::span<const MatchKey> keys, uint32_t first, uint32_t count) {
+    MatchKey k{count, count};
+    for (uint32_t i = first; i < first + count; ++i) {
+        k.fnv = (k.fnv ^ keys[i].fnv) * 0x100000001b3ull;
+        k.murmur = std::rotl(k.murmur ^ keys[i].murmur, 29) * 0x9e3779b97f4a7c15ull;
+    }
+    return k;
 }
 
 // Where the rules are cut, as regions of about part_rules rte_acl rules, each cut again into pieces of about
@@ -368,7 +387,7 @@ struct Region {
     std::vector<std::pair<uint32_t, uint32_t>> pieces;  // (first, count), covering the region in order
 };
 
-std::vector<Region> cut_regions(const std::vector<Rule>& rules, const std::vector<std::size_t>& counts,
+std::vector<Region> cut_regions(const std::vector<MatchKey>& keys, const std::vector<std::size_t>& counts,
                                 std::size_t part_rules) {
     const std::size_t piece_rules = std::max<std::size_t>(part_rules / kPiecesPerPart, 1);
     const std::size_t least = std::max<std::size_t>(part_rules / 2, 1);
@@ -376,10 +395,10 @@ std::vector<Region> cut_regions(const std::vector<Rule>& rules, const std::vecto
     std::vector<Region> regions(1);
     std::size_t held = 0, piece_held = 0;
     uint32_t piece_first = 0;
-    for (uint32_t i = 0; i < rules.size(); ++i) {
+    for (uint32_t i = 0; i < keys.size(); ++i) {
         held += counts[i];
         piece_held += counts[i];
-        const uint64_t h = match_hash(rules[i]);
+        const uint64_t h = keys[i].fnv;
         if ((piece_held < piece_least || h % piece_least != 0) && piece_held < 2 * piece_rules) continue;
         regions.back().pieces.emplace_back(piece_first, i + 1 - piece_first);
         piece_first = i + 1;
@@ -389,20 +408,14 @@ std::vector<Region> cut_regions(const std::vector<Rule>& rules, const std::vecto
             held = 0;
         }
     }
-    if (piece_first < rules.size())
-        regions.back().pieces.emplace_back(piece_first, static_cast<uint32_t>(rules.size()) - piece_first);
+    if (piece_first < keys.size())
+        regions.back().pieces.emplace_back(piece_first, static_cast<uint32_t>(keys.size()) - piece_first);
     if (regions.back().pieces.empty()) regions.pop_back();
     for (Region& r : regions) {
         r.first = r.pieces.front().first;
         r.count = r.pieces.back().first + r.pieces.back().second - r.first;
     }
     return regions;
-}
-
-uint64_t part_hash(const std::vector<Rule>& rules, uint32_t first, uint32_t count) {
-    uint64_t h = count;
-    for (uint32_t i = first; i < first + count; ++i) h = (h ^ match_hash(rules[i])) * 0x100000001b3ull;
-    return h;
 }
 
 struct CtxDeleter {
@@ -651,41 +664,39 @@ ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> 
 
 AclClassifier::AclClassifier(IpFamily family, std::vector<Rule> rules, int socket_id, const std::string& name,
                              int method, int keep, const AclClassifier* reuse, std::size_t part_rules)
-    : family_(family), rule_count_(rules.size()), method_setting_(method), rules_(std::move(rules)) {
+    : family_(family), rule_count_(rules.size()), method_setting_(method) {
     const auto started = std::chrono::steady_clock::now();
     if (method != RTE_ACL_CLASSIFY_DEFAULT && std::none_of(std::begin(kAclMethods), std::end(kAclMethods),
                                                            [method](const auto& m) { return m.alg == method; }))
         throw std::runtime_error("ACL classifier '" + name + "': unknown classify method " + std::to_string(method));
-    if (family == IpFamily::ipv4) build_parts<IpFamily::ipv4>(socket_id, name, keep, reuse, part_rules);
-    else if (family == IpFamily::ipv6) build_parts<IpFamily::ipv6>(socket_id, name, keep, reuse, part_rules);
+    if (family == IpFamily::ipv4) build_parts<IpFamily::ipv4>(rules, socket_id, name, keep, reuse, part_rules);
+    else if (family == IpFamily::ipv6) build_parts<IpFamily::ipv6>(rules, socket_id, name, keep, reuse, part_rules);
     else throw std::runtime_error("ACL classifier '" + name + "' needs an address family");
     build_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
 }
 
 // rte_acl_build fails on a context without rules: an empty list needs no context, classify says kNoMatch.
 template <IpFamily F>
-void AclClassifier::build_parts(int socket_id, const std::string& name, int keep, const AclClassifier* reuse,
-                                std::size_t part_rules) {
-    const std::vector<std::size_t> counts = expansions<F>(rules_);
+void AclClassifier::build_parts(std::vector<Rule>& rules, int socket_id, const std::string& name, int keep,
+                                const AclClassifier* reuse, std::size_t part_rules) {
+    const std::vector<std::size_t> counts = expansions<F>(rules);
     expanded_ = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    const std::vector<MatchKey> keys = match_keys(rules);
+    key_ = part_key(keys, 0, static_cast<uint32_t>(keys.size()));
     std::unordered_multimap<uint64_t, const AclPart*> reusable;
     if (reuse && reuse->family_ == family_ && reuse->method_setting_ == method_setting_)
-        for (const AclPart& p : reuse->parts_) reusable.emplace(part_hash(reuse->rules_, p.first, p.count), &p);
+        for (const AclPart& p : reuse->parts_) reusable.emplace(p.key.fnv, &p);
     // The running part whose rules match as rules [first, first + count) do, or null.
     const auto running_part = [&](uint32_t first, uint32_t count) -> const AclPart* {
-        const auto [from, to] = reusable.equal_range(part_hash(rules_, first, count));
-        for (auto it = from; it != to; ++it) {
-            const AclPart& old = *it->second;
-            const auto old_rules = reuse->rules_.begin() + old.first;
-            if (old.count == count &&
-                std::equal(rules_.begin() + first, rules_.begin() + first + count, old_rules, same_match))
-                return &old;
-        }
+        const MatchKey key = part_key(keys, first, count);
+        const auto [from, to] = reusable.equal_range(key.fnv);
+        for (auto it = from; it != to; ++it)
+            if (it->second->count == count && it->second->key == key) return it->second;
         return nullptr;
     };
     // A key no rule matches passes through every part: their number is bounded, their size grows past it. A power
     // of two, so that a few rules more or less leave the cuts where they were.
-    const auto regions = cut_regions(rules_, counts, std::max(part_rules, std::bit_ceil(expanded_ / kMaxParts)));
+    const auto regions = cut_regions(keys, counts, std::max(part_rules, std::bit_ceil(expanded_ / kMaxParts)));
     // Per region: the running part that serves it whole, else the running parts that serve its pieces (a region an
     // earlier edit built in pieces), else nothing: it changed.
     std::vector<const AclPart*> whole(regions.size());
@@ -700,23 +711,15 @@ void AclClassifier::build_parts(int socket_id, const std::string& name, int keep
     // An edit (at most a quarter of the regions changed, or one): its regions are built in pieces, each piece the
     // running classifier has kept. Otherwise a changed region is built whole, as at start.
     const bool edit = changed <= std::max<std::size_t>(1, regions.size() / 4);
-    std::size_t largest = SIZE_MAX;  // index in parts_
-    const bool one_context = regions.size() == 1 && regions[0].pieces.size() == 1;
     const auto add = [&](uint32_t first, uint32_t count, const AclPart* old) {
-        AclPart part{nullptr, first, count, 0, {}};
+        AclPart part{nullptr, first, count, 0, {}, part_key(keys, first, count)};
         if (old) {
             part.ctx = old->ctx;
             part.method = old->method;
             part.report = old->report;
             ++parts_reused_;
-        } else {
-            const std::string part_name = one_context ? name : name + "." + std::to_string(parts_.size());
-            part.ctx.reset(build_classifier<F>(expand<F>(rules_, first, count, counts), socket_id, part_name,
-                                               method_setting_, keep, part.method, part.report),
-                           CtxDeleter{});
         }
         parts_.push_back(std::move(part));
-        if (largest == SIZE_MAX || parts_.back().count > parts_[largest].count) largest = parts_.size() - 1;
     };
     for (std::size_t r = 0; r < regions.size(); ++r) {
         const bool kept_pieces = !whole[r] && std::count(pieces[r].begin(), pieces[r].end(), nullptr) == 0;
@@ -726,6 +729,36 @@ void AclClassifier::build_parts(int socket_id, const std::string& name, int keep
         }
         for (std::size_t p = 0; p < regions[r].pieces.size(); ++p)
             add(regions[r].pieces[p].first, regions[r].pieces[p].second, pieces[r][p]);
+    }
+    // The parts to build are expanded first, so that the rules are freed before rte_acl_build's peak.
+    std::vector<std::vector<AclRule<F>>> expanded;
+    for (const AclPart& part : parts_)
+        if (!part.ctx) expanded.push_back(expand<F>(rules, part.first, part.count, counts));
+    for (uint32_t i = 0; i < rules.size(); ++i) {
+        Rule& r = rules[i];
+        if (r.icmp_types.empty() && r.icmp_codes.empty() && r.tcp_flags.mask == 0) continue;
+        Rule tests;
+        tests.family = r.family;
+        tests.protocol = r.protocol;
+        tests.icmp_types = std::move(r.icmp_types);
+        tests.icmp_codes = std::move(r.icmp_codes);
+        tests.tcp_flags = r.tcp_flags;
+        l4_tests_.emplace_back(i, std::move(tests));
+    }
+    std::vector<Rule>().swap(rules);
+    const bool one_context = parts_.size() == 1;
+    std::size_t largest = SIZE_MAX;  // index in parts_
+    auto next = expanded.begin();
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+        AclPart& part = parts_[i];
+        if (!part.ctx) {
+            const std::string part_name = one_context ? name : name + "." + std::to_string(i);
+            std::vector<AclRule<F>> part_rules_expanded = std::move(*next++);
+            part.ctx.reset(build_classifier<F>(part_rules_expanded, socket_id, part_name, method_setting_, keep,
+                                               part.method, part.report),
+                           CtxDeleter{});
+        }
+        if (largest == SIZE_MAX || part.count > parts_[largest].count) largest = i;
     }
     if (largest == SIZE_MAX) return;
     method_ = parts_[largest].method;
@@ -737,9 +770,16 @@ void AclClassifier::build_parts(int socket_id, const std::string& name, int keep
 
 AclClassifier::~AclClassifier() = default;
 
+Rule AclClassifier::l4_tests(std::size_t index) const {
+    const auto at = std::lower_bound(l4_tests_.begin(), l4_tests_.end(), index,
+                                     [](const auto& tests, std::size_t i) { return tests.first < i; });
+    if (at == l4_tests_.end() || at->first != index) return Rule{.family = family_};
+    return at->second;
+}
+
 bool AclClassifier::built_from(const std::vector<Rule>& rules, int method) const {
-    return method == method_setting_ &&
-           std::equal(rules.begin(), rules.end(), rules_.begin(), rules_.end(), same_match);
+    return method == method_setting_ && rules.size() == rule_count_ &&
+           part_key(match_keys(rules), 0, static_cast<uint32_t>(rules.size())) == key_;
 }
 
 void AclClassifier::classify(const FiveTuple* const* tuples, const uint16_t* in_ports, const L4MatchBytes* l4,

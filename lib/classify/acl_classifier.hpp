@@ -33,6 +33,13 @@ struct ClassifyChoice {
 };
 ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep);
 
+// Two unrelated 64-bit hashes of what a list of rules matches (AclClassifier keeps these instead of its rules).
+struct MatchKey {
+    uint64_t fnv = 0;
+    uint64_t murmur = 0;
+    friend bool operator==(const MatchKey&, const MatchKey&) = default;
+};
+
 // Rules [first, first + count) of a classifier in one rte_acl context, whose userdata is the index within the part
 // (so a context serves wherever its rules sit in a later list). Internal to AclClassifier.
 struct AclPart {
@@ -41,6 +48,7 @@ struct AclPart {
     uint32_t count = 0;
     int method = 0;      // its rte_acl_classify_alg
     std::string report;  // as method_report()
+    MatchKey key;        // of its rules, for the next reload to find it
 };
 
 class AclClassifier {
@@ -62,8 +70,8 @@ public:
     // moves only the cuts near it. A part whose rules match as a part of `reuse` (the context this one replaces) did
     // is shared with it, not built again. When few parts changed (an edit), each changed one is built as pieces of
     // a quarter of its size, and only the pieces whose rules changed are built. part_rules: the part size, for tests.
-    // The classifier keeps `rules` (for built_from and the next reload's reuse): pass them moved when the caller has
-    // no use for them after.
+    // The classifier keeps a key of each part's rules (MatchKey), not the rules: they are freed once the parts to
+    // build are expanded, before rte_acl_build runs. Pass them moved when the caller has no use for them after.
     AclClassifier(IpFamily family, std::vector<Rule> rules, int socket_id, const std::string& name, int method = 0,
                   int keep = 0, const AclClassifier* reuse = nullptr, std::size_t part_rules = kPartRules);
     ~AclClassifier();
@@ -77,8 +85,10 @@ public:
                   uint32_t* rule_index, uint32_t count) const;
 
     IpFamily family() const { return family_; }
-    const std::vector<Rule>& rules() const { return rules_; }      // as given
-    std::size_t rule_count() const { return rule_count_; }         // rules given
+    std::size_t rule_count() const { return rule_count_; }  // rules given
+    // Rule `index` as given, with only its protocol and its tests besides addresses and ports (ICMP types and codes,
+    // TCP flags; l4_match_text): the classifier keeps these of the rules that have them, not the rules.
+    Rule l4_tests(std::size_t index) const;
     std::size_t expanded_rule_count() const { return expanded_; }  // rte_acl rules after expanding lists
     // The rte_acl_classify_alg that classify() runs: the one given, or the one choose_classify_method took from
     // the methods this CPU offers, timed on this context when it was built (the fastest, or `keep` within 5 % of
@@ -94,14 +104,15 @@ public:
     std::size_t parts_reused() const { return parts_reused_; }  // shared with `reuse`, not built
 
     // Whether AclClassifier(family(), rules, ..., method) would build this same context: every rule matches what
-    // the one at its index here matches (names and actions are not rte_acl's: the firewall reads them by rule id),
-    // and method is the setting this one was given. A reload then keeps this context instead of building it again.
+    // the one at its index here matched (names and actions are not rte_acl's: the firewall reads them by rule id;
+    // compared by MatchKey), and method is the setting this one was given. A reload then keeps this context instead
+    // of building it again.
     bool built_from(const std::vector<Rule>& rules, int method) const;
 
 private:
     template <IpFamily F>
-    void build_parts(int socket_id, const std::string& name, int keep, const AclClassifier* reuse,
-                     std::size_t part_rules);
+    void build_parts(std::vector<Rule>& rules, int socket_id, const std::string& name, int keep,
+                     const AclClassifier* reuse, std::size_t part_rules);
 
     IpFamily family_;
     std::vector<AclPart> parts_;  // in rule order: the first part with a match has the first matching rule
@@ -109,8 +120,9 @@ private:
     std::size_t rule_count_ = 0;
     std::size_t expanded_ = 0;
     int method_ = 0;
-    int method_setting_ = 0;   // the constructor's `method`
-    std::vector<Rule> rules_;  // what it was built from, for built_from()
+    int method_setting_ = 0;                           // the constructor's `method`
+    MatchKey key_;                                     // of all its rules, for built_from()
+    std::vector<std::pair<uint32_t, Rule>> l4_tests_;  // (index, l4_tests()) of the rules with such tests, in order
     std::string method_report_;
     double build_ms_ = 0;
 };

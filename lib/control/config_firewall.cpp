@@ -567,6 +567,7 @@ void decode_firewall(Decoder& d, const YAML::Node& node, Config& config) {
     d.field(node, "rules", "firewall", false, [&](const YAML::Node& v) { decode_rules(d, v, config, names); });
     d.field(node, "include", "firewall", false,
             [&](const YAML::Node& v) { decode_included_rules(d, v, config, names); });
+    fw.rules.shrink_to_fit();  // held until the next reload, beside the candidate's: no room left to grow into
 }
 
 }  // namespace sluice::config_detail

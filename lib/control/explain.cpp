@@ -172,7 +172,7 @@ std::string rule_l4_text(const FirewallTables& fw, IpFamily family, uint32_t id)
     const std::vector<uint32_t>& ids = fw.rule_ids(family);
     const auto at = std::find(ids.begin(), ids.end(), id);
     if (!acl || at == ids.end()) return "";
-    return l4_match_text(acl->rules()[static_cast<std::size_t>(at - ids.begin())]);
+    return l4_match_text(acl->l4_tests(static_cast<std::size_t>(at - ids.begin())));
 }
 
 void explain_rules(const FirewallTables& fw, const FiveTuple& t, const NewPacketDecision& d,

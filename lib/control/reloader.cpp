@@ -69,6 +69,24 @@ std::vector<std::string> rule_changes(const Config& running, const Config& candi
     return lines;
 }
 
+// The names a build adds to the stable rule ids (numbered from the size before it), taken back unless committed:
+// a refused reload or a dry run leaves the ids as they were, without a copy of a string per rule name since start.
+class RuleIdsDraft {
+public:
+    explicit RuleIdsDraft(StableRuleIds& ids) : ids_(ids), before_(ids.size()) {}
+    ~RuleIdsDraft() {
+        if (!committed_) std::erase_if(ids_, [this](const auto& name_id) { return name_id.second >= before_; });
+    }
+    RuleIdsDraft(const RuleIdsDraft&) = delete;
+    RuleIdsDraft& operator=(const RuleIdsDraft&) = delete;
+    void commit() { committed_ = true; }
+
+private:
+    StableRuleIds& ids_;
+    std::size_t before_;
+    bool committed_ = false;
+};
+
 }  // namespace
 
 std::string memory_report(int socket) {
@@ -213,20 +231,21 @@ bool Reloader::apply(const char* trigger) {
     const int64_t read_ms = ms_since(reading);
     ConfigResult candidate =
         readable ? load_config_text(text, config_.path, &config_) : load_config_file(config_.path, &config_);
+    std::string().swap(text);  // the file's bytes (all its rules when they are inline) are not needed by the build
     spdlog::info(
         "reload: file(s) read and compared in {} ms, YAML parsed in {:.0f} ms, decoded and checked in {:.0f} ms",
         read_ms, candidate.times.yaml_ms, candidate.times.decode_ms);
     for (const ConfigError& w : candidate.warnings) spdlog::warn("reload: {}", w.to_string());
     std::vector<std::string> errors = refusals(candidate);
     std::unique_ptr<Snapshot> snapshot;
-    StableRuleIds ids = rule_ids_;  // committed only if the reload goes through
+    RuleIdsDraft ids(rule_ids_);  // committed only if the reload goes through
     BackendRegistry backends = backends_;
     if (errors.empty()) {
         log_transitions();  // the build reads the health they reported
         try {
             const auto started = std::chrono::steady_clock::now();
-            snapshot = build_candidate(*candidate.config, ids, backends, &routes_);
-            if (ids.size() > kMaxCountedRules)
+            snapshot = build_candidate(*candidate.config, rule_ids_, backends, &routes_);
+            if (rule_ids_.size() > kMaxCountedRules)
                 spdlog::warn("reload: more than {} rule names since start; the newest rules get no packet counters",
                              kMaxCountedRules);
             spdlog::info("reload: tables built in {} ms ({:.0f} ms of it rte_acl contexts)", ms_since(started),
@@ -247,7 +266,7 @@ bool Reloader::apply(const char* trigger) {
     const auto publishing = std::chrono::steady_clock::now();
     publish_reload(std::move(snapshot), *candidate.config, backends);
     spdlog::info("reload: published in {} ms (the workers' grace period, the old tables freed)", ms_since(publishing));
-    rule_ids_ = std::move(ids);
+    ids.commit();
     backends_ = std::move(backends);
     if (candidate.config->log.level != config_.log.level)
         spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
@@ -344,10 +363,10 @@ std::vector<std::string> Reloader::dry_run(const std::string& path) {
     for (const std::string& change : restart_required_changes(config_, *candidate.config))
         lines.push_back("restart needed: " + change);
     std::unique_ptr<Snapshot> next;
+    RuleIdsDraft ids(rule_ids_);  // a dry run adds none
     try {
-        StableRuleIds ids = rule_ids_;
         BackendRegistry backends = backends_;
-        next = build_candidate(*candidate.config, ids, backends, nullptr);
+        next = build_candidate(*candidate.config, rule_ids_, backends, nullptr);
     } catch (const std::exception& e) {
         lines.push_back(std::string("error: ") + e.what());
         return lines;

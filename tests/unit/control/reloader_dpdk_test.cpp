@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -153,4 +154,22 @@ TEST_CASE("reloader: a down backend whose check the reload changes is up again i
     CHECK(std::count(service.maglev.begin(), service.maglev.end(), 0) > 0);  // it has Maglev slots again
     f.reloader->apply_health_transitions();  // the down transition went with the reload: nothing more to publish
     CHECK(f.dataplane->publications == 1);
+}
+
+TEST_CASE("reloader: a dry run numbers no rule: the next applied reload numbers its new rules next", "[reloader]") {
+    Fixture f(false);
+    REQUIRE(f.dataplane->snapshot().firewall->stable_ids == std::vector<uint32_t>{0, 1});
+    const std::string with_dns = replaced(kConfig, "    - {name: ssh",
+                                          "    - {name: dns, protocol: udp, destination_ports: 53, action: allow}\n"
+                                          "    - {name: ssh");
+    const std::string candidate = (f.dir / "candidate.yaml").string();
+    std::ofstream(candidate) << with_dns;
+    const std::vector<std::string> lines = f.reloader->dry_run(candidate);
+    CHECK(std::find(lines.begin(), lines.end(), "rule added: dns") != lines.end());
+    f.write(replaced(kConfig, "    - {name: ssh",
+                     "    - {name: ntp, protocol: udp, destination_ports: 123, action: allow}\n    - {name: ssh"));
+    REQUIRE(f.reloader->apply("test"));
+    const FirewallTables& now = *f.dataplane->snapshot().firewall;
+    REQUIRE(now.rule_names == std::vector<std::string>{"ntp", "ssh", "web"});
+    CHECK(now.stable_ids == std::vector<uint32_t>{2, 0, 1});
 }
