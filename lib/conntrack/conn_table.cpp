@@ -267,7 +267,7 @@ ConnTable::~ConnTable() {
 }
 
 void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count,
-                            int32_t* positions) const {
+                            int32_t* positions, uint64_t* source_low) const {
     assert(count <= kMaxBurst);
     if (count == 0) return;
     // Raw storage: the keys are all written below, no need to zero them per burst first.
@@ -283,6 +283,7 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
     const void* ptrs6[kMaxBurst];
     uint32_t at6[kMaxBurst];  // the burst index of each IPv6 key
     uint32_t n4 = 0, n6 = 0;
+    uint64_t low_bits = 0;
     for (uint32_t i = 0; i < count; ++i) {
         bool low;
         if (SLUICE_LIKELY(tuples[i]->family == IpFamily::ipv4)) {
@@ -295,7 +296,9 @@ void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hash
             ptrs6[n6] = &keys6.ipv6[n6];
             ++n6;
         }
+        low_bits |= uint64_t{low} << i;
     }
+    if (source_low) *source_low = low_bits;
     // The sig arrays are only read; the prototype lacks the const.
     auto* sigs = const_cast<hash_sig_t*>(hashes);
     if (SLUICE_LIKELY(n6 == 0)) {

@@ -172,8 +172,10 @@ public:
     ConnTable& operator=(const ConnTable&) = delete;
 
     // Finds each tuple's connection, from either direction. hashes[i] must be symmetric_flow_hash(*tuples[i]).
-    // positions[i] = entry index, or -1. count <= kMaxBurst.
-    void lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions) const;
+    // positions[i] = entry index, or -1. count <= kMaxBurst. source_low, when given, gets bit i set when tuple i's
+    // source is the lower endpoint (source_is_low: the key's order, computed anyway), for is_reply_from.
+    void lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions,
+                     uint64_t* source_low = nullptr) const;
 
     // Brings the table's buckets for these tuples into the cache (a lookup whose answer is not kept), so that
     // inserting them next, one after another, does not wait for each one's misses in turn. count <= kMaxBurst.
@@ -285,8 +287,10 @@ public:
     }
 
     // True when tuple travels from the responder to the initiator of connection index.
-    bool is_reply(int32_t index, const FiveTuple& tuple) const {
-        return source_is_low(tuple) != (slots_[index].entry.initiator_is_low != 0);
+    bool is_reply(int32_t index, const FiveTuple& tuple) const { return is_reply_from(index, source_is_low(tuple)); }
+    // The same from source_is_low(tuple), as lookup_bulk gives it.
+    bool is_reply_from(int32_t index, bool source_low) const {
+        return source_low != (slots_[index].entry.initiator_is_low != 0);
     }
 
     // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for

@@ -52,6 +52,7 @@ struct StatefulBurst {
     } tuple_storage;
     FiveTuple* const tuples = tuple_storage.of;
     uint32_t hashes[kBurst];
+    uint64_t source_low = 0;  // bit i: packet i's source is its tuple's lower endpoint (lookup_bulk's source_low)
     uint8_t tcp_flags[kBurst];
     int32_t positions[kBurst];  // the connection lookup's answer: an entry (or its alias), or -1
     Fate fate[kBurst];

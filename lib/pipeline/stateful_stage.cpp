@@ -81,7 +81,7 @@ void gather(StatefulBurst& b) {
         b.hashes[i] = meta.flow_hash;
         b.route[i] = PacketRoute{};
     }
-    b.table.lookup_bulk(tuple_ptrs, b.hashes, b.count, b.positions);
+    b.table.lookup_bulk(tuple_ptrs, b.hashes, b.count, b.positions, &b.source_low);
 }
 
 // An ICMP error quoting a packet of a tracked connection passes. A nat connection's error goes where the packet it
@@ -106,7 +106,7 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, int32_t conn, 
         settle_icmp_error(b, i, conn, position, via_alias);
         return;
     }
-    const bool reply = via_alias || b.table.is_reply(conn, b.tuples[i]);
+    const bool reply = via_alias || b.table.is_reply_from(conn, (b.source_low >> i) & 1);
     if (SLUICE_UNLIKELY(b.table.entry(conn).flags & kConnFlagSynProxy)) {
         if ((b.table.entry(conn).flags & kConnFlagSynProxyPending) &&
             !syn_proxy::settle_pending(b, i, conn, position, via_alias))
