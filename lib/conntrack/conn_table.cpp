@@ -266,8 +266,8 @@ ConnTable::~ConnTable() {
     rte_hash_free(ipv6_);
 }
 
-void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count,
-                            int32_t* positions, uint64_t* source_low) const {
+void ConnTable::lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions,
+                            uint64_t* source_low) const {
     assert(count <= kMaxBurst);
     if (count == 0) return;
     // Raw storage: the keys are all written below, no need to zero them per burst first.

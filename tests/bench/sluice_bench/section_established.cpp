@@ -26,8 +26,8 @@ void established_after_handshake(Dpdk& d, const Options& o, Table& table, const 
                                  const std::vector<FiveTuple>& flows, const std::vector<PacketSpec>& stream,
                                  ConnTable& learned, const std::string& conns) {
     const auto live = static_cast<uint32_t>(flows.size());
-    auto opened = std::make_unique<ConnTable>(table_name(), live, static_cast<int>(rte_socket_id()), ConnTimeouts{},
-                                              d.tsc_hz);
+    auto opened =
+        std::make_unique<ConnTable>(table_name(), live, static_cast<int>(rte_socket_id()), ConnTimeouts{}, d.tsc_hz);
     const uint32_t refused = insert_established(*opened, flows) + open_windows_by_handshake(*opened, flows);
     if (refused) std::printf("WARNING: established (handshake): %u connections not opened\n", refused);
     LcoreContext& ctx = *d.ctx;
