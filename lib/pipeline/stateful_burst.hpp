@@ -34,7 +34,8 @@ enum class SynProxyStep : uint8_t {
 
 struct StatefulBurst {
     StatefulBurst(LcoreContext& c, const Snapshot& s, rte_mbuf** p, uint16_t n, uint64_t now)
-        : ctx(c), snapshot(s), fw(*s.firewall), lb(*s.lb), table(*c.conn_table), pkts(p), count(n), now_tsc(now) {}
+        : ctx(c), snapshot(s), fw(*s.firewall), lb(*s.lb), table(*c.conn_table), pkts(p), count(n), now_tsc(now),
+          now_tick(table.tick(now)) {}
 
     LcoreContext& ctx;
     const Snapshot& snapshot;
@@ -44,6 +45,7 @@ struct StatefulBurst {
     rte_mbuf** const pkts;
     const uint16_t count;
     const uint64_t now_tsc;
+    const uint32_t now_tick;  // table.tick(now_tsc): expiry's clock, read once per burst
 
     // Raw storage: tuple_from_meta writes each tuple whole, so zeroing 1.3 KB per burst first is wasted.
     union Tuples {
