@@ -82,8 +82,10 @@ inline void set_ports(FiveTuple& t, uint16_t src_port, uint16_t dst_port) {
 // the connection table's canonical key all use.
 inline bool source_is_low(const FiveTuple& t) {
     if (t.family == IpFamily::ipv4) {
-        const uint32_t a = t.src.words[0], b = t.dst.words[0];
-        return !(a > b || (a == b && t.src_port > t.dst_port));
+        // (address, port) pairs compared as one number each: no branch on an order that is random per packet.
+        const uint64_t source = uint64_t{t.src.words[0]} << 16 | t.src_port;
+        const uint64_t destination = uint64_t{t.dst.words[0]} << 16 | t.dst_port;
+        return source <= destination;
     }
     const int order = std::memcmp(t.src.bytes, t.dst.bytes, 16);
     return !(order > 0 || (order == 0 && t.src_port > t.dst_port));

@@ -172,8 +172,10 @@ public:
     ConnTable& operator=(const ConnTable&) = delete;
 
     // Finds each tuple's connection, from either direction. hashes[i] must be symmetric_flow_hash(*tuples[i]).
-    // positions[i] = entry index, or -1. count <= kMaxBurst.
-    void lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions) const;
+    // positions[i] = entry index, or -1. count <= kMaxBurst. source_low, when given, gets bit i set when tuple i's
+    // source is the lower endpoint (source_is_low: the key's order, computed anyway), for is_reply_from.
+    void lookup_bulk(const FiveTuple* const* tuples, const uint32_t* hashes, uint32_t count, int32_t* positions,
+                     uint64_t* source_low = nullptr) const;
 
     // Brings the table's buckets for these tuples into the cache (a lookup whose answer is not kept), so that
     // inserting them next, one after another, does not wait for each one's misses in turn. count <= kMaxBurst.
@@ -266,8 +268,10 @@ public:
     uint32_t tick(uint64_t tsc) const { return static_cast<uint32_t>(tsc >> tick_shift_); }
     unsigned tick_shift() const { return tick_shift_; }
     // True when connection entry e is past its expiry at now_tsc.
-    bool expired(const ConnEntry& e, uint64_t now_tsc) const {
-        return static_cast<int32_t>(e.expires - tick(now_tsc)) <= 0;
+    bool expired(const ConnEntry& e, uint64_t now_tsc) const { return expired_at(e, tick(now_tsc)); }
+    // The same at now_tick = tick(now_tsc), which a burst computes once for all its packets.
+    static bool expired_at(const ConnEntry& e, uint32_t now_tick) {
+        return static_cast<int32_t>(e.expires - now_tick) <= 0;
     }
     // TSC cycles connection entry e has left to live at now_tsc, 0 when it is expired (to a tick's precision).
     uint64_t lifetime_tsc(const ConnEntry& e, uint64_t now_tsc) const {
@@ -285,8 +289,10 @@ public:
     }
 
     // True when tuple travels from the responder to the initiator of connection index.
-    bool is_reply(int32_t index, const FiveTuple& tuple) const {
-        return source_is_low(tuple) != (slots_[index].entry.initiator_is_low != 0);
+    bool is_reply(int32_t index, const FiveTuple& tuple) const { return is_reply_from(index, source_is_low(tuple)); }
+    // The same from source_is_low(tuple), as lookup_bulk gives it.
+    bool is_reply_from(int32_t index, bool source_low) const {
+        return source_low != (slots_[index].entry.initiator_is_low != 0);
     }
 
     // Advances the state machine for one packet of connection index (tcp_flags: the TCP header's flag byte, 0 for
@@ -303,13 +309,17 @@ public:
     // with replies. Neither the state table nor the one-way rules move the state, and established carries no
     // sub-state bits (every move into it writes 0), so there are none to clear here.
     TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc) {
+        return track_direction(index, reply, tcp_flags, now_tsc, tick(now_tsc));
+    }
+    // The same with now_tick = tick(now_tsc) computed once for a burst.
+    TrackVerdict track_direction(int32_t index, bool reply, uint8_t tcp_flags, uint64_t now_tsc, uint32_t now_tick) {
         ConnEntry& e = slots_[index].entry;
         const bool steady = (e.state == ConnState::tcp_established &&
                              (tcp_flags & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) == tcp::kAck) ||
                             e.state == ConnState::udp_replied;
         if (SLUICE_UNLIKELY(!steady)) return track_moving(index, reply, tcp_flags, now_tsc);
         e.packets[reply] += 1;
-        e.expires = tick(now_tsc) + timeout_ticks_[static_cast<std::size_t>(e.state)];
+        e.expires = now_tick + timeout_ticks_[static_cast<std::size_t>(e.state)];
         return TrackVerdict::ok;
     }
 

@@ -5,13 +5,16 @@
 
 #include <cstdint>
 
+#include <rte_ip.h>
 #include <rte_mbuf.h>
+#include <rte_tcp.h>
 
 #include "common/drop_reason.hpp"
 #include "conntrack/conn_table.hpp"
 #include "conntrack/tcp_state.hpp"
 #include "conntrack/tcp_window.hpp"
 #include "packet/packet_meta.hpp"
+#include "packet/syn_proxy.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "pipeline/snapshot.hpp"
 #include "pipeline/sync_steps.hpp"
@@ -31,7 +34,8 @@ enum class SynProxyStep : uint8_t {
 
 struct StatefulBurst {
     StatefulBurst(LcoreContext& c, const Snapshot& s, rte_mbuf** p, uint16_t n, uint64_t now)
-        : ctx(c), snapshot(s), fw(*s.firewall), lb(*s.lb), table(*c.conn_table), pkts(p), count(n), now_tsc(now) {}
+        : ctx(c), snapshot(s), fw(*s.firewall), lb(*s.lb), table(*c.conn_table), pkts(p), count(n), now_tsc(now),
+          now_tick(table.tick(now)) {}
 
     LcoreContext& ctx;
     const Snapshot& snapshot;
@@ -41,6 +45,7 @@ struct StatefulBurst {
     rte_mbuf** const pkts;
     const uint16_t count;
     const uint64_t now_tsc;
+    const uint32_t now_tick;  // table.tick(now_tsc): expiry's clock, read once per burst
 
     // Raw storage: tuple_from_meta writes each tuple whole, so zeroing 1.3 KB per burst first is wasted.
     union Tuples {
@@ -49,6 +54,7 @@ struct StatefulBurst {
     } tuple_storage;
     FiveTuple* const tuples = tuple_storage.of;
     uint32_t hashes[kBurst];
+    uint64_t source_low = 0;  // bit i: packet i's source is its tuple's lower endpoint (lookup_bulk's source_low)
     uint8_t tcp_flags[kBurst];
     int32_t positions[kBurst];  // the connection lookup's answer: an entry (or its alias), or -1
     Fate fate[kBurst];
@@ -101,16 +107,57 @@ struct TcpSegment;
 bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment);
 
 // The fields of packet i's TCP header the window check reads; its payload length from the IP header (parsing
-// checked the lengths).
-TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i);
+// checked the lengths). Inline: every TCP packet of a known connection reads them.
+inline TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) {
+    const PacketMeta& meta = b.meta(i);
+    const rte_tcp_hdr& tcp = *rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_tcp_hdr*, meta.l4_offset);
+    const uint32_t ip_header_and_extensions = meta.l4_offset - meta.l3_offset;
+    uint32_t ip_length;
+    if (meta.family == IpFamily::ipv4) {
+        ip_length =
+            rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_ipv4_hdr*, meta.l3_offset)->total_length);
+    } else {
+        ip_length =
+            rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_ipv6_hdr*, meta.l3_offset)->payload_len) +
+            sizeof(rte_ipv6_hdr);
+    }
+    const uint32_t header_length = (tcp.data_off >> 4) * 4u;
+    const uint32_t used = ip_header_and_extensions + header_length;
+    TcpSegmentFields fields;
+    fields.seq = rte_be_to_cpu_32(tcp.sent_seq);
+    fields.ack = rte_be_to_cpu_32(tcp.recv_ack);
+    fields.payload = ip_length > used ? ip_length - used : 0;
+    fields.window = rte_be_to_cpu_16(tcp.rx_win);
+    fields.flags = b.tcp_flags[i];
+    fields.scale = -1;
+    if (SLUICE_UNLIKELY(fields.flags & tcp::kSyn))
+        fields.scale =
+            static_cast<int8_t>(tcp_window_scale_option(reinterpret_cast<const uint8_t*>(&tcp), header_length));
+    return fields;
+}
 
 // TCP sequence and window tracking (tcp_window_steps.cpp).
 // The window of TCP connection conn, which packet i opened (for a syn_proxy connection: after its SYN to the backend
 // was written over the packet).
 void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck check);
+// admit_tcp_segment for the segments its inline path leaves: the handshake, FIN, RST, a side's first packet, and a
+// syn_proxy connection's (its responder's sequence needs the shift).
+bool admit_tcp_segment_slow(StatefulBurst& b, uint16_t i, int32_t conn, bool reply);
 // Packet i (with a TCP header) of connection conn, from the responder when reply: true when its sequence lets it go
-// on to the state machine; otherwise it was dropped or answered with a challenge ACK (fate and reason set).
-bool admit_tcp_segment(StatefulBurst& b, uint16_t i, int32_t conn, bool reply);
+// on to the state machine; otherwise it was dropped or answered with a challenge ACK (fate and reason set). Inline
+// for the segment nearly every packet is, the one tcp_window_check hands to check_ack.
+inline bool admit_tcp_segment(StatefulBurst& b, uint16_t i, int32_t conn, bool reply) {
+    TcpWindow& window = b.table.window(conn);
+    if (tcp_window_check_of(window) == TcpWindowCheck::off) return true;
+    const int side = reply ? 1 : 0;
+    if (SLUICE_UNLIKELY((b.tcp_flags[i] & (tcp::kFin | tcp::kSyn | tcp::kRst | tcp::kAck)) != tcp::kAck ||
+                        !(window.flags[side] & kWindowSideSeen) || (b.table.entry(conn).flags & kConnFlagSynProxy)))
+        return admit_tcp_segment_slow(b, i, conn, reply);
+    if (SLUICE_LIKELY(tcp_window_detail::check_ack(window, side, segment_fields(b, i)) == WindowVerdict::pass))
+        return true;
+    b.drop(i, DropReason::tcp_out_of_window);
+    return false;
+}
 
 // The SYN proxy's steps (syn_proxy_steps.cpp), each over packet i of the burst.
 namespace syn_proxy {

@@ -81,7 +81,7 @@ void gather(StatefulBurst& b) {
         b.hashes[i] = meta.flow_hash;
         b.route[i] = PacketRoute{};
     }
-    b.table.lookup_bulk(tuple_ptrs, b.hashes, b.count, b.positions);
+    b.table.lookup_bulk(tuple_ptrs, b.hashes, b.count, b.positions, &b.source_low);
 }
 
 // An ICMP error quoting a packet of a tracked connection passes. A nat connection's error goes where the packet it
@@ -106,7 +106,7 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, int32_t conn, 
         settle_icmp_error(b, i, conn, position, via_alias);
         return;
     }
-    const bool reply = via_alias || b.table.is_reply(conn, b.tuples[i]);
+    const bool reply = via_alias || b.table.is_reply_from(conn, (b.source_low >> i) & 1);
     if (SLUICE_UNLIKELY(b.table.entry(conn).flags & kConnFlagSynProxy)) {
         if ((b.table.entry(conn).flags & kConnFlagSynProxyPending) &&
             !syn_proxy::settle_pending(b, i, conn, position, via_alias))
@@ -120,7 +120,8 @@ void settle_known(StatefulBurst& b, uint16_t i, int32_t position, int32_t conn, 
     const bool later_fragment = (b.meta(i).flags & kMetaFragment) && b.meta(i).l4_offset == 0;
     if (!later_fragment && b.tuples[i].proto == kIpProtoTcp && !admit_tcp_segment(b, i, conn, reply)) return;
     const ConnState before = b.table.entry(conn).state;
-    if (!later_fragment && b.table.track_direction(conn, reply, b.tcp_flags[i], b.now_tsc) != TrackVerdict::ok) {
+    if (!later_fragment &&
+        b.table.track_direction(conn, reply, b.tcp_flags[i], b.now_tsc, b.now_tick) != TrackVerdict::ok) {
         b.drop(i, DropReason::ct_invalid);
         return;
     }
@@ -158,7 +159,7 @@ void settle_known_connections(StatefulBurst& b) {
             // A connection past its timeout is over, whether or not expiry's bounded sweep reached it yet (a pass
             // over a large table takes seconds): removed, counted as expired, and the packet is a new one.
             conn = b.table.resolve(position, via_alias);
-            if (SLUICE_UNLIKELY(b.table.expired(b.table.entry(conn), b.now_tsc))) {
+            if (SLUICE_UNLIKELY(ConnTable::expired_at(b.table.entry(conn), b.now_tick))) {
                 b.forget(conn);
                 position = -1;
             }

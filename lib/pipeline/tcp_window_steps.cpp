@@ -13,10 +13,6 @@
 namespace sluice {
 namespace {
 
-const rte_tcp_hdr& tcp_header(const StatefulBurst& b, uint16_t i) {
-    return *rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_tcp_hdr*, b.meta(i).l4_offset);
-}
-
 // RFC 5961's synchronized states, less time_wait (where the initiator's new SYN may reuse the ports).
 bool synchronized(ConnState state) {
     return state == ConnState::tcp_established || state == ConnState::tcp_fin_wait ||
@@ -53,38 +49,7 @@ void send_challenge_ack(StatefulBurst& b, uint16_t i, int32_t conn, bool reply, 
     b.drop(i, why);
 }
 
-// segment_fields, inline where every TCP packet of a known connection reads it.
-inline TcpSegmentFields read_segment_fields(const StatefulBurst& b, uint16_t i) {
-    const PacketMeta& meta = b.meta(i);
-    const rte_tcp_hdr& tcp = tcp_header(b, i);
-    const uint32_t ip_header_and_extensions = meta.l4_offset - meta.l3_offset;
-    uint32_t ip_length;
-    if (meta.family == IpFamily::ipv4) {
-        ip_length =
-            rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_ipv4_hdr*, meta.l3_offset)->total_length);
-    } else {
-        ip_length =
-            rte_be_to_cpu_16(rte_pktmbuf_mtod_offset(b.mbuf(i), const rte_ipv6_hdr*, meta.l3_offset)->payload_len) +
-            sizeof(rte_ipv6_hdr);
-    }
-    const uint32_t header_length = (tcp.data_off >> 4) * 4u;
-    const uint32_t used = ip_header_and_extensions + header_length;
-    TcpSegmentFields fields;
-    fields.seq = rte_be_to_cpu_32(tcp.sent_seq);
-    fields.ack = rte_be_to_cpu_32(tcp.recv_ack);
-    fields.payload = ip_length > used ? ip_length - used : 0;
-    fields.window = rte_be_to_cpu_16(tcp.rx_win);
-    fields.flags = b.tcp_flags[i];
-    fields.scale = -1;
-    if (SLUICE_UNLIKELY(fields.flags & tcp::kSyn))
-        fields.scale =
-            static_cast<int8_t>(tcp_window_scale_option(reinterpret_cast<const uint8_t*>(&tcp), header_length));
-    return fields;
-}
-
 }  // namespace
-
-TcpSegmentFields segment_fields(const StatefulBurst& b, uint16_t i) { return read_segment_fields(b, i); }
 
 bool write_answer_segment(StatefulBurst& b, uint16_t i, const TcpSegment& segment) {
     rte_mbuf* m = b.mbuf(i);
@@ -114,11 +79,10 @@ void open_tcp_window(StatefulBurst& b, uint16_t i, int32_t conn, TcpWindowCheck 
     tcp_window_check(window, false, segment_fields(b, i), false);  // the opener's side, from its first packet
 }
 
-bool admit_tcp_segment(StatefulBurst& b, uint16_t i, int32_t conn, bool reply) {
+bool admit_tcp_segment_slow(StatefulBurst& b, uint16_t i, int32_t conn, bool reply) {
     TcpWindow& window = b.table.window(conn);
-    if (tcp_window_check_of(window) == TcpWindowCheck::off) return true;
     const ConnEntry& entry = b.table.entry(conn);
-    TcpSegmentFields fields = read_segment_fields(b, i);
+    TcpSegmentFields fields = segment_fields(b, i);
     if (SLUICE_UNLIKELY(entry.flags & kConnFlagSynProxy) && reply)
         fields.seq -= b.table.seq_shift(static_cast<int32_t>(entry.peer));  // the backend's, in the client's space
     // One-way connections never show the responder: no SYN is judged against a handshake sluice could not see.

@@ -33,6 +33,8 @@
 //                          --eal-add=--force-max-simd-bitwidth=512 to let rte_acl use AVX-512 with 32 lanes
 //     --trimmed-heap       leave glibc's heap as it comes (freed memory returned to the kernel), to compare with
 //                          the daemon's retain_freed_heap() (common/heap.hpp), which the benchmark applies otherwise
+//     --handshake          `established` also measures its connections with the windows a three-way handshake
+//                          leaves (both sides seen: every TCP packet judged strictly), in rows of their own
 //
 // Without EAL arguments the EAL gets `-l <lcore> --no-pci --in-memory --file-prefix=bench-<pid> --no-telemetry`, on
 // hugepages when at least 300 free 2 MiB pages are reserved, else `--no-huge -m 1024` (no --in-memory then:

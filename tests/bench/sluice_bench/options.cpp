@@ -44,13 +44,18 @@ Options parse_options(int argc, char** argv) {
             std::printf("usage: %s [--only LIST] [--rules FILE --trace FILE] [--write-acl-files DIR] [--reps N]\n"
                         "       [--packets N] [--conns LIST] [--new-conns N] [--lb-conns N] [--capacity-conns LIST]\n"
                         "       [--seed N]\n"
-                        "       [--results FILE] [--lcore N] [--eal-add ARG]... [--trimmed-heap] [-- EAL args]\n"
+                        "       [--results FILE] [--lcore N] [--eal-add ARG]... [--trimmed-heap] [--handshake]\n"
+                        "       [-- EAL args]\n"
                         "(the comment at the top of tests/bench/sluice_bench/main.cpp explains each)\n",
                         argv[0]);
             std::exit(0);
         }
         if (a == "--trimmed-heap") {
             o.trimmed_heap = true;
+            continue;
+        }
+        if (a == "--handshake") {
+            o.handshake = true;
             continue;
         }
         if (a.rfind("--eal-add=", 0) == 0) {

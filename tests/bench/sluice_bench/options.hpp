@@ -22,6 +22,7 @@ struct Options {
     std::vector<std::string> eal_add;  // --eal-add, appended to the defaults
     unsigned lcore = 0;
     bool trimmed_heap = false;  // --trimmed-heap
+    bool handshake = false;     // --handshake
 };
 
 // Exits on a bad option (and after --help).

@@ -50,6 +50,31 @@ uint32_t insert_established(ConnTable& table, const std::vector<FiveTuple>& flow
     return refused;
 }
 
+uint32_t open_windows_by_handshake(ConnTable& table, const std::vector<FiveTuple>& flows) {
+    uint32_t refused = 0;
+    for (const FiveTuple& f : flows) {
+        if (f.proto != IPPROTO_TCP) continue;
+        const FiveTuple* tuple = &f;
+        const uint32_t hash = symmetric_flow_hash(f);
+        int32_t position = -1;
+        table.lookup_bulk(&tuple, &hash, 1, &position);
+        if (position < 0) {
+            ++refused;
+            continue;
+        }
+        TcpWindow& window = table.window(position);
+        window = TcpWindow{};
+        set_tcp_window_check(window, TcpWindowCheck::strict);
+        const TcpSegmentFields syn{0, 0, 0, 65535, tcp::kSyn, -1};
+        const TcpSegmentFields syn_ack{0, 1, 0, 65535, tcp::kSyn | tcp::kAck, -1};
+        const TcpSegmentFields ack{1, 1, 0, 65535, tcp::kAck, -1};
+        refused += tcp_window_check(window, false, syn, false) != WindowVerdict::pass ||
+                   tcp_window_check(window, true, syn_ack, false) != WindowVerdict::pass ||
+                   tcp_window_check(window, false, ack, true) != WindowVerdict::pass;
+    }
+    return refused;
+}
+
 std::vector<PacketSpec> random_packets(const std::vector<FiveTuple>& flows, uint32_t count, Rng& rng) {
     std::vector<PacketSpec> stream(count);
     for (PacketSpec& p : stream) {

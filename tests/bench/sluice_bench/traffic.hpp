@@ -29,6 +29,11 @@ std::vector<FiveTuple> distinct_flows(std::size_t count, Rng& rng, uint32_t tcp_
 // table; returns how many did not fit.
 uint32_t insert_established(ConnTable& table, const std::vector<FiveTuple>& flows);
 
+// Gives each TCP flow's connection the window a three-way handshake leaves (SYN, SYN+ACK, ACK, each side's ISN 0,
+// window 65535, no scale), fed to tcp_window_check as the stateful stage feeds it: the harness's segments (seq 1,
+// no data) are then judged in the window, strictly, from both sides. Returns how many were refused (none should be).
+uint32_t open_windows_by_handshake(ConnTable& table, const std::vector<FiveTuple>& flows);
+
 // Packets of the flows picked at random, half of them in the reply direction: the worst case for the caches.
 std::vector<PacketSpec> random_packets(const std::vector<FiveTuple>& flows, uint32_t count, Rng& rng);
 

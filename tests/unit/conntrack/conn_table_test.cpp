@@ -191,6 +191,35 @@ TEST_CASE("ConnTable: a connection is found from both directions", "[conntrack]"
     }
 }
 
+TEST_CASE("ConnTable: lookup_bulk tells each packet's direction, both families in one burst", "[conntrack]") {
+    ConnTable table(unique_table_name(), 256, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz, 128);
+    std::mt19937_64 rng(11);
+    std::vector<FiveTuple> burst;
+    std::vector<int32_t> conns;
+    for (uint32_t i = 0; i < ConnTable::kMaxBurst; ++i) {
+        const FiveTuple t = random_tuple(rng, i % 3 ? IpFamily::ipv4 : IpFamily::ipv6, IPPROTO_TCP);
+        conns.push_back(table.insert(t, symmetric_flow_hash(t), ConnState::tcp_established, 0, 0));
+        REQUIRE(conns.back() >= 0);
+        burst.push_back(i % 2 ? t.reversed() : t);  // every other packet a reply
+    }
+    const FiveTuple* ptrs[ConnTable::kMaxBurst];
+    uint32_t hashes[ConnTable::kMaxBurst];
+    int32_t positions[ConnTable::kMaxBurst];
+    for (uint32_t i = 0; i < ConnTable::kMaxBurst; ++i) {
+        ptrs[i] = &burst[i];
+        hashes[i] = symmetric_flow_hash(burst[i]);
+    }
+    uint64_t source_low = 0;
+    table.lookup_bulk(ptrs, hashes, ConnTable::kMaxBurst, positions, &source_low);
+    for (uint32_t i = 0; i < ConnTable::kMaxBurst; ++i) {
+        REQUIRE(positions[i] == conns[i]);
+        const bool low = (source_low >> i) & 1;
+        CHECK(low == source_is_low(burst[i]));
+        CHECK(table.is_reply_from(positions[i], low) == (i % 2 == 1));
+        CHECK(table.is_reply_from(positions[i], low) == table.is_reply(positions[i], burst[i]));
+    }
+}
+
 TEST_CASE("ConnTable: a NAT alias keeps its origin, shift and window apart and leaves the connection's counters",
           "[conntrack]") {
     ConnTable table(unique_table_name(), 64, SOCKET_ID_ANY, ConnTimeouts{}, kFakeTscHz);
