@@ -709,8 +709,9 @@ void AclClassifier::build_parts(std::vector<Rule>& rules, int socket_id, const s
         changed += std::count(pieces[r].begin(), pieces[r].end(), nullptr) != 0;
     }
     // An edit (at most a quarter of the regions changed, or one): its regions are built in pieces, each piece the
-    // running classifier has kept. Otherwise a changed region is built whole, as at start.
-    const bool edit = changed <= std::max<std::size_t>(1, regions.size() / 4);
+    // running classifier has kept. Otherwise a changed region is built whole, as at start: with nothing running to
+    // keep pieces of, a first build of a single region is no edit.
+    const bool edit = !reusable.empty() && changed <= std::max<std::size_t>(1, regions.size() / 4);
     const auto add = [&](uint32_t first, uint32_t count, const AclPart* old) {
         AclPart part{nullptr, first, count, 0, {}, part_key(keys, first, count)};
         if (old) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -416,4 +417,26 @@ TEST_CASE("acl: construction errors name their cause", "[classify]") {
                         Contains("1 to 31 characters"));
     // The failed constructions leaked no context: the name is free again once `first` is gone.
     CHECK(classify_one(first, tuple4(IPPROTO_TCP, "1.1.1.1", "2.2.2.2", 1, 2)) == 0);
+}
+
+TEST_CASE("acl: a first build of rules that fit one part is one context, whatever pieces they cut into", "[classify]") {
+    // Pieces are for edits: with no running classifier to keep pieces of, a region is built whole. 64 rules of one
+    // rte_acl rule each in parts of 256: one region, whose pieces the rules' hashes cut at 32 to 128 rules, each order
+    // of the rules elsewhere.
+    std::vector<Rule> rules;
+    for (uint16_t i = 0; i < 64; ++i) {
+        Rule r = make_rule("port-" + std::to_string(1000 + i), IpFamily::ipv4, IPPROTO_TCP);
+        r.destination_ports = {{static_cast<uint16_t>(1000 + i), static_cast<uint16_t>(1000 + i)}};
+        rules.push_back(std::move(r));
+    }
+    std::mt19937 rng(7);
+    for (int order = 0; order < 16; ++order) {
+        std::shuffle(rules.begin(), rules.end(), rng);
+        const std::string name = "acl_whole_" + std::to_string(order);
+        const AclClassifier whole(IpFamily::ipv4, rules, SOCKET_ID_ANY, name, 0, 0, nullptr, 256);
+        INFO(name);
+        CHECK(whole.expanded_rule_count() == 64);
+        CHECK(whole.part_count() == 1);
+        CHECK(rte_acl_find_existing(name.c_str()) != nullptr);  // one context, under the name given
+    }
 }
