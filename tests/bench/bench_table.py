@@ -86,7 +86,14 @@ def report(work, doc, record, machine_extra, command, acl_others):
                      f"{default} (what sluice runs)", "cycles/pkt",
                      f"dpdk-test-acl, best algorithm ({best}), best of {len(acl[best])} runs" if best else "dpdk-test-acl (no figure)",
                      med.get(best), num(sl["sluice_median"]) if sl else None))
-        for alg in sorted(set(med) | {r["id"].rsplit("-", 1)[-1] for r in cl.values() if r["id"] != f"classify-{n}"} | {default},
+        parts = cl.get(f"classify-{n}-parts")
+        if parts:  # the rules in the reload's rte_acl parts, against dpdk-test-acl's one context
+            rows.append((f"classify {label(n)} rules, 64k-tuple trace: {parts['measurement'].split(', ', 1)[1]}, "
+                         f"{default}", "cycles/pkt",
+                         f"dpdk-test-acl, best algorithm ({best}), best of {len(acl[best])} runs" if best else "dpdk-test-acl (no figure)",
+                         med.get(best), num(parts["sluice_median"])))
+        for alg in sorted(set(med) | {r["id"].rsplit("-", 1)[-1] for r in cl.values()
+                                      if r["id"] not in (f"classify-{n}", f"classify-{n}-parts")} | {default},
                           key=lambda a: ["scalar", "sse", "avx2", "avx512x16", "avx512x32"].index(a)
                           if a in ["scalar", "sse", "avx2", "avx512x16", "avx512x32"] else 9):
             r = cl.get(f"classify-{n}" if alg == default else f"classify-{n}-{alg}")
