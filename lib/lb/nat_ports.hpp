@@ -56,10 +56,15 @@ public:
     void prepare(const LbTables& lb);
 
     // A free port (host order) toward backend (stable id) on pool address `address`, or 0 when none is left.
-    uint16_t allocate(std::size_t address, uint32_t backend) {
+    // `guess`, a port peek_next gave for this space (0: none), is taken when it is still free: the search it saves
+    // would find it, unless an earlier guess of the space went unused, which then waits a turn of the cursor.
+    uint16_t allocate(std::size_t address, uint32_t backend, uint16_t guess = 0) {
         Lane lane = lane_of(address, backend);
         if (*lane.in_use == ports_) return 0;
-        const uint32_t bit = free_bit_from(lane, *lane.cursor);
+        const uint32_t guessed = guess ? (guess - first_port_) / step_ : 0;
+        const uint32_t bit = guess && !(lane.used[guessed / 64] & (uint64_t{1} << (guessed % 64)))
+                                 ? guessed
+                                 : free_bit_from(lane, *lane.cursor);
         lane.used[bit / 64] |= uint64_t{1} << (bit % 64);
         mark_word(lane, bit / 64);
         *lane.cursor = bit + 1 == ports_ ? 0 : bit + 1;

@@ -73,6 +73,14 @@ struct StatefulBurst {
     bool echo_to_us[kBurst];          // an echo request to one of sluice's addresses: answered once the rules allow it
     uint8_t cookie_mss[kBurst];       // proxy == open_backend: the kSynCookieMss index the cookie carried
     uint32_t backend_hashes[kBurst];  // a new packet to a service: stable_flow_hash, Maglev's (computed once)
+    // Set by warm_nat_keys for the packets of a family that decide takes: the pool port guessed for a new nat
+    // connection (0: none) and the replies' tuple and hash with that port, which bind_nat takes when it gets it.
+    uint16_t nat_port_guess[kBurst];
+    union NatReplies {
+        NatReplies() {}
+        FiveTuple of[kBurst];  // raw storage, as tuple_storage
+    } nat_replies;
+    uint32_t nat_reply_hashes[kBurst];
 
     // Packets of no connection: first to be triaged, then by family for the rules.
     uint16_t fresh[kBurst], fresh_count = 0;

@@ -262,24 +262,23 @@ void classify(const StatefulBurst& b, IpFamily family, const uint16_t* which, ui
 // The NAT connections this burst opens each insert a second key (backend -> pool address:port), whose buckets
 // nothing has read yet: with one insert after the other, each waited for its own misses. Their keys are known
 // before the inserts (the Maglev backend, the pool address, and the ports allocate() will hand out in turn in that
-// backend's port space), so one bulk lookup over them starts all those misses at once. A wrong guess only warms
-// lines for nothing: a packet that takes no port after all (one over a rate limit or the new-connection cap, a full
-// table) shifts the guesses after it in its port space. A flow's later packets in the burst (leader[k] != k) take
-// none.
+// backend's port space), so one bulk lookup over them starts all those misses at once; bind_nat then takes the
+// guessed port and its reply key as they are. A packet that takes no port after all (one over a rate limit or the
+// new-connection cap, a full table) leaves its guess free for the cursor's next turn. A flow's later packets in the
+// burst (leader[k] != k) take none.
 void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* verdicts, const uint16_t* leader,
                    uint16_t n) {
-    union Replies {
-        Replies() {}
-        FiveTuple tuple[kBurst];  // raw storage: each is written whole before use
-    } replies;
     const FiveTuple* reply_ptrs[kBurst];
     uint32_t reply_hashes[kBurst];
-    // The port spaces this burst draws from so far, each with the guesses it gave.
+    // The port spaces this burst draws from so far, each with the guesses it gave; a bit per space in `seen` (as
+    // in find_leaders) spares the search of that list for a space not met before.
     NatPortGuess guesses[kBurst];
+    uint64_t seen = 0;
     uint16_t spaces = 0;
     uint16_t guessed = 0;
     for (uint16_t k = 0; k < n; ++k) {
         const uint16_t i = which[k];
+        b.nat_port_guess[i] = 0;
         if (leader[k] != k || b.route[i].backend == kNoService || b.proxy[i] == SynProxyStep::answer_syn ||
             b.echo_to_us[i])
             continue;
@@ -288,15 +287,19 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
         const uint32_t backend = pick_backend(service, b.backend_hashes[i]);
         if (backend == kNoBackend) continue;
         const uint8_t address = nat_pool_address(b.lb, b.tuples[i].family, b.hashes[i]);
-        uint16_t space = 0;
+        const uint64_t bit = uint64_t{1} << (((uint64_t{backend} << 4 | address) * 0x9E3779B97F4A7C15ULL) >> 58);
+        uint16_t space = (seen & bit) ? 0 : spaces;
         while (space < spaces && (guesses[space].backend != backend || guesses[space].address != address)) ++space;
         if (space == spaces) guesses[spaces++] = NatPortGuess{backend, address};
+        seen |= bit;
         const uint16_t port = b.ctx.nat_ports->peek_next(guesses[space]);
         if (port == 0) continue;
-        FiveTuple& reply = replies.tuple[guessed];
+        FiveTuple& reply = b.nat_replies.of[i];
         reply = nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, b.tuples[i]);
+        b.nat_port_guess[i] = port;
+        b.nat_reply_hashes[i] = symmetric_flow_hash(reply);
         reply_ptrs[guessed] = &reply;
-        reply_hashes[guessed] = symmetric_flow_hash(reply);
+        reply_hashes[guessed] = b.nat_reply_hashes[i];
         ++guessed;
     }
     if (guessed > 1) b.table.warm(reply_ptrs, reply_hashes, guessed);
@@ -363,7 +366,7 @@ int32_t insert_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule, bo
 bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) {
     const FiveTuple& client = b.tuples[i];
     const uint8_t address = nat_pool_address(b.lb, client.family, b.hashes[i]);
-    const uint16_t port = b.ctx.nat_ports->allocate(address, backend);
+    const uint16_t port = b.ctx.nat_ports->allocate(address, backend, b.nat_port_guess[i]);
     if (SLUICE_UNLIKELY(port == 0)) {
         b.forget(position);
         b.drop(i, DropReason::nat_ports_exhausted);
@@ -374,8 +377,11 @@ bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) 
     entry.nat_address = address;
     entry.backend = backend + 1;  // from here on, removal releases the port and counts it closed
     counter_add(b.ctx.backend_traffic[backend].new_connections);
-    const FiveTuple reply = nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, client);
-    const int32_t alias = b.table.insert_alias(reply, symmetric_flow_hash(reply), position);
+    const bool as_guessed = port == b.nat_port_guess[i];  // the same backend, address and port: the same reply
+    const FiveTuple reply =
+        as_guessed ? b.nat_replies.of[i] : nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, client);
+    const int32_t alias =
+        b.table.insert_alias(reply, as_guessed ? b.nat_reply_hashes[i] : symmetric_flow_hash(reply), position);
     if (SLUICE_UNLIKELY(alias < 0)) {
         b.forget(position);
         b.drop(i, DropReason::ct_table_full);

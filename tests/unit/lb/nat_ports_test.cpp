@@ -82,6 +82,26 @@ TEST_CASE("nat ports: the search finds the free ports of a full range across the
     CHECK(pool.allocate(0, 0) == 0);
 }
 
+TEST_CASE("nat ports: allocate takes a peeked guess while it is free, and searches when it is not", "[nat]") {
+    NatPortPool pool(1024, 2047, 1, 2, 1);  // worker 1 of 2: the odd ports
+    LbTables lb;
+    lb.backends = {nat_backend(11, 80)};
+    pool.prepare(lb);
+    NatPortGuess guess{0, 0};
+    const uint16_t first = pool.peek_next(guess), second = pool.peek_next(guess), third = pool.peek_next(guess);
+    CHECK(std::vector<uint16_t>{first, second, third} == std::vector<uint16_t>{1025, 1027, 1029});
+    // The first guess's packet opened nothing: the second is taken as guessed, and the first waits for the cursor's
+    // next turn (the port after the one taken comes first).
+    CHECK(pool.allocate(0, 0, second) == 1027);
+    CHECK(pool.allocate(0, 0, second) == 1029);  // taken already: the search from the cursor
+    CHECK(pool.allocate(0, 0, third) == 1031);   // the same
+    CHECK(pool.allocate(0, 0) == 1033);
+    CHECK(pool.in_use(0, 0) == 4);
+    pool.release(0, 0, 1027);
+    CHECK(pool.allocate(0, 0, 1027) == 1027);  // free again: a guess is any free port of the space
+    CHECK(pool.in_use(0, 0) == 4);
+}
+
 TEST_CASE("nat ports: a reload keeps the spaces of the backends it keeps and of those it removes", "[nat]") {
     NatPortPool pool(1024, 2047, 0, 2, 1);
     LbTables before;
