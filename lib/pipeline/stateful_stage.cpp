@@ -438,7 +438,7 @@ void open_connection(StatefulBurst& b, uint16_t i, uint32_t rule, uint32_t stabl
             open_tcp_window(b, i, position, tcp_window_check_for(b.fw, rule, service));
     }
     b.table.track(position, b.tuples[i], b.tcp_flags[i], b.now_tsc);
-    if (made) sync_event(b.ctx, b.table, position, SyncEventKind::opened, b.now_tsc);
+    if (made) sync_event(b.ctx, b.table, position, SyncEventKind::opened, b.now_tsc, &b.tuples[i]);  // i opened it
     const ConnEntry& entry = b.table.entry(position);
     count_rule_traffic(b.ctx, entry.rule_index, b.length(i));
     if (entry.backend != 0) {

@@ -105,13 +105,17 @@ void refresh_walk(LcoreContext& ctx, uint64_t now_tsc) {
 }  // namespace
 
 bool make_sync_event(const ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc, uint64_t tsc_hz,
-                     SyncEvent& event) {
+                     SyncEvent& event, const FiveTuple* initiator) {
     const ConnEntry& e = table.entry(conn);
     if (e.flags & kConnFlagSynProxyPending) return false;
-    FiveTuple key;
-    table.live_key(conn, key);
-    event.tuple = initiator_tuple(key, e.initiator_is_low);
-    event.window = key.proto == kIpProtoTcp ? table.window(conn) : TcpWindow{};
+    if (initiator) {
+        event.tuple = *initiator;
+    } else {
+        FiveTuple key;
+        table.live_key(conn, key);
+        event.tuple = initiator_tuple(key, e.initiator_is_low);
+    }
+    event.window = event.tuple.proto == kIpProtoTcp ? table.window(conn) : TcpWindow{};
     event.rule_index = e.rule_index;
     event.backend = e.backend;
     event.seq_shift =
@@ -170,7 +174,8 @@ SyncInstall install_sync_event(ConnTable& table, NatPortPool& nat_ports, const L
     return fresh ? SyncInstall::installed : SyncInstall::updated;
 }
 
-void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc) {
+void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc,
+                     const FiveTuple* initiator) {
     if (table.entry(conn).flags & kConnFlagSynProxyPending) return;  // nothing a peer could install yet
     table.entry(conn).synced_s = seconds_of(now_tsc, ctx.tsc_hz);    // a dropped event is not retried sooner
     // Written in place in the ring's slot (zero-copy enqueue, an SP ring): the record is not built and copied.
@@ -180,7 +185,7 @@ void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEven
         counter_add(ctx.counters.sync_events_dropped);
         return;
     }
-    make_sync_event(table, conn, kind, now_tsc, ctx.tsc_hz, *static_cast<SyncEvent*>(slot.ptr1));
+    make_sync_event(table, conn, kind, now_tsc, ctx.tsc_hz, *static_cast<SyncEvent*>(slot.ptr1), initiator);
     rte_ring_enqueue_zc_elem_finish(ctx.sync_out, 1);
     counter_add(ctx.counters.sync_events_queued);
 }

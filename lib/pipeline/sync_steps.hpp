@@ -15,9 +15,10 @@
 namespace sluice {
 
 // Connection conn as an event: false for one that cannot be installed elsewhere (a syn_proxy connection still
-// waiting for its backend's answer). tsc_hz: rte_get_tsc_hz().
+// waiting for its backend's answer). tsc_hz: rte_get_tsc_hz(). initiator: the connection's initiator tuple when the
+// caller holds it (the packet that opened it), which spares reading the key back from the table.
 bool make_sync_event(const ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc, uint64_t tsc_hz,
-                     SyncEvent& event);
+                     SyncEvent& event, const FiveTuple* initiator = nullptr);
 
 // What installing an event did.
 enum class SyncInstall : uint8_t {
@@ -36,9 +37,11 @@ SyncInstall install_sync_event(ConnTable& table, NatPortPool& nat_ports, const L
                                uint64_t tsc_hz);
 
 // Hands conn's event to the sync thread (nothing when sync is off).
-void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc);
-inline void sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc) {
-    if (SLUICE_UNLIKELY(ctx.sync_out != nullptr)) emit_sync_event(ctx, table, conn, kind, now_tsc);
+void emit_sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc,
+                     const FiveTuple* initiator = nullptr);
+inline void sync_event(LcoreContext& ctx, ConnTable& table, int32_t conn, SyncEventKind kind, uint64_t now_tsc,
+                       const FiveTuple* initiator = nullptr) {
+    if (SLUICE_UNLIKELY(ctx.sync_out != nullptr)) emit_sync_event(ctx, table, conn, kind, now_tsc, initiator);
 }
 
 // ConnTable's expiry hook (arg: the worker's LcoreContext): a connection of this instance's that times out is

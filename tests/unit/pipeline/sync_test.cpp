@@ -381,8 +381,12 @@ TEST_CASE("sync: a connection that times out is announced closed to the peers", 
     REQUIRE(lab.exchange("client", {frame(segment("203.0.113.7", 41000, "192.0.2.100", 80, kSyn, 1000, 0))}, "server")
                 .size() == 1);
     std::size_t events = 0;
-    sent_events(*channel, peer, events);
+    const auto opening = sent_events(*channel, peer, events);
     REQUIRE(events == 1);  // opened
+    SyncDatagram first;
+    REQUIRE(decode_sync_datagram(opening.back(), kKey, first) == SyncDecodeError::none);
+    const SyncEvent opened = first.events[first.header.count - 1];
+    REQUIRE(opened.kind == SyncEventKind::opened);
 
     lab.advance_seconds(24 * 3600);                                                    // far past any state's timeout
     for (int turn = 0; turn < 200; ++turn) lab.dataplane().run_inline(lab.now_tsc());  // the sweep goes round
@@ -395,6 +399,9 @@ TEST_CASE("sync: a connection that times out is announced closed to the peers", 
     CHECK(closed.kind == SyncEventKind::closed);
     CHECK(closed.tuple.src_port == htons(41000));  // the initiator's tuple, network order
     CHECK(closed.tuple.dst_port == htons(80));
+    // The opened event took the SYN's tuple, the closed one read the key back from the table (the client is the
+    // higher endpoint, so the key is the other way round): the same initiator's tuple.
+    CHECK(opened.tuple == closed.tuple);
 }
 
 TEST_CASE("sync: a NAT connection's whole life is one event per state it goes through", "[pipeline][sync]") {
