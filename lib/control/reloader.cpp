@@ -1,6 +1,7 @@
 #include "control/reloader.hpp"
 
 #include <chrono>
+#include <map>
 #include <set>
 
 #include <malloc.h>
@@ -55,6 +56,22 @@ void log_kept_tables(const Snapshot& built, const Snapshot& running) {
         spdlog::info("reload: the early-drop sets are unchanged: their tables are kept, not built again");
     if ((next.acl_v4 || next.acl_v6) && next.acl_v4 == now.acl_v4 && next.acl_v6 == now.acl_v6)
         spdlog::info("reload: the rules match as before: their rte_acl contexts are kept, not built again");
+}
+
+// The files a config reads besides its own (included rules, prefix-set files, the sync key) whose bytes differ
+// between two configs, or that only one of them reads: what changed when the config file itself did not.
+std::string changed_inputs(const Config& running, const Config& candidate) {
+    std::map<std::string, std::string> before;
+    for (const ConfigInput& input : running.inputs) before[input.path] = input.hash;
+    std::string changed;
+    const auto add = [&](const std::string& what) { changed += (changed.empty() ? "" : ", ") + what; };
+    for (const ConfigInput& input : candidate.inputs) {
+        const auto it = before.find(input.path);
+        if (it == before.end() || it->second != input.hash) add(input.path);
+        if (it != before.end()) before.erase(it);
+    }
+    for (const auto& [path, hash] : before) add(path + " (no longer read)");
+    return changed;
 }
 
 std::vector<std::string> rule_changes(const Config& running, const Config& candidate) {
@@ -271,6 +288,7 @@ bool Reloader::apply(const char* trigger) {
     if (candidate.config->log.level != config_.log.level)
         spdlog::set_level(spdlog::level::from_str(candidate.config->log.level));
     const std::string previous = config_.hash;
+    const std::string inputs_changed = changed_inputs(config_, *candidate.config);
     config_ = std::move(*candidate.config);
     if (setup_.applied) setup_.applied();
     status_.update([&](ReloadRecord& r) {
@@ -280,7 +298,8 @@ bool Reloader::apply(const char* trigger) {
         r.last_errors.clear();
         r.running_hash = config_.hash;
     });
-    spdlog::info("reload applied: config {} replaces {}", config_.hash, previous);
+    spdlog::info("reload applied: config {} replaces {}{}", config_.hash, previous,
+                 inputs_changed.empty() ? "" : "; changed besides it: " + inputs_changed);
     return true;
 }
 

@@ -247,6 +247,10 @@ def test_an_included_rule_file_edited_then_sighup_applies_and_its_errors_name_it
         sluice.proc.send_signal(signal.SIGHUP)
         wait_until(lambda: sluice.log().count("reload applied") == 1, what="the included file's change")
         assert "firewall: 2 rule(s)" in sluice.log()
+        # The config file is the same: the log names the file that changed.
+        applied = re.search(r"reload applied: config (\w+) replaces (\w+)(.*)", sluice.log())
+        assert applied and applied.group(1) == applied.group(2), sluice.log()
+        assert applied.group(3) == f"; changed besides it: {rules}", applied.group(0)
         wait_forwarding(sluice)
         assert sluice.stats()["drop/rule_deny"] == 0
         assert sluice.stop() == 0, sluice.log()
