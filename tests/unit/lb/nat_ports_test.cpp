@@ -90,8 +90,8 @@ TEST_CASE("nat ports: allocate takes a peeked guess while it is free, and search
     NatPortGuess guess{0, 0};
     const uint16_t first = pool.peek_next(guess), second = pool.peek_next(guess), third = pool.peek_next(guess);
     CHECK(std::vector<uint16_t>{first, second, third} == std::vector<uint16_t>{1025, 1027, 1029});
-    // The first guess's packet opened nothing: the second is taken as guessed, and the first waits for the cursor's
-    // next turn (the port after the one taken comes first).
+    // The first guess's packet opened nothing: the second is taken as guessed, and the first (1025, now behind the
+    // cursor) waits for the cursor's next turn.
     CHECK(pool.allocate(0, 0, second) == 1027);
     CHECK(pool.allocate(0, 0, second) == 1029);  // taken already: the search from the cursor
     CHECK(pool.allocate(0, 0, third) == 1031);   // the same
