@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 
 namespace sluice {
 

@@ -11,8 +11,8 @@
 
 #include "common/heap.hpp"
 #include "common/log.hpp"
+#include "config/config.hpp"
 #include "control/bird_announcer.hpp"
-#include "control/config.hpp"
 #include "daemon.hpp"
 
 namespace {

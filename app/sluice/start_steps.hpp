@@ -8,7 +8,7 @@
 
 #include <rte_mempool.h>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "dpdk/port.hpp"
 #include "pipeline/counters.hpp"
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "control/status.hpp"
 
 namespace sluice {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "control/snapshot_builder.hpp"
 #include "pipeline/dataplane.hpp"
 

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "control/config.hpp"
-#include "control/health_checker.hpp"
-#include "control/health_transitions.hpp"
+#include "config/config.hpp"
 #include "control/live_dataplane.hpp"
-#include "control/route_table_writer.hpp"
 #include "control/rule_hits.hpp"
 #include "control/snapshot_builder.hpp"
 #include "control/status.hpp"
+#include "health/health_checker.hpp"
+#include "health/health_transitions.hpp"
+#include "routing/route_table_writer.hpp"
 
 namespace sluice {
 

@@ -379,12 +379,6 @@ std::unique_ptr<Snapshot> build_all_but_routes(const Config& config, const std::
 
 }  // namespace
 
-const PortIdentity& port_named(const std::vector<PortIdentity>& ports, const std::string& name) {
-    for (const PortIdentity& p : ports)
-        if (p.name == name) return p;
-    throw std::invalid_argument("no running port named '" + name + "'");
-}
-
 std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector<PortIdentity>& ports,
                                          std::size_t lcore_count, int socket, std::size_t worker_count,
                                          const LiveState& live) {
@@ -394,23 +388,6 @@ std::unique_ptr<Snapshot> build_snapshot(const Config& config, const std::vector
         resolve_routes(build_route_fib(config, ports, socket, live.routes), snapshot->port_mac, live.neighbours,
                        live.hosts ? live.hosts() : std::vector<ConnectedHost>{}, socket);
     return snapshot;
-}
-
-uint16_t interface_named(const std::vector<PortIdentity>& ports, const std::string& name) {
-    const auto dot = name.find('.');
-    const PortIdentity& port = port_named(ports, name.substr(0, dot));
-    if (dot == std::string::npos) return port.id;
-    if (port.id > kMaxVlanPort)
-        throw std::invalid_argument("port '" + port.name + "' has VLANs but DPDK port id " + std::to_string(port.id) +
-                                    ": only ports 0-" + std::to_string(kMaxVlanPort) + " may carry VLANs");
-    return interface_id(port.id, static_cast<uint16_t>(std::stoul(name.substr(dot + 1))));
-}
-
-std::string interface_name(const std::vector<PortIdentity>& ports, uint16_t interface) {
-    const uint16_t port = interface_port(interface), vlan = interface_vlan(interface);
-    for (const PortIdentity& p : ports)
-        if (p.id == port) return vlan ? p.name + "." + std::to_string(vlan) : p.name;
-    return "?";
 }
 
 }  // namespace sluice

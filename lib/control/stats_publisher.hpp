@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "control/health_checker.hpp"
 #include "control/reloader.hpp"
 #include "control/status.hpp"
+#include "health/health_checker.hpp"
 #include "pipeline/dataplane.hpp"
 
 namespace sluice {

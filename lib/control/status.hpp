@@ -153,7 +153,7 @@ struct BgpRecord {
     std::vector<BgpVipRecord> vips;  // every VIP seen since start, sorted
 };
 
-// sluice's ARP/ND table (control/neighbours.hpp) in numbers.
+// sluice's ARP/ND table (routing/neighbours.hpp) in numbers.
 struct NeighboursRecord {
     uint64_t resolved = 0;
     uint64_t unresolved = 0;            // entries soliciting, next hops and gleaned hosts alike

@@ -1,6 +1,6 @@
 // The route table the workers look destinations up in (rte_fib for IPv4, rte_fib6 for IPv6): connected routes from
 // the ports' addresses, host routes to the next hops and backends sluice resolves, the config's static routes and the
-// routes of a mirrored kernel table. The control thread writes it (control/route_table_writer.hpp); workers only read
+// routes of a mirrored kernel table. The control thread writes it (routing/route_table_writer.hpp); workers only read
 // it, through the Snapshot.
 #pragma once
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "dpdk/port.hpp"
 
 namespace sluice {

@@ -15,7 +15,7 @@
 #include <set>
 #include <string>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "fuzz_common.hpp"
 
 using namespace sluice;

@@ -11,7 +11,7 @@
 
 #include "classify/rule.hpp"
 #include "common/five_tuple.hpp"
-#include "control/config.hpp"
+#include "config/config.hpp"
 
 namespace sluice::bench {
 

@@ -15,7 +15,7 @@
 
 #include "classbench.hpp"
 #include "classify/acl_classifier.hpp"
-#include "control/config.hpp"
+#include "config/config.hpp"
 
 namespace sluice::bench {
 

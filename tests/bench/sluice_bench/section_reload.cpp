@@ -45,7 +45,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "control/snapshot_builder.hpp"
 #include "reload_reference.hpp"
 #include "sections.hpp"

@@ -12,9 +12,9 @@
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 
-#include "control/route_table_writer.hpp"
 #include "control/snapshot_builder.hpp"
 #include "pipeline/forward_stage.hpp"
+#include "routing/route_table_writer.hpp"
 #include "sections.hpp"
 #include "services.hpp"
 #include "traffic.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "classbench.hpp"
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "harness.hpp"
 #include "pipeline/snapshot.hpp"
 

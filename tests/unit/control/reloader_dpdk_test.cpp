@@ -9,9 +9,9 @@
 #include <fstream>
 #include <thread>
 
+#include "config/two_port_config.hpp"
 #include "control/reloader.hpp"
 #include "fake_dataplane.hpp"
-#include "two_port_config.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;

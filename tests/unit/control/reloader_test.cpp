@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config/two_port_config.hpp"
 #include "control/reloader.hpp"
 #include "fake_dataplane.hpp"
-#include "two_port_config.hpp"
 
 using namespace sluice;
 

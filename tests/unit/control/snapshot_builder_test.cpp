@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "config/two_port_config.hpp"
 #include "control/snapshot_builder.hpp"
-#include "two_port_config.hpp"
 
 using namespace sluice;
 

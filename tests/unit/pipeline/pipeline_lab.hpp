@@ -17,7 +17,7 @@
 #include <rte_ring.h>
 
 #include "common/frames.hpp"
-#include "control/config.hpp"
+#include "config/config.hpp"
 #include "control/snapshot_builder.hpp"
 #include "dpdk/port.hpp"
 #include "pipeline/dataplane.hpp"

@@ -6,7 +6,7 @@
 
 #include <netinet/in.h>
 
-#include "control/config_decoder.hpp"
+#include "config/config_decoder.hpp"
 #include "lb/maglev.hpp"
 #include "lb/nat_ports.hpp"
 

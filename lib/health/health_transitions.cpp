@@ -1,4 +1,4 @@
-#include "control/health_transitions.hpp"
+#include "health/health_transitions.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>

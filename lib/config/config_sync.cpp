@@ -9,7 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "control/config_decoder.hpp"
+#include "config/config_decoder.hpp"
 #include "sync/sync_wire.hpp"
 
 namespace sluice::config_detail {

@@ -1,7 +1,7 @@
 // neighbours: the ARP/ND resolver's timers (docs/config.md, "Neighbours").
 #include <yaml-cpp/yaml.h>
 
-#include "control/config_decoder.hpp"
+#include "config/config_decoder.hpp"
 
 namespace sluice::config_detail {
 

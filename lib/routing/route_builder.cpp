@@ -19,9 +19,9 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include "control/route_table_writer.hpp"
-#include "control/snapshot_builder.hpp"
 #include "lb/maglev.hpp"
+#include "routing/route_builder.hpp"
+#include "routing/route_table_writer.hpp"
 
 namespace sluice {
 namespace {

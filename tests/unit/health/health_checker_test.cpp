@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "control/health_checker.hpp"
+#include "health/health_checker.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;

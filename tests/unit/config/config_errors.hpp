@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 
 inline std::string errors_of(const sluice::ConfigResult& r) {
     std::string all;

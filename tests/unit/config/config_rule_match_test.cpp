@@ -5,8 +5,8 @@
 #include <string>
 
 #include "classify/l4_match.hpp"
-#include "control/config.hpp"
-#include "control/config_errors.hpp"
+#include "config/config.hpp"
+#include "config/config_errors.hpp"
 
 using namespace sluice;
 

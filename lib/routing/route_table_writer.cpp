@@ -1,4 +1,4 @@
-#include "control/route_table_writer.hpp"
+#include "routing/route_table_writer.hpp"
 
 #include <algorithm>
 #include <atomic>

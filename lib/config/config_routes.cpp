@@ -4,7 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "control/config_decoder.hpp"
+#include "config/config_decoder.hpp"
 
 namespace sluice::config_detail {
 namespace {

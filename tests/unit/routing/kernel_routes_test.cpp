@@ -19,8 +19,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "control/kernel_routes.hpp"
-#include "control/route_table_writer.hpp"
+#include "routing/kernel_routes.hpp"
+#include "routing/route_table_writer.hpp"
 
 using namespace sluice;
 

@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "control/config.hpp"
-#include "control/config_errors.hpp"
-#include "control/two_port_config.hpp"
+#include "config/config.hpp"
+#include "config/config_errors.hpp"
+#include "config/two_port_config.hpp"
 
 using namespace sluice;
 

@@ -1,4 +1,4 @@
-#include "control/neighbours.hpp"
+#include "routing/neighbours.hpp"
 
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // The YAML decoding that config.cpp, config_firewall.cpp and config_services.cpp share: the Decoder that collects
-// errors, the value parsers more than one section uses, and each file's entry points. Internal to lib/control.
+// errors, the value parsers more than one section uses, and each file's entry points. Internal to lib/config.
 #pragma once
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "control/config.hpp"
+#include "config/config.hpp"
 
 namespace sluice::config_detail {
 

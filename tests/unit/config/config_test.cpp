@@ -8,8 +8,8 @@
 
 #include <rte_acl.h>
 
-#include "control/config.hpp"
-#include "control/config_errors.hpp"
+#include "config/config.hpp"
+#include "config/config_errors.hpp"
 
 using namespace sluice;
 

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "common/unique_fd.hpp"
-#include "control/config.hpp"
-#include "control/snapshot_builder.hpp"
+#include "config/config.hpp"
 #include "pipeline/route_table.hpp"
+#include "routing/route_builder.hpp"
 
 struct nlmsghdr;
 

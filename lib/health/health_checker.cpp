@@ -1,4 +1,4 @@
-#include "control/health_checker.hpp"
+#include "health/health_checker.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

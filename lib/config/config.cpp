@@ -1,4 +1,4 @@
-#include "control/config.hpp"
+#include "config/config.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "control/config_decoder.hpp"
+#include "config/config_decoder.hpp"
 #include "dpdk/mempool.hpp"
 #include "packet/vlan.hpp"
 #include "pipeline/lcore_context.hpp"

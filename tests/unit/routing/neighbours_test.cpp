@@ -2,8 +2,8 @@
 // forgotten when they stop; targets of the config are never forgotten, only unresolved.
 #include <catch2/catch.hpp>
 
-#include "control/neighbours.hpp"
 #include "packet/vlan.hpp"
+#include "routing/neighbours.hpp"
 
 using namespace sluice;
 

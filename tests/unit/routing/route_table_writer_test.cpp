@@ -12,7 +12,7 @@
 #include <rte_fib.h>
 #include <rte_fib6.h>
 
-#include "control/route_table_writer.hpp"
+#include "routing/route_table_writer.hpp"
 
 using namespace sluice;
 

@@ -1,4 +1,4 @@
-#include "control/kernel_routes.hpp"
+#include "routing/kernel_routes.hpp"
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -11,7 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "control/route_table_writer.hpp"
+#include "routing/route_table_writer.hpp"
 
 namespace sluice {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "classify/acl_method.hpp"
 #include "classify/l4_match.hpp"
-#include "control/config_decoder.hpp"
+#include "config/config_decoder.hpp"
 #include "packet/parse.hpp"
 
 namespace sluice::config_detail {
