@@ -194,6 +194,13 @@ inline uint32_t symmetric_flow_hash(const FiveTuple& t) {
     return flow_hash_detail::ordered_hash<flow_hash_detail::KeyedMix>(t);
 }
 
+// The worker a flow belongs to by its symmetric flow hash: a 32-bit hash mapped onto [0, workers) without a
+// division (Lemire's multiply-shift). The RX lcores' rule for every packet but a translated connection's replies
+// (nat/nat_owner.hpp).
+inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
+    return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
+}
+
 // The flow hash of Maglev's choice of backend: unkeyed (CRC32C), so every sluice process computes the same value,
 // and boxes behind one ECMP group, or a box after a restart, send a flow to the same backend. Symmetric too. The
 // workers compute it for new connections only (first packets, the SYN proxy's SYNs, mid-stream pickups); the

@@ -8,7 +8,7 @@
 
 #include "config/config_decoder.hpp"
 #include "lb/maglev.hpp"
-#include "lb/nat_ports.hpp"
+#include "nat/nat_pool.hpp"
 
 namespace sluice::config_detail {
 

@@ -110,11 +110,8 @@ std::shared_ptr<const LbTables> build_lb_tables(const Config& config, BackendReg
                                                 const std::vector<PortIdentity>* ports) {
     auto lb = std::make_shared<LbTables>();
     const LoadBalancerConfig& lc = config.load_balancer;
-    for (std::size_t i = 0; i < lc.nat_pool.size(); ++i) {
-        lb->pool.push_back(lc.nat_pool[i].address);
-        lb->pool_family.push_back(lc.nat_pool_families[i]);
-        (lc.nat_pool_families[i] == IpFamily::ipv4 ? lb->pool_v4 : lb->pool_v6).push_back(static_cast<uint8_t>(i));
-    }
+    for (std::size_t i = 0; i < lc.nat_pool.size(); ++i)
+        lb->nat_pool.add(lc.nat_pool[i].address, lc.nat_pool_families[i]);
     if (lc.tunnel_source_v4) lb->tunnel_source_v4 = *lc.tunnel_source_v4;
     if (lc.tunnel_source_v6) lb->tunnel_source_v6 = *lc.tunnel_source_v6;
 

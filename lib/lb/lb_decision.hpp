@@ -1,5 +1,5 @@
-// The load balancer's decision for a new connection to a service: which backend Maglev gives the flow, which pool
-// address a NAT connection takes its source from, and the tuple its replies come back with. One telling of it,
+// The load balancer's decision for a new connection to a service: which backend Maglev gives the flow, and (through
+// the translation core, lib/nat) the tuple a NAT connection's replies come back with. One telling of it,
 // called by the stateful stage, by explain and by the dry-run's flow walk, so what they say cannot drift from what
 // the data path does. Pure lookups: fast-path safe, any thread that holds the tables.
 #pragma once
@@ -23,24 +23,11 @@ inline uint32_t pick_backend(const LbService& service, uint32_t stable_hash) {
     return local == kMaglevNoBackend ? kNoBackend : service.backend_ids[local];
 }
 
-// The pool address (its index in lb.pool) a NAT connection of this flow hash takes its source from. The family
-// must have a pool address (the config checks every nat service's family has one).
-inline uint8_t nat_pool_address(const LbTables& lb, IpFamily family, uint32_t flow_hash) {
-    const std::vector<uint8_t>& pool = family == IpFamily::ipv4 ? lb.pool_v4 : lb.pool_v6;
-    return pool[flow_hash % pool.size()];
-}
-
-// The backend -> pool address side of a NAT connection from `client` to `target` (pool address index, port in host
-// order): the tuple its replies come with, the connection's second key.
-inline FiveTuple nat_reply_tuple(const LbTables& lb, const LbBackend& target, uint8_t address, uint16_t port,
-                                 const FiveTuple& client) {
-    FiveTuple reply;
-    reply.src = target.address;
-    reply.dst = lb.pool[address];
-    set_ports(reply, target.port_be ? target.port_be : client.dst_port, rte_cpu_to_be_16(port));
-    reply.proto = client.proto;
-    reply.family = client.family;
-    return reply;
+// The backend -> pool address side of a nat service's connection from `client` to `target` (pool address index,
+// port in host order): the tuple its replies come with (nat/nat_pool.hpp), the connection's second key.
+inline FiveTuple backend_reply_tuple(const LbTables& lb, const LbBackend& target, uint8_t address, uint16_t port,
+                                     const FiveTuple& client) {
+    return nat_reply_tuple(client, target.address, target.port_be, lb.nat_pool.addresses[address], port);
 }
 
 }  // namespace sluice

@@ -19,6 +19,16 @@ const char* lb_mode_name(LbMode mode) {
 
 LbTables::~LbTables() { rte_hash_free(vips); }
 
+std::vector<NatDestination> LbTables::nat_destinations() const {
+    std::vector<NatDestination> destinations;
+    for (std::size_t id = 0; id < backends.size(); ++id) {
+        const LbBackend& backend = backends[id];
+        if (backend.mode == LbMode::nat && !backend.removed)
+            destinations.push_back({static_cast<uint32_t>(id), backend.address, backend.family});
+    }
+    return destinations;
+}
+
 namespace {
 
 // Writes a VipKey's last 8 bytes (port, protocol, family, reserved) with one store: rte_hash's CRC reads the key

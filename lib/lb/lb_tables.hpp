@@ -13,6 +13,8 @@
 
 #include "common/five_tuple.hpp"
 #include "common/tcp_window_check.hpp"
+#include "nat/nat_pool.hpp"
+#include "nat/nat_ports.hpp"
 
 struct rte_hash;
 
@@ -37,6 +39,7 @@ static_assert(sizeof(VipKey) == 24);
 // Backends by stable id: a backend keeps its id (service name + address:port) for the daemon's life, and its
 // entry stays after it leaves the config, so `removed_backends: keep` connections can still reach it.
 inline constexpr uint32_t kMaxBackends = 65536;
+static_assert(kMaxBackends <= kMaxNatDestinations, "a backend's stable id is its NAT destination id");
 
 struct LbBackend {
     IpAddress address{};
@@ -67,10 +70,7 @@ struct LbTables {
     std::vector<LbService> services;
     std::vector<LbBackend> backends;  // by stable id
     rte_hash* vips = nullptr;         // VipKey -> index in services, or kVipUnserved for a VIP address alone
-    std::vector<IpAddress> pool;      // NAT pool addresses, by pool index (as in the config)
-    std::vector<IpFamily> pool_family;
-    std::vector<uint8_t> pool_v4;  // pool indexes of each family
-    std::vector<uint8_t> pool_v6;
+    NatPool nat_pool;                 // of the nat services
     IpAddress tunnel_source_v4{};
     IpAddress tunnel_source_v6{};
 
@@ -81,18 +81,14 @@ struct LbTables {
 
     bool enabled() const { return !services.empty(); }
 
+    // The nat backends (not removed), as the translation core's destinations: each gets its port space.
+    std::vector<NatDestination> nat_destinations() const;
+
     // Index of the service the tuple's destination belongs to; kNoVip when the destination is no VIP,
     // kVipUnserved when it is a VIP but no service listens on its port and protocol. Fast-path safe.
     static constexpr int32_t kNoVip = -1;
     static constexpr int32_t kVipUnserved = -2;
     int32_t find_service(const FiveTuple& tuple) const;
-
-    // Whether a destination is one of the NAT pool addresses (then its port names the owning worker).
-    bool is_pool_address(IpFamily family, const IpAddress& address) const {
-        for (std::size_t i = 0; i < pool.size(); ++i)
-            if (pool_family[i] == family && pool[i] == address) return true;
-        return false;
-    }
 };
 
 }  // namespace sluice

@@ -159,7 +159,7 @@ void Dataplane::set_up_conntrack(LcoreContext& ctx, const DataplaneSpec& spec, u
         ctx.nat_ports =
             new NatPortPool(spec.nat_port_first, spec.nat_port_last, worker, static_cast<uint16_t>(rings_.size()),
                             spec.nat_pool_addresses, spec.nat_share_index, spec.nat_shares);
-        ctx.nat_ports->prepare(*shared_->snapshot.load(std::memory_order_relaxed)->lb);
+        ctx.nat_ports->prepare(shared_->snapshot.load(std::memory_order_relaxed)->lb->nat_destinations());
         ctx.conn_table->set_release_hook(release_connection, &ctx);
         if (spec.sync_ring_size) set_up_sync(ctx, spec, socket);
     } catch (const std::exception& e) {
@@ -283,8 +283,9 @@ void Dataplane::stop() {
 
 std::unique_ptr<Snapshot> Dataplane::publish(std::unique_ptr<Snapshot> next) {
     // New nat backends get their port spaces before any worker can pick them (nat_ports.hpp).
+    const std::vector<NatDestination> destinations = next->lb->nat_destinations();
     for (LcoreContext* ctx : contexts_)
-        if (ctx->nat_ports) ctx->nat_ports->prepare(*next->lb);
+        if (ctx->nat_ports) ctx->nat_ports->prepare(destinations);
     const Snapshot* previous = shared_->snapshot.exchange(next.release(), std::memory_order_acq_rel);
     // Offline lcores (not launched yet, or returned) do not hold the token back.
     const uint64_t token = rte_rcu_qsbr_start(shared_->qsbr);

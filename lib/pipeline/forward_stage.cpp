@@ -8,10 +8,11 @@
 #include <rte_hash.h>
 #include <rte_ip.h>
 
+#include "nat/nat_rewrite.hpp"
 #include "packet/checksum.hpp"
+#include "packet/encapsulate.hpp"
 #include "packet/packet_meta.hpp"
 #include "packet/reject.hpp"
-#include "packet/rewrite.hpp"
 #include "packet/syn_proxy.hpp"
 
 namespace sluice {
@@ -109,7 +110,7 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         // About sluice's reply VIP -> client: to the backend, about its own reply to pool:port.
         const ConnEntry& entry = ctx.conn_table->entry(route.conn);
         if (!nat_rewrite_icmp_error(m, meta, backend.address, backend.address, backend.port_be,
-                                    lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port)))
+                                    lb.nat_pool.addresses[entry.nat_address], rte_cpu_to_be_16(entry.nat_port)))
             return DropReason::icmp_bad_quote;
         rewrite_hop(m, meta, out);
         return DropReason::none;
@@ -125,8 +126,8 @@ DropReason rewrite_balanced(LcoreContext& ctx, const Snapshot& snapshot, rte_mbu
         }
         uint16_t dst_port = meta.fragment_dst_port;  // a later fragment has no L4 header
         if (meta.l4_offset) std::memcpy(&dst_port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
-        nat_rewrite(m, meta, lb.pool[entry.nat_address], rte_cpu_to_be_16(entry.nat_port), backend.address,
-                    backend.port_be ? backend.port_be : dst_port);
+        nat_rewrite(m, meta, lb.nat_pool.addresses[entry.nat_address], rte_cpu_to_be_16(entry.nat_port),
+                    backend.address, backend.port_be ? backend.port_be : dst_port);
         rewrite_hop(m, meta, out);
         return DropReason::none;
     }

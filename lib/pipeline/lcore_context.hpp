@@ -15,7 +15,7 @@
 #include "common/siphash.hpp"
 #include "conntrack/conn_table.hpp"
 #include "dpdk/mempool.hpp"
-#include "lb/nat_ports.hpp"
+#include "nat/nat_ports.hpp"
 #include "pipeline/counters.hpp"
 #include "pipeline/flow_walk.hpp"
 #include "pipeline/fragments.hpp"

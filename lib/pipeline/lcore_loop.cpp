@@ -8,6 +8,7 @@
 #include <rte_pause.h>
 
 #include "common/ip_proto.hpp"
+#include "nat/nat_owner.hpp"
 #include "packet/neighbour.hpp"
 #include "packet/packet_meta.hpp"
 #include "pipeline/early_drop.hpp"
@@ -88,48 +89,6 @@ void run_pipeline(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts, 
     if (count) forward_burst(ctx, snapshot, pkts, count);
 }
 
-// An ICMP error that quotes a packet from a NAT pool address (sluice's, to a backend) goes to the worker that owns
-// the quoted source port, as the replies do; every other error goes by its quote's flow.
-inline uint16_t icmp_error_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
-    const uint8_t* q = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 8);
-    const uint32_t avail = rte_pktmbuf_data_len(m) - meta.l4_offset - 8;  // parse checked the quote's IP header
-    const bool v4 = meta.family == IpFamily::ipv4;
-    const uint32_t header = v4 ? (q[0] & 0x0fu) * 4u : 40u;
-    const uint8_t proto = v4 ? q[9] : q[6];
-    uint16_t fragment_be = 0, port_be;
-    if (v4) std::memcpy(&fragment_be, q + 6, 2);
-    if ((proto != kIpProtoTcp && proto != kIpProtoUdp) || avail < header + 4 ||
-        (rte_be_to_cpu_16(fragment_be) & 0x1fff))
-        return worker_for_hash(meta.flow_hash, workers);  // no ports quoted: not a NAT connection's
-    IpAddress src{};
-    std::memcpy(src.bytes, q + (v4 ? 12 : 8), v4 ? 4 : 16);
-    if (!lb.is_pool_address(meta.family, src)) return worker_for_hash(meta.flow_hash, workers);
-    std::memcpy(&port_be, q + header, 2);
-    return nat_port_owner(rte_be_to_cpu_16(port_be), workers);
-}
-
-// The worker a packet goes to: its flow's (symmetric hash), except replies to a NAT pool address, which go to the
-// worker that allocated the destination port (nat_ports.hpp): their tuple is not the one the client's side hashed.
-inline uint16_t owning_worker(const rte_mbuf* m, const PacketMeta& meta, const LbTables& lb, uint16_t workers) {
-    if (SLUICE_UNLIKELY(meta.flags & kMetaIcmpError) && !lb.pool.empty())
-        return icmp_error_worker(m, meta, lb, workers);
-    // ICMP errors go on their quote; fragments on addresses alone, unless the RX lcore gave them their datagram's
-    // ports (fragments.hpp): then as the datagram would.
-    const bool fragment_ports = meta.flags & kMetaFragmentPorts;
-    if (lb.pool.empty() || (meta.l4_proto != kIpProtoTcp && meta.l4_proto != kIpProtoUdp) ||
-        (meta.flags & kMetaIcmpError) || (meta.l4_offset == 0 && !fragment_ports) ||
-        ((meta.flags & kMetaFragment) && !fragment_ports))
-        return worker_for_hash(meta.flow_hash, workers);
-    const uint8_t* l3 = rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l3_offset);
-    IpAddress dst{};
-    if (meta.family == IpFamily::ipv4) std::memcpy(dst.bytes, l3 + 16, 4);
-    else std::memcpy(dst.bytes, l3 + 24, 16);
-    if (!lb.is_pool_address(meta.family, dst)) return worker_for_hash(meta.flow_hash, workers);
-    uint16_t port = meta.fragment_dst_port;
-    if (!fragment_ports) std::memcpy(&port, rte_pktmbuf_mtod_offset(m, const uint8_t*, meta.l4_offset + 2), 2);
-    return nat_port_owner(rte_be_to_cpu_16(port), workers);
-}
-
 // Sends each pending burst to its worker: straight into this lcore's own pipeline when it is that worker (no ring
 // hop), else into the worker's ring. What a full ring refuses is dropped and counted.
 void flush_pending(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc) {
@@ -207,9 +166,9 @@ uint32_t rx_stage(LcoreContext& ctx, const Snapshot& snapshot, uint64_t now_tsc)
             std::copy_n(pkts, valid, ctx.pending[0].data());
             ctx.pending_count[0] = valid;
         } else {
-            const LbTables& lb = *snapshot.lb;
+            const NatPool& pool = snapshot.lb->nat_pool;
             for (uint16_t i = 0; i < valid; ++i) {
-                const uint16_t w = owning_worker(pkts[i], *packet_meta(pkts[i]), lb, ctx.worker_count);
+                const uint16_t w = owning_worker(pkts[i], *packet_meta(pkts[i]), pool, ctx.worker_count);
                 ctx.pending[w][ctx.pending_count[w]++] = pkts[i];
             }
         }

@@ -286,16 +286,16 @@ void warm_nat_keys(StatefulBurst& b, const uint16_t* which, const RuleVerdict* v
         if (service.mode != LbMode::nat || verdicts[k].action != RuleAction::allow) continue;
         const uint32_t backend = pick_backend(service, b.backend_hashes[i]);
         if (backend == kNoBackend) continue;
-        const uint8_t address = nat_pool_address(b.lb, b.tuples[i].family, b.hashes[i]);
+        const uint8_t address = b.lb.nat_pool.address_for(b.tuples[i].family, b.hashes[i]);
         const uint64_t bit = uint64_t{1} << (((uint64_t{backend} << 4 | address) * 0x9E3779B97F4A7C15ULL) >> 58);
         uint16_t space = (seen & bit) ? 0 : spaces;
-        while (space < spaces && (guesses[space].backend != backend || guesses[space].address != address)) ++space;
+        while (space < spaces && (guesses[space].destination != backend || guesses[space].address != address)) ++space;
         if (space == spaces) guesses[spaces++] = NatPortGuess{backend, address};
         seen |= bit;
         const uint16_t port = b.ctx.nat_ports->peek_next(guesses[space]);
         if (port == 0) continue;
         FiveTuple& reply = b.nat_replies.of[i];
-        reply = nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, b.tuples[i]);
+        reply = backend_reply_tuple(b.lb, b.lb.backends[backend], address, port, b.tuples[i]);
         b.nat_port_guess[i] = port;
         b.nat_reply_hashes[i] = symmetric_flow_hash(reply);
         reply_ptrs[guessed] = &reply;
@@ -365,7 +365,7 @@ int32_t insert_connection(StatefulBurst& b, uint16_t i, uint32_t stable_rule, bo
 // have them: the entry is removed again and the packet dropped.
 bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) {
     const FiveTuple& client = b.tuples[i];
-    const uint8_t address = nat_pool_address(b.lb, client.family, b.hashes[i]);
+    const uint8_t address = b.lb.nat_pool.address_for(client.family, b.hashes[i]);
     const uint16_t port = b.ctx.nat_ports->allocate(address, backend, b.nat_port_guess[i]);
     if (SLUICE_UNLIKELY(port == 0)) {
         b.forget(position);
@@ -379,7 +379,7 @@ bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) 
     counter_add(b.ctx.backend_traffic[backend].new_connections);
     const bool as_guessed = port == b.nat_port_guess[i];  // the same backend, address and port: the same reply
     const FiveTuple reply =
-        as_guessed ? b.nat_replies.of[i] : nat_reply_tuple(b.lb, b.lb.backends[backend], address, port, client);
+        as_guessed ? b.nat_replies.of[i] : backend_reply_tuple(b.lb, b.lb.backends[backend], address, port, client);
     const int32_t alias =
         b.table.insert_alias(reply, as_guessed ? b.nat_reply_hashes[i] : symmetric_flow_hash(reply), position);
     if (SLUICE_UNLIKELY(alias < 0)) {
@@ -595,7 +595,7 @@ uint16_t emit(StatefulBurst& b, PacketRoute* routes) {
 
 NewPacketDestination new_packet_destination(const Snapshot& snapshot, const FiveTuple& tuple, bool echo) {
     const LbTables& lb = *snapshot.lb;
-    if (!echo && lb.enabled() && SLUICE_UNLIKELY(lb.is_pool_address(tuple.family, tuple.dst)))
+    if (!echo && lb.enabled() && SLUICE_UNLIKELY(lb.nat_pool.contains(tuple.family, tuple.dst)))
         return {NewPacketTarget::nat_pool, LbTables::kNoVip};
     const int32_t service = lb.enabled() && !echo ? lb.find_service(tuple) : LbTables::kNoVip;
     // (A VIP may also be a port's address: its services' ports are served.)

@@ -50,7 +50,7 @@ bool bind_learned(ConnTable& table, NatPortPool& nat_ports, const LbTables& lb, 
     if (backend >= lb.backends.size()) return false;
     ConnEntry& entry = table.entry(conn);
     if (event.nat_port != 0) {
-        if (lb.backends[backend].mode != LbMode::nat || event.nat_address >= lb.pool.size() ||
+        if (lb.backends[backend].mode != LbMode::nat || event.nat_address >= lb.nat_pool.size() ||
             !nat_ports.take(event.nat_address, backend, event.nat_port))
             return false;
         entry.nat_port = event.nat_port;
@@ -59,7 +59,8 @@ bool bind_learned(ConnTable& table, NatPortPool& nat_ports, const LbTables& lb, 
     entry.backend = event.backend;  // from here on, removal releases the port and counts it closed
     if (backend_traffic) counter_add(backend_traffic[backend].new_connections);
     if (event.nat_port == 0) return true;
-    const FiveTuple reply = nat_reply_tuple(lb, lb.backends[backend], event.nat_address, event.nat_port, event.tuple);
+    const FiveTuple reply =
+        backend_reply_tuple(lb, lb.backends[backend], event.nat_address, event.nat_port, event.tuple);
     const int32_t alias = table.insert_alias(reply, symmetric_flow_hash(reply), conn);
     if (alias < 0) return false;
     table.set_origin(alias, event.tuple.src, event.tuple.src_port, event.tuple.dst, event.tuple.dst_port);

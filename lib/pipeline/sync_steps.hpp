@@ -8,7 +8,7 @@
 
 #include "conntrack/conn_table.hpp"
 #include "lb/lb_tables.hpp"
-#include "lb/nat_ports.hpp"
+#include "nat/nat_ports.hpp"
 #include "pipeline/lcore_context.hpp"
 #include "sync/sync_event.hpp"
 

@@ -12,7 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "lb/nat_ports.hpp"
+#include "nat/nat_owner.hpp"
 
 namespace sluice {
 namespace {

@@ -19,9 +19,9 @@
 #include <rte_ip.h>
 
 #include "fuzz_common.hpp"
+#include "nat/nat_rewrite.hpp"
 #include "packet/checksum.hpp"
 #include "packet/parse.hpp"
-#include "packet/rewrite.hpp"
 
 using namespace sluice;
 using namespace sluice::fuzz;

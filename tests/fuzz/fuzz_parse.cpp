@@ -20,9 +20,10 @@
 
 #include "fake_mbuf.hpp"
 #include "fuzz_common.hpp"
+#include "nat/nat_rewrite.hpp"
+#include "packet/encapsulate.hpp"
 #include "packet/parse.hpp"
 #include "packet/reject.hpp"
-#include "packet/rewrite.hpp"
 
 using namespace sluice;
 using namespace sluice::fuzz;

@@ -11,7 +11,7 @@
 #include <rte_lcore.h>
 #include <rte_ring.h>
 
-#include "lb/nat_ports.hpp"
+#include "nat/nat_ports.hpp"
 #include "sections.hpp"
 #include "services.hpp"
 #include "sync/sync_event.hpp"
@@ -41,7 +41,7 @@ double timed_removal(Dpdk& d, ConnTable& table, const std::vector<PacketSpec>& s
 
 std::string port_pool_state(const NatPortPool& ports, const LbTables& lb) {
     std::size_t lowest = ports.capacity();
-    for (std::size_t a = 0; a < lb.pool.size(); ++a)
+    for (std::size_t a = 0; a < lb.nat_pool.size(); ++a)
         for (uint32_t id = 0; id < lb.backends.size(); ++id) lowest = std::min(lowest, ports.free_ports(a, id));
     return lowest == ports.capacity() ? std::string()
                                       : "a backend's port space has " + std::to_string(lowest) + " of " +
@@ -308,9 +308,9 @@ void section_lb(Dpdk& d, const Options& o, Table& table) {
     std::printf("lb: snapshots (1k rules; %zu services of %u backends, Maglev %u) built in %.2f s\n",
                 balanced->lb->services.size(), kLbBackends, kLbMaglevSize, seconds_since(d, t0));
     // The worker's NAT ports, as the Dataplane gives worker 0 of 1 (config/sluice.yaml's nat_ports: 1024-65535).
-    NatPortPool ports(1024, 65535, 0, 1, balanced->lb->pool.size());
-    ports.prepare(*balanced->lb);
-    ports.prepare(*balanced_open->lb);
+    NatPortPool ports(1024, 65535, 0, 1, balanced->lb->nat_pool.size());
+    ports.prepare(balanced->lb->nat_destinations());
+    ports.prepare(balanced_open->lb->nat_destinations());
     d.ctx->nat_ports = &ports;
     lb_new(d, o, table, *plain, *balanced, *balanced_open, ports);
     lb_established(d, o, table, *plain, *balanced);

@@ -184,7 +184,7 @@ OpenedConns open_connections(Dpdk& d, LcoreContext& ctx, const Snapshot& snapsho
             FiveTuple& t = out.reply[i].tuple;
             t.src = backend.address;
             t.src_port = backend.port_be;
-            t.dst = snapshot.lb->pool[e.nat_address];
+            t.dst = snapshot.lb->nat_pool.addresses[e.nat_address];
             t.dst_port = htons(e.nat_port);
         }
         untimed_pass(d, out.reply, path);

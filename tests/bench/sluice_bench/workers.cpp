@@ -27,7 +27,7 @@ std::unique_ptr<Dataplane> bench_dataplane(const Dpdk& d, const std::vector<unsi
     spec.ring_size = 1024;  // unused: nothing goes through the rings
     spec.conntrack = true;
     spec.conn_table_size = table_size;
-    spec.nat_pool_addresses = initial->lb->pool.size();
+    spec.nat_pool_addresses = initial->lb->nat_pool.size();
     spec.solicitation_pool = d.pool;
     try {
         return std::make_unique<Dataplane>(spec, std::move(initial));

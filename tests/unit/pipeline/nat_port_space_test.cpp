@@ -222,3 +222,49 @@ TEST_CASE("nat: a backend whose port space is full refuses its new connections a
     CHECK(read_frame(onward[0]).src_port == first[0].src_port);
     CHECK(lab.drops(DropReason::nat_ports_exhausted) == 2);
 }
+
+// Two services whose backends share an address: one keeps the client's destination port (80), the other names
+// port 80. Their connections' replies both come from 10.1.0.11:80, so one port space serves both.
+const char* kSharedAddress = R"(
+ports:
+  - {name: client, device: ring_client}
+  - {name: server, device: ring_server}
+lcores: [{id: 1, roles: [rx, worker]}]
+forward:
+  - {from: client, to: server, next_hop_mac: "02:00:00:00:00:0b"}
+  - {from: server, to: client, next_hop_mac: "02:00:00:00:00:0a"}
+load_balancer:
+  nat_pool: [10.1.0.100]
+  nat_ports: 20000-20003
+services:
+  - name: keeps-port
+    vip: 192.0.2.100
+    port: 80
+    protocol: tcp
+    mode: nat
+    backends: [{address: 10.1.0.11}]
+  - name: fixed-port
+    vip: 192.0.2.101
+    port: 80
+    protocol: tcp
+    mode: nat
+    backends: [{address: 10.1.0.11, port: 80}]
+)";
+
+TEST_CASE("nat: backends on one address share a port space whatever their ports", "[pipeline][nat]") {
+    PipelineLab lab(kSharedAddress);
+    FrameSpec to_keeps = client_syn(0), to_fixed = client_syn(1);
+    to_fixed.dst = "192.0.2.101";
+    std::set<std::pair<std::string, uint16_t>> replies;  // (backend address:port, pool port): each must be unique
+    for (const FrameSpec& syn : {to_keeps, to_fixed, client_syn(2)}) {
+        const std::vector<Bytes> sent = lab.exchange("client", {frame(syn)}, "server");
+        REQUIRE(sent.size() == 1);
+        const SeenFrame s = read_frame(sent[0]);
+        CHECK(s.dst == "10.1.0.11");
+        CHECK(s.dst_port == 80);
+        CHECK(replies.insert({s.dst + ":" + std::to_string(s.dst_port), s.src_port}).second);
+    }
+    CHECK(lab.drops(DropReason::ct_table_full) == 0);
+    CHECK(ports_in_use(lab, 0) == 3);  // one space, counted under either backend
+    CHECK(ports_in_use(lab, 1) == 3);
+}

@@ -2,32 +2,31 @@
 
 #include <arpa/inet.h>
 
+#include <initializer_list>
 #include <set>
 #include <vector>
 
-#include "lb/nat_ports.hpp"
+#include "nat/nat_owner.hpp"
+#include "nat/nat_ports.hpp"
 
 using namespace sluice;
 
 namespace {
 
-// A nat backend at 10.1.0.<last>:port.
-LbBackend nat_backend(uint8_t last, uint16_t port) {
-    LbBackend b;
-    b.address = IpAddress::from_v4(htonl(0x0a010000u | last));
-    b.family = IpFamily::ipv4;
-    b.port_be = htons(port);
-    b.mode = LbMode::nat;
-    return b;
+// Destinations 0, 1, ... at 10.1.0.<last> (a nat service's backends by stable id, whatever their ports).
+std::vector<NatDestination> destinations(std::initializer_list<uint8_t> lasts) {
+    std::vector<NatDestination> out;
+    for (uint8_t last : lasts)
+        out.push_back(
+            {static_cast<uint32_t>(out.size()), IpAddress::from_v4(htonl(0x0a010000u | last)), IpFamily::ipv4});
+    return out;
 }
 
 }  // namespace
 
-TEST_CASE("nat ports: each backend has its own space of the worker's ports", "[nat]") {
+TEST_CASE("nat ports: each destination address has its own space of the worker's ports", "[nat]") {
     NatPortPool pool(1024, 65535, 1, 3, 2);
-    LbTables lb;
-    lb.backends = {nat_backend(11, 8080), nat_backend(12, 8080), nat_backend(11, 8080), nat_backend(11, 9090)};
-    pool.prepare(lb);
+    pool.prepare(destinations({11, 12, 11, 11}));
     CHECK(pool.capacity() == 21504);  // ports 1024..65535 with p % 3 == 1
     std::set<uint16_t> seen;
     for (std::size_t k = 0; k < pool.capacity(); ++k) {
@@ -36,14 +35,15 @@ TEST_CASE("nat ports: each backend has its own space of the worker's ports", "[n
         CHECK(nat_port_owner(p, 3) == 1);
         CHECK(seen.insert(p).second);
     }
-    CHECK(pool.allocate(0, 0) == 0);  // backend 0's space is full on pool address 0
+    CHECK(pool.allocate(0, 0) == 0);  // destination 0's space is full on pool address 0
     CHECK(pool.in_use(0, 0) == pool.capacity());
-    // Backend 2 is another service's backend on the same address:port: the replies' tuples would meet, so it
-    // shares backend 0's space. Another address or another port is a space of its own.
+    // Destinations 2 and 3 are on destination 0's address (another service's backend, or another port: the replies'
+    // tuples of a fixed port and of one that keeps the client's could meet), so they share its space. Another
+    // address is a space of its own.
     CHECK(pool.allocate(0, 2) == 0);
-    CHECK(pool.in_use(0, 2) == pool.capacity());
-    CHECK(pool.allocate(0, 1) == 1024);  // 1024 % 3 == 1
-    CHECK(pool.allocate(0, 3) == 1024);
+    CHECK(pool.allocate(0, 3) == 0);
+    CHECK(pool.in_use(0, 3) == pool.capacity());
+    CHECK(pool.allocate(0, 1) == 1024);               // 1024 % 3 == 1
     CHECK(pool.free_ports(1, 0) == pool.capacity());  // the other pool address is separate
     pool.release(0, 0, 4000);
     CHECK(pool.in_use(0, 0) == pool.capacity() - 1);
@@ -52,9 +52,7 @@ TEST_CASE("nat ports: each backend has its own space of the worker's ports", "[n
 
 TEST_CASE("nat ports: a freed port waits a whole turn of the cursor before it is handed out again", "[nat]") {
     NatPortPool pool(2000, 2009, 0, 1, 1);
-    LbTables lb;
-    lb.backends = {nat_backend(11, 80)};
-    pool.prepare(lb);
+    pool.prepare(destinations({11}));
     for (uint16_t p = 2000; p < 2005; ++p) CHECK(pool.allocate(0, 0) == p);
     pool.release(0, 0, 2001);
     for (uint16_t p = 2005; p < 2010; ++p) CHECK(pool.allocate(0, 0) == p);  // 2001 is behind the cursor
@@ -64,9 +62,7 @@ TEST_CASE("nat ports: a freed port waits a whole turn of the cursor before it is
 
 TEST_CASE("nat ports: the search finds the free ports of a full range across the bitmap's summary", "[nat]") {
     NatPortPool pool(1024, 65535, 0, 1, 1);
-    LbTables lb;
-    lb.backends = {nat_backend(11, 80)};
-    pool.prepare(lb);
+    pool.prepare(destinations({11}));
     REQUIRE(pool.capacity() == 64512);  // 1008 words of 64 ports: 16 summary words
     for (std::size_t k = 0; k < pool.capacity(); ++k) REQUIRE(pool.allocate(0, 0) == 1024 + k);
     // Freed far apart (other summary words) and out of order; the cursor is back at the start.
@@ -84,9 +80,7 @@ TEST_CASE("nat ports: the search finds the free ports of a full range across the
 
 TEST_CASE("nat ports: allocate takes a peeked guess while it is free, and searches when it is not", "[nat]") {
     NatPortPool pool(1024, 2047, 1, 2, 1);  // worker 1 of 2: the odd ports
-    LbTables lb;
-    lb.backends = {nat_backend(11, 80)};
-    pool.prepare(lb);
+    pool.prepare(destinations({11}));
     NatPortGuess guess{0, 0};
     const uint16_t first = pool.peek_next(guess), second = pool.peek_next(guess), third = pool.peek_next(guess);
     CHECK(std::vector<uint16_t>{first, second, third} == std::vector<uint16_t>{1025, 1027, 1029});
@@ -102,15 +96,13 @@ TEST_CASE("nat ports: allocate takes a peeked guess while it is free, and search
     CHECK(pool.in_use(0, 0) == 4);
 }
 
-TEST_CASE("nat ports: a reload keeps the spaces of the backends it keeps and of those it removes", "[nat]") {
+TEST_CASE("nat ports: a reload keeps the spaces of the destinations it keeps and of those it removes", "[nat]") {
     NatPortPool pool(1024, 2047, 0, 2, 1);
-    LbTables before;
-    before.backends = {nat_backend(11, 80), nat_backend(12, 80)};
+    const std::vector<NatDestination> before = destinations({11, 12});
     pool.prepare(before);
     const uint16_t kept = pool.allocate(0, 0), gone = pool.allocate(0, 1);
-    LbTables after;  // backend 1 left the config (its id stays, removed); backend 2 is new
-    after.backends = {nat_backend(11, 80), nat_backend(12, 80), nat_backend(13, 80)};
-    after.backends[1].removed = true;
+    // Destination 1 left the config (its id stays, unlisted); destination 2 is new.
+    const std::vector<NatDestination> after = {before[0], destinations({11, 12, 13})[2]};
     pool.prepare(after);
     CHECK(pool.in_use(0, 0) == 1);
     CHECK(pool.in_use(0, 1) == 1);
@@ -122,15 +114,13 @@ TEST_CASE("nat ports: a reload keeps the spaces of the backends it keeps and of 
 
 TEST_CASE("nat ports: a port learned from a peer is taken only when this worker owns it and it is free", "[nat]") {
     NatPortPool pool(1024, 65535, 1, 3, 2);
-    LbTables lb;
-    lb.backends = {nat_backend(11, 8080)};
-    pool.prepare(lb);
+    pool.prepare(destinations({11}));
     CHECK(pool.take(0, 0, 1027));        // 1027 % 3 == 1: this worker's
     CHECK_FALSE(pool.take(0, 0, 1027));  // taken already
     CHECK_FALSE(pool.take(0, 0, 1028));  // another worker's
     CHECK_FALSE(pool.take(0, 0, 1021));  // below the range
     CHECK_FALSE(pool.take(2, 0, 1030));  // no such pool address
-    CHECK_FALSE(pool.take(0, 1, 1030));  // no such backend (no space)
+    CHECK_FALSE(pool.take(0, 1, 1030));  // no such destination (no space)
     CHECK(pool.in_use(0, 0) == 1);
     CHECK(pool.allocate(0, 0) == 1024);
     CHECK(pool.allocate(0, 0) == 1030);  // allocate passes over the taken port
@@ -139,11 +129,10 @@ TEST_CASE("nat ports: a port learned from a peer is taken only when this worker 
 }
 
 TEST_CASE("nat ports: instances that sync allocate from disjoint shares and take each other's ports", "[nat]") {
-    LbTables lb;
-    lb.backends = {nat_backend(11, 8080)};
+    const std::vector<NatDestination> one = destinations({11});
     // Two instances, two workers each; worker 1 of each: ports 1025, 1027, ... split between the instances.
     NatPortPool first(1024, 2047, 1, 2, 1, 0, 2), second(1024, 2047, 1, 2, 1, 1, 2), alone(1024, 2047, 1, 2, 1);
-    for (NatPortPool* pool : {&first, &second, &alone}) pool->prepare(lb);
+    for (NatPortPool* pool : {&first, &second, &alone}) pool->prepare(one);
     CHECK(alone.capacity() == 512);
     CHECK(first.capacity() == 256);
     CHECK(second.capacity() == 256);
@@ -162,7 +151,7 @@ TEST_CASE("nat ports: instances that sync allocate from disjoint shares and take
     CHECK(first.in_use(0, 0) == 256);
     CHECK(mine.size() == 256);
     CHECK(theirs.size() == 256);
-    for (uint16_t p : mine) CHECK(theirs.count(p) == 0);  // never the same port for the same backend
+    for (uint16_t p : mine) CHECK(theirs.count(p) == 0);  // never the same port for the same destination
 
     // A connection learned from the other instance keeps its port there: taken here without being counted, and its
     // end gives nothing back to this instance's share.

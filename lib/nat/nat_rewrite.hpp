@@ -1,6 +1,6 @@
-// Load-balancer rewrites of one parsed packet, in place: NAT of addresses and ports with RFC 1624 incremental
-// checksum updates (IPv4 header, TCP/UDP pseudo-header and ports), and IPIP / IPv6-in-IPv6 encapsulation
-// (Katran's outer header). Pure apart from the mbuf they are given; fast-path safe.
+// The translation of one parsed packet, in place: addresses and ports with RFC 1624 incremental checksum updates
+// (IPv4 header, TCP/UDP pseudo-header and ports), and the ICMP errors that quote a translated packet (RFC 5508).
+// Pure apart from the mbuf they are given; fast-path safe.
 #pragma once
 
 #include <cstdint>
@@ -28,12 +28,5 @@ void nat_rewrite(rte_mbuf* m, const PacketMeta& meta, const IpAddress& src, uint
 bool nat_rewrite_icmp_error(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_dst,
                             const IpAddress& quoted_src, uint16_t quoted_src_port, const IpAddress& quoted_dst,
                             uint16_t quoted_dst_port);
-
-// Replaces the L2 header with a fresh Ethernet header and an outer IP header of the packet's family (IPIP, protocol 4,
-// for IPv4; next header 41 for IPv6) from outer_src to outer_dst, TTL/hop limit 64; the inner packet is left as it
-// came (Ethernet padding trimmed). The Ethernet addresses are left for the caller. Returns false (nothing
-// changed) when the result would exceed mtu (the outer IP packet's size) or the mbuf lacks headroom.
-bool encapsulate(rte_mbuf* m, const PacketMeta& meta, const IpAddress& outer_src, const IpAddress& outer_dst,
-                 uint16_t mtu);
 
 }  // namespace sluice

@@ -1,23 +1,25 @@
-// The source ports one worker hands out for NAT connections. A NAT connection only needs its 5-tuple unique, so
-// each (pool address, backend address:port) has a port space of its own (as Linux's NAT does): backends never
-// compete for ports, and a pool address carries ~64k connections per backend, not in all. Backends of several
-// services on one address:port share a space (their connections' reply tuples could otherwise meet).
-// A worker owns exactly the ports p with p % worker_count == worker_index, in every space, so the reply to a NAT
-// connection (backend -> pool address:p) names its owning worker by its destination port, and the RX lcore sends it
-// there with no shared state and no NIC flow rule.
+// The source ports one worker hands out for translated connections. A translated connection only needs its 5-tuple
+// unique, so each (pool address, destination address) has a port space of its own, whatever the destination's port:
+// destinations on different addresses never compete for ports, and a pool address carries ~64k connections per
+// destination address, not in all. A destination is whom the translation sends a connection to (a `nat` service's
+// backend, by its stable id); destinations on one address share a space, so two can never be given reply tuples that
+// meet (one with a fixed port and one that keeps the client's would otherwise).
+// A worker owns exactly the ports p with p % worker_count == worker_index, in every space, so the reply to a
+// translated connection (destination -> pool address:p) names its owning worker by its destination port
+// (nat_owner.hpp).
 // A space is a bitmap of the worker's ports (one bit each) with a summary bit per 64-port word, so finding a free
 // port reads at most a few words. Ports are taken from a cursor that goes round, so a freed port waits a whole turn
-// before it is reused: the backend's TIME_WAIT for that 4-tuple has the longest time to end.
-// Memory: about 8 KiB per (pool address, backend address:port) for the full 1024-65535 range, split among the
-// workers; a space is made when its backend first appears in a snapshot and kept until the daemon stops (stable
-// backend ids are never reused, so bindings survive reloads and a removed backend's connections keep theirs).
-// Threads: prepare() control thread only, before the snapshot naming the backends is published (the publishing
+// before it is reused: the destination's TIME_WAIT for that 4-tuple has the longest time to end.
+// Memory: about 8 KiB per (pool address, destination address) for the full 1024-65535 range, split among the
+// workers; a space is made when its destination first appears in a snapshot and kept until the daemon stops (stable
+// destination ids are never reused, so bindings survive reloads and a removed backend's connections keep theirs).
+// Threads: prepare() control thread only, before the snapshot naming the destinations is published (the publishing
 // release store orders it before a worker's first use); allocate, peek_next and release owning worker only (fast-path
 // safe: no allocation); in_use and capacity any thread. take: owning worker only.
 // Instances that sync their state (lib/sync) share the pool addresses, so each allocates only from its share of every
 // space: share s of n owns the worker's ports whose index among them is s modulo n (the others are marked taken from
-// the start and never handed out here), so two instances never give one backend the same source port. A peer's port
-// is taken from its connection without being tracked here: only the peer allocates it.
+// the start and never handed out here), so two instances never give one destination the same source port. A peer's
+// port is taken from its connection without being tracked here: only the peer allocates it.
 #pragma once
 
 #include <atomic>
@@ -28,15 +30,23 @@
 #include <vector>
 
 #include "common/compiler.hpp"
-#include "lb/lb_tables.hpp"
+#include "common/five_tuple.hpp"
 
 namespace sluice {
 
-inline constexpr std::size_t kMaxNatPoolAddresses = 16;
+// Destination ids run below this (the load balancer's stable backend ids: lb/lb_tables.hpp's kMaxBackends).
+inline constexpr uint32_t kMaxNatDestinations = 65536;
+
+// A destination of translated connections: its stable id and the address whose space it draws from.
+struct NatDestination {
+    uint32_t id = 0;
+    IpAddress address{};
+    IpFamily family = IpFamily::none;
+};
 
 // Successive guesses of the ports allocate() will hand out in one space (NatPortPool::peek_next).
 struct NatPortGuess {
-    uint32_t backend = 0;
+    uint32_t destination = 0;
     uint8_t address = 0;
     uint32_t given = 0;  // guesses made so far
     uint64_t from = 0;   // where the next guess's search starts
@@ -52,14 +62,14 @@ public:
     NatPortPool(const NatPortPool&) = delete;
     NatPortPool& operator=(const NatPortPool&) = delete;
 
-    // Gives every nat backend of lb (by stable id) its port space, made or shared by address:port. Control thread.
-    void prepare(const LbTables& lb);
+    // Gives every destination its port space, made or shared by address. Control thread.
+    void prepare(const std::vector<NatDestination>& destinations);
 
-    // A free port (host order) toward backend (stable id) on pool address `address`, or 0 when none is left.
+    // A free port (host order) toward destination (stable id) on pool address `address`, or 0 when none is left.
     // `guess`, a port peek_next gave for this space (0: none), is taken when it is still free: the search it saves
     // would find it, unless an earlier guess of the space went unused, which then waits a turn of the cursor.
-    uint16_t allocate(std::size_t address, uint32_t backend, uint16_t guess = 0) {
-        Lane lane = lane_of(address, backend);
+    uint16_t allocate(std::size_t address, uint32_t destination, uint16_t guess = 0) {
+        Lane lane = lane_of(address, destination);
         if (*lane.in_use == ports_) return 0;
         const uint32_t guessed = guess ? (guess - first_port_) / step_ : 0;
         const uint32_t bit = guess && !(lane.used[guessed / 64] & (uint64_t{1} << (guessed % 64)))
@@ -74,11 +84,11 @@ public:
 
     // Takes a given port (a connection learned from a peer instance, lib/sync): false when it is not this worker's
     // or is taken already.
-    bool take(std::size_t address, uint32_t backend, uint16_t port) {
-        if (backend >= by_backend_.size() || !by_backend_[backend] || address >= addresses_ || port < first_port_ ||
-            (port - first_port_) % step_ != 0 || (port - first_port_) / step_ >= ports_)
+    bool take(std::size_t address, uint32_t destination, uint16_t port) {
+        if (destination >= by_destination_.size() || !by_destination_[destination] || address >= addresses_ ||
+            port < first_port_ || (port - first_port_) % step_ != 0 || (port - first_port_) / step_ >= ports_)
             return false;
-        Lane lane = lane_of(address, backend);
+        Lane lane = lane_of(address, destination);
         const uint32_t bit = (port - first_port_) / step_;
         if (!in_share(bit)) return true;  // the peer's: it alone allocates it
         if (lane.used[bit / 64] & (uint64_t{1} << (bit % 64))) return false;
@@ -88,19 +98,19 @@ public:
         return true;
     }
 
-    // The port the guess.given-th next allocate(guess.address, guess.backend) would return (0 when fewer are free),
+    // The port the guess.given-th next allocate(guess.address, guess.destination) would return (0 when fewer are free),
     // nothing taken; one search per call.
     uint16_t peek_next(NatPortGuess& guess) const {
-        const Lane lane = lane_of(guess.address, guess.backend);
+        const Lane lane = lane_of(guess.address, guess.destination);
         if (guess.given >= ports_ - *lane.in_use) return 0;
         const uint32_t bit = free_bit_from(lane, guess.given++ == 0 ? *lane.cursor : guess.from);
         guess.from = bit + 1 == ports_ ? 0 : bit + 1;
         return port_of(bit);
     }
 
-    // Gives back a port allocate(address, backend) returned.
-    void release(std::size_t address, uint32_t backend, uint16_t port) {
-        Lane lane = lane_of(address, backend);
+    // Gives back a port allocate(address, destination) returned.
+    void release(std::size_t address, uint32_t destination, uint16_t port) {
+        Lane lane = lane_of(address, destination);
         const uint32_t bit = (port - first_port_) / step_;
         if (!in_share(bit)) return;  // a peer's port: never marked here
         lane.used[bit / 64] &= ~(uint64_t{1} << (bit % 64));
@@ -108,12 +118,12 @@ public:
         std::atomic_ref<uint64_t>(*lane.in_use).store(*lane.in_use - 1, std::memory_order_relaxed);
     }
 
-    // Ports taken toward backend on pool address `address` (0 for a backend with no space); any thread.
-    std::size_t in_use(std::size_t address, uint32_t backend) const;
+    // Ports taken toward destination on pool address `address` (0 for a destination with no space); any thread.
+    std::size_t in_use(std::size_t address, uint32_t destination) const;
     // Ports each space holds for this worker and instance.
     std::size_t capacity() const { return ports_ - reserved_; }
-    std::size_t free_ports(std::size_t address, uint32_t backend) const {
-        return capacity() - in_use(address, backend);
+    std::size_t free_ports(std::size_t address, uint32_t destination) const {
+        return capacity() - in_use(address, destination);
     }
 
 private:
@@ -125,8 +135,8 @@ private:
         uint64_t* used;    // bit i set when port_of(i) is taken
     };
 
-    Lane lane_of(std::size_t address, uint32_t backend) const {
-        uint64_t* at = by_backend_[backend] + address * lane_words_;
+    Lane lane_of(std::size_t address, uint32_t destination) const {
+        uint64_t* at = by_destination_[destination] + address * lane_words_;
         return Lane{at, at + 1, at + 2, at + 2 + summary_words_};
     }
     uint16_t port_of(uint32_t bit) const { return static_cast<uint16_t>(first_port_ + bit * step_); }
@@ -155,20 +165,9 @@ private:
     std::size_t lane_words_ = 0;
     std::size_t addresses_ = 0;
     uint32_t share_index_ = 0, shares_ = 1;
-    uint32_t reserved_ = 0;              // the worker's ports of other instances' shares, marked taken in every lane
-    std::vector<uint64_t*> by_backend_;  // stable id -> its space's block (kMaxBackends)
-    std::map<std::string, std::unique_ptr<uint64_t[]>> spaces_;  // address:port -> block
+    uint32_t reserved_ = 0;  // the worker's ports of other instances' shares, marked taken in every lane
+    std::vector<uint64_t*> by_destination_;                      // stable id -> its space's block (kMaxNatDestinations)
+    std::map<std::string, std::unique_ptr<uint64_t[]>> spaces_;  // address -> block
 };
-
-// The worker a flow belongs to by its symmetric flow hash: a 32-bit hash mapped onto [0, workers) without a
-// division (Lemire's multiply-shift). The RX lcores' rule for every packet but NAT replies.
-inline uint16_t worker_for_hash(uint32_t hash, uint16_t workers) {
-    return static_cast<uint16_t>((uint64_t{hash} * workers) >> 32);
-}
-
-// The worker that owns NAT port `port` (host order): the rule the RX lcores apply to replies.
-inline uint16_t nat_port_owner(uint16_t port, uint16_t worker_count) {
-    return static_cast<uint16_t>(port % worker_count);
-}
 
 }  // namespace sluice

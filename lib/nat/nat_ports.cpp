@@ -1,4 +1,4 @@
-#include "lb/nat_ports.hpp"
+#include "nat/nat_ports.hpp"
 
 #include <cstring>
 
@@ -7,7 +7,7 @@ namespace sluice {
 NatPortPool::NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, uint16_t worker_count,
                          std::size_t addresses, uint16_t share_index, uint16_t shares)
     : step_(worker_count), addresses_(addresses), share_index_(share_index), shares_(shares ? shares : 1),
-      by_backend_(kMaxBackends, nullptr) {
+      by_destination_(kMaxNatDestinations, nullptr) {
     first_port_ = first + (worker_index + worker_count - first % worker_count) % worker_count;
     ports_ = first_port_ > last ? 0 : (last - first_port_) / step_ + 1;
     const uint32_t mine = ports_ > share_index_ ? (ports_ - share_index_ + shares_ - 1) / shares_ : 0;
@@ -19,13 +19,11 @@ NatPortPool::NatPortPool(uint16_t first, uint16_t last, uint16_t worker_index, u
 
 NatPortPool::~NatPortPool() = default;
 
-void NatPortPool::prepare(const LbTables& lb) {
-    for (std::size_t id = 0; id < lb.backends.size(); ++id) {
-        const LbBackend& backend = lb.backends[id];
-        if (backend.mode != LbMode::nat || backend.removed || by_backend_[id]) continue;
-        std::string key(reinterpret_cast<const char*>(backend.address.bytes), sizeof(backend.address.bytes));
-        key += static_cast<char>(backend.family);
-        key.append(reinterpret_cast<const char*>(&backend.port_be), sizeof(backend.port_be));
+void NatPortPool::prepare(const std::vector<NatDestination>& destinations) {
+    for (const NatDestination& destination : destinations) {
+        if (destination.id >= by_destination_.size() || by_destination_[destination.id]) continue;
+        std::string key(reinterpret_cast<const char*>(destination.address.bytes), sizeof(destination.address.bytes));
+        key += static_cast<char>(destination.family);
         std::unique_ptr<uint64_t[]>& block = spaces_[key];
         if (!block) {
             block = std::make_unique<uint64_t[]>(addresses_ * lane_words_);  // zeroed: every port free
@@ -37,7 +35,7 @@ void NatPortPool::prepare(const LbTables& lb) {
                 reserve_other_shares(lane);
             }
         }
-        by_backend_[id] = block.get();
+        by_destination_[destination.id] = block.get();
     }
 }
 
@@ -63,9 +61,9 @@ uint32_t NatPortPool::free_bit_after_word(const Lane& lane, uint32_t word) const
     return found * 64 + static_cast<uint32_t>(__builtin_ctzll(~lane.used[found]));
 }
 
-std::size_t NatPortPool::in_use(std::size_t address, uint32_t backend) const {
-    if (backend >= by_backend_.size() || !by_backend_[backend]) return 0;
-    return counter_read(*lane_of(address, backend).in_use) - reserved_;
+std::size_t NatPortPool::in_use(std::size_t address, uint32_t destination) const {
+    if (destination >= by_destination_.size() || !by_destination_[destination]) return 0;
+    return counter_read(*lane_of(address, destination).in_use) - reserved_;
 }
 
 }  // namespace sluice
