@@ -40,7 +40,7 @@
 # Jumbo frames (`up --jumbo`): DPDK 22.11's kernel-interface PMDs cap the frame below 9000 (net_af_xdp: MTU 3542,
 # one 4 KiB page per frame; net_af_packet: 1500), so the jumbo lab runs sluice on net_pcap (libpcap on gw-client and
 # gw-server: slower, no XDP steering; the kernel of sl-gw sees every frame too and, with no address on those links,
-# drops them), which takes 9000, and gives its ports `mtu: 9000`. docs/operations.md, "MTU and jumbo frames".
+# drops them), which takes 9000, and gives its ports `mtu: 9000`. docs/operations/mtu.md.
 #
 # Environment: SLUICE_BIN (default build/app/sluice/sluice), SLUICE_LAB_CONFIG (default config/lab.yaml),
 # SLUICE_LAB_STATE (default /run/sluice-lab: pid file, sluice log), SLUICE_LAB_READY_TIMEOUT (seconds, default 30),

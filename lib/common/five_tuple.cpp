@@ -19,8 +19,7 @@ namespace {
 FlowHashKey random_flow_hash_key() {
     __builtin_cpu_init();  // required before __builtin_cpu_supports in a static initializer
     if (!__builtin_cpu_supports("aes")) {
-        std::fputs("sluice: this CPU has no AES-NI, which the flow hash needs (docs/operations.md, Requirements)\n",
-                   stderr);
+        std::fputs("sluice: this CPU has no AES-NI, which the flow hash needs (docs/operations/host.md)\n", stderr);
         std::abort();
     }
     FlowHashKey key;

@@ -135,7 +135,7 @@ inline __m128i scramble(const IpAddress& a, unsigned first) {
 // The keyed mix: AES rounds under the process's random key, as Go's runtime hashes its maps against flooding.
 // CRC32C is a little cheaper but linear: a sender can compute as many tuples with one CRC as it likes, whatever
 // the seed (two inputs of one length collide under every seed or none), and fill one bucket of the connection table
-// or one worker. SipHash-1-3 costs about twice these rounds (docs/benchmarks.md, docs/adr/0003). Not a MAC: it only
+// or one worker. SipHash-1-3 costs about twice these rounds (docs/adr/0003). Not a MAC: it only
 // has to keep senders from choosing collisions.
 struct KeyedMix {
     static uint32_t v4(uint32_t low, uint32_t high, uint32_t ports, uint32_t seed) {

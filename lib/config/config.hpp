@@ -268,7 +268,7 @@ struct SyncEndpoint {
     friend bool operator==(const SyncEndpoint& a, const SyncEndpoint& b) { return a.text == b.text; }
 };
 
-// Connection-state sync between instances (lib/sync, docs/operations.md "State sync"); absent section: off.
+// Connection-state sync between instances (lib/sync, docs/operations/ha.md); absent section: off.
 struct SyncConfig {
     bool enabled = false;
     SyncEndpoint listen;  // the local address and port on the dedicated sync network

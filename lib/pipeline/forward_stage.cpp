@@ -382,7 +382,7 @@ void forward_burst(LcoreContext& ctx, const Snapshot& snapshot, rte_mbuf** pkts,
             }
         } else if (const uint16_t mtu = packet_mtu(snapshot, meta, routes ? &routes[i] : nullptr, entry.out_port);
                    SLUICE_UNLIKELY(!fits_mtu(l3, mtu))) {
-            // sluice does not fragment (docs/operations.md, "MTU"). The sender learns the path MTU, as from any
+            // sluice does not fragment (docs/operations/mtu.md). The sender learns the path MTU, as from any
             // router on the path (RFC 1191, RFC 8201), unless it allowed fragmentation (IPv4 without DF): that
             // packet is only dropped, under a reason of its own.
             verdict = mtu != snapshot.port_mtu[entry.out_port] ? DropReason::tunnel_too_big

@@ -1,4 +1,4 @@
-// The workers' side of state sync (lib/sync, docs/operations.md "State sync"): a worker hands its connections'
+// The workers' side of state sync (lib/sync, docs/operations/ha.md): a worker hands its connections'
 // events to the sync thread through its own event ring, refreshes long-lived entries at a share of their timeout,
 // and installs what peers sent into its own table from its apply ring. Owning worker only; fast-path safe (no lock,
 // syscall or allocation: a full ring drops the event and counts it).

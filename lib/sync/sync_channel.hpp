@@ -1,4 +1,4 @@
-// The sync thread (docs/operations.md, "State sync"): a plain std::thread on the control side that drains every
+// The sync thread (docs/operations/ha.md): a plain std::thread on the control side that drains every
 // worker's event ring, batches the events into authenticated datagrams (sync_wire.hpp) sent over UDP to each
 // peer, and hands what peers send to the owning worker's apply ring (the worker that owns the NAT port, or the
 // flow's worker by its symmetric hash, as the RX lcores choose). Reliability in the spirit of conntrackd's FTFW:

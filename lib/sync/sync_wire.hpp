@@ -1,4 +1,4 @@
-// The sync channel's datagrams (docs/operations.md, "State sync"): a header naming the sender (instance id, epoch:
+// The sync channel's datagrams (docs/operations/ha.md): a header naming the sender (instance id, epoch:
 // its start, sequence number), a body, and an HMAC-SHA256 over both with the shared key. Every field in network
 // order, so instances need not share a build, only this format's version. Pure: any thread, allocation-free
 // except ReplayWindow's construction; control side only (the sync thread), never the fast path.

@@ -1,4 +1,4 @@
-"""Failover of a pair of sluice instances that sync their connection state (docs/operations.md, "State sync"), on
+"""Failover of a pair of sluice instances that sync their connection state (docs/operations/ha.md, "State sync"), on
 real topologies in namespaces of this test's own (names carry the pid; nothing of deploy/lab is used):
 
 active/active: a router namespace running BIRD spreads the NAT VIP over two instances (BGP + BFD from each

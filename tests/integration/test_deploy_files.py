@@ -1,8 +1,8 @@
 """The monitoring files in deploy/: Prometheus scrape config, alert rules, Grafana dashboard.
 
 Always checked (no tools needed): they parse, every alert carries a severity, a summary and a description, every
-metric they use is one docs/metrics.md documents, and docs/operations.md says what to do about every alert. With
-`promtool` on PATH (Debian's `prometheus` package) also: `promtool check rules`, `promtool check config`, the
+metric they use is one docs/metrics.md documents, and docs/operations/monitoring.md says what to do about every alert.
+With `promtool` on PATH (Debian's `prometheus` package) also: `promtool check rules`, `promtool check config`, the
 dashboard's queries parse as PromQL, and each alert fires in a `promtool test rules` scenario built here."""
 
 import json
@@ -21,7 +21,7 @@ PROMETHEUS_YML = ROOT / "deploy/prometheus/prometheus.yml"
 ALERTS_YML = ROOT / "deploy/prometheus/sluice-alerts.yml"
 DASHBOARD_JSON = ROOT / "deploy/grafana/sluice.json"
 METRICS_MD = ROOT / "docs/metrics.md"
-OPERATIONS_MD = ROOT / "docs/operations.md"
+OPERATIONS_MD = ROOT / "docs/operations/monitoring.md"
 
 METRIC_NAME = re.compile(r"sluice_[a-z_]+")
 SEVERITIES = {"critical", "warning", "info"}
@@ -155,7 +155,7 @@ def test_dashboard_uses_only_documented_metrics():
 def test_operations_guide_covers_every_alert():
     guide = OPERATIONS_MD.read_text()
     for rule in alert_rules():
-        assert rule["alert"] in guide, f"docs/operations.md does not say what to do about {rule['alert']}"
+        assert rule["alert"] in guide, f"docs/operations/monitoring.md does not say what to do about {rule['alert']}"
 
 
 # --- with promtool --------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Packet capture with dpdk-dumpcap (package dpdk-dev) against a running sluice, as docs/operations.md ("Packet
+"""Packet capture with dpdk-dumpcap (package dpdk-dev) against a running sluice, as docs/operations/capture.md ("Packet
 capture") tells an operator to do it: dumpcap attaches as a DPDK secondary process, captures one port's received and
 sent packets into pcapng, and sluice keeps forwarding whether the capture stops cleanly or is killed.
 
@@ -201,7 +201,7 @@ def test_a_killed_capture_leaves_sluice_forwarding_and_every_mbuf_returned(tmp_p
         assert stats["drops"] == 0 and stats["port/server/tx_packets"] == 20 + len(after), stats
 
         # The killed capture's hooks stay in sluice: that port cannot be captured again until sluice restarts,
-        # while a clean capture of the other port still works (docs/operations.md says both).
+        # while a clean capture of the other port still works (docs/operations/capture.md says both).
         again = Dumpcap(sluice, "net_af_packet1", tmp_path / "again.pcapng")
         assert again.wait_failed() != 0 and "Packet dump enable failed" in again.stderr(), again.stderr()
         other = Dumpcap(sluice, "net_af_packet0", tmp_path / "other.pcapng").wait_attached()

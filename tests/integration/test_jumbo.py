@@ -2,7 +2,7 @@
 them on veth pairs of MTU 9000, TCP transfers of a few MB through a plain route and through a nat VIP, carried in
 9000-byte IP packets both ways; and with sluice's egress port at 1500, path MTU discovery through its "fragmentation
 needed". DPDK 22.11's net_af_packet (largest frame 1518) and net_af_xdp (3560) cannot take MTU
-9000 (docs/operations.md, "MTU and jumbo frames"): net_pcap on the interfaces (libpcap) stands in for them."""
+9000 (docs/operations/mtu.md): net_pcap on the interfaces (libpcap) stands in for them."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""State sync between two real sluice processes (docs/operations.md, "State sync"): A and B in one namespace of the
+"""State sync between two real sluice processes (docs/operations/ha.md, "State sync"): A and B in one namespace of the
 test's own, each on net_pcap ports over veth pairs of its own, syncing over loopback UDP on distinct ports. A NAT
 connection opened through A is learned by B, whose worker then rewrites the backend's reply back to the client and
 lists the connection in its flows; a forged datagram from a peer's address is counted and installs nothing."""

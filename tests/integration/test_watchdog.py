@@ -204,7 +204,7 @@ def test_a_dry_run_longer_than_watchdog_sec_extends_the_watchdog_as_a_reload_doe
         notify.close()
 
 
-STOP_BOUND_S = 5  # docs/operations.md, "Stopping"
+STOP_BOUND_S = 5  # docs/operations/start-stop.md, "Stopping"
 
 
 def looping_config(tmp_path):

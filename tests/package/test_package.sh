@@ -110,7 +110,7 @@ for path in /usr/bin/sluice /usr/bin/sluicectl "/usr/lib/$multiarch/sluice/steer
             /usr/share/sluice/prometheus/sluice-alerts.yml /usr/share/sluice/prometheus/prometheus.yml \
             /usr/share/sluice/grafana/sluice.json /usr/share/sluice/bird/bird.conf \
             /usr/share/man/man8/sluice.8.gz /usr/share/man/man8/sluicectl.8.gz /usr/share/man/man5/sluice.yaml.5.gz \
-            /usr/share/doc/sluice/operations.md.gz /usr/share/doc/sluice/config.md.gz; do
+            /usr/share/doc/sluice/operations/install.md.gz /usr/share/doc/sluice/config.md.gz; do
     check "installed: $path" test -s "$path"
 done
 check "the unit runs the installed binary on /etc/sluice/sluice.yaml" grep -qxF \

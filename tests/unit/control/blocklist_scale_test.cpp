@@ -1,6 +1,6 @@
 // The early-drop tables at the size docs/config.md promises: 1M IPv4 and 1M IPv6 prefixes built in the memory
-// docs/operations.md states, then rebuilt for a reload that changes 1 % of them; a sample of addresses (each end of
-// listed prefixes, their neighbours, addresses in and out of the clusters) checked against exact matches of every
+// docs/operations/host.md states, then rebuilt for a reload that changes 1 % of them; a sample of addresses (each end
+// of listed prefixes, their neighbours, addresses in and out of the clusters) checked against exact matches of every
 // listed length. And the worst case per prefix: 1M IPv6 /64s spread over the address space.
 #include <algorithm>
 #include <random>
@@ -92,7 +92,7 @@ Agreement check(const Blocklist& tables, IpFamily family, const std::vector<IpAd
     return a;
 }
 
-// docs/operations.md's bound: 256 KiB, and 72 B per node on a prefix's path (one per byte boundary from bit 16
+// docs/operations/host.md's bound: 256 KiB, and 72 B per node on a prefix's path (one per byte boundary from bit 16
 // below its length), were no node shared.
 uint64_t worst_case_bytes(const std::vector<Prefix>& prefixes) {
     uint64_t bytes = PrefixSetTable::kRootSlots * 4;
@@ -190,7 +190,7 @@ TEST_CASE("early-drop tables: prefixes covered by a shorter listed one are dropp
 
 TEST_CASE("early-drop set of 1M IPv6 /64s (100k under ASan) spread over 2000::/3: the most a prefix costs",
           "[blocklist-scale]") {
-    // Each /64 in a /24 of its own: a node for each of its bytes 3 to 7, beside its /16's (docs/operations.md).
+    // Each /64 in a /24 of its own: a node for each of its bytes 3 to 7, beside its /16's (docs/operations/host.md).
     std::mt19937_64 rng(41);
     std::vector<Prefix> prefixes = sparse_v6(kScale, 64, rng);
     const std::vector<Prefix> sample(prefixes.begin(), prefixes.begin() + 20000);
