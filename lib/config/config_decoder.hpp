@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -191,6 +192,8 @@ bool parse_mac(const std::string& text, rte_ether_addr& mac);
 // Whether address is inside one of port's addresses' prefixes (on its link).
 bool address_on_link(const Config& config, const std::string& port, IpFamily family, const IpAddress& address);
 
+inline bool is_power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
+
 // config_firewall.cpp
 
 // "10.0.0.0/8", "10.1.2.3" (a /32), "2001:db8::/32". Host bits are cleared; host_bits_set says whether any were.
@@ -210,6 +213,16 @@ std::vector<PortRange> decode_port_ranges(Decoder& d, const YAML::Node& node, co
 // strict, liberal or off (tcp_window_check).
 void decode_window_check(Decoder& d, const YAML::Node& node, const std::string& what, TcpWindowCheck& check);
 void decode_firewall(Decoder& d, const YAML::Node& node, Config& config);
+
+// config_ports.cpp
+
+void decode_ports(Decoder& d, const YAML::Node& node, Config& config, std::map<std::string, YAML::Mark>& port_marks);
+void decode_lcores(Decoder& d, const YAML::Node& node, Config& config);
+void decode_forward(Decoder& d, const YAML::Node& node, Config& config);
+// ports[].addresses and ports[].vlans[].addresses: after every port is known.
+void decode_port_addresses(Decoder& d, const YAML::Node& ports, Config& config);
+// forward[].next_hop: after the ports' addresses.
+void decode_forward_next_hops(Decoder& d, const YAML::Node& forward, Config& config);
 
 // config_services.cpp
 

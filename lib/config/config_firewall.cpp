@@ -298,6 +298,60 @@ void decode_tcp_flags(Decoder& d, const YAML::Node& v, const std::string& what, 
 
 // names: the rules' names so far (firewall.rules and the files included before); marks, when given, gets each
 // decoded rule's name position (line and column, 1-based).
+// A rule's action and what goes with it: rate_limit, log, tcp_window_check.
+void decode_rule_action(Decoder& d, const YAML::Node& r, const std::string& what, FirewallRuleConfig& rule) {
+    d.field(r, "action", what, true, [&](const YAML::Node& v) {
+        const std::string text = v.IsScalar() ? v.Scalar() : "";
+        if (text == "allow") rule.action = RuleAction::allow;
+        else if (text == "deny") rule.action = RuleAction::deny;
+        else if (text == "reject") rule.action = RuleAction::reject;
+        else d.error(v, what + ": action '" + text + "' is not allow, deny or reject");
+    });
+    d.field(r, "rate_limit", what, false, [&](const YAML::Node& v) {
+        if (!d.map(v, what + " rate_limit", {"rate", "burst", "per"})) return;
+        RateLimitConfig& limit = rule.rate_limit;
+        d.field(v, "rate", what + " rate_limit", true, [&](const YAML::Node& n) {
+            d.integer(n, what + " rate_limit rate (new connections per second)", limit.rate, 1, 100000000);
+        });
+        limit.burst = limit.rate;
+        d.field(v, "burst", what + " rate_limit", false,
+                [&](const YAML::Node& n) { d.integer(n, what + " rate_limit burst", limit.burst, 1, 100000000); });
+        d.field(v, "per", what + " rate_limit", false, [&](const YAML::Node& n) {
+            const std::string per = n.IsScalar() ? n.Scalar() : "";
+            if (per == "source") limit.per_source = true;
+            else if (per != "rule") d.error(n, what + ": rate_limit per '" + per + "' is not rule or source");
+        });
+        if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
+            d.error(v, what + ": rate_limit goes with action allow only");
+    });
+    d.field(r, "log", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " log", rule.log); });
+    d.field(r, "tcp_window_check", what, false, [&](const YAML::Node& v) {
+        decode_window_check(d, v, what, rule.tcp_window_check.emplace());
+        if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
+            d.error(v, what + ": tcp_window_check goes with action allow only");
+    });
+}
+
+// What a rule's fields say together: ports need a protocol that has them, and some family must be able to match.
+// Only when its fields decoded without errors (errors_before: the count before them) is a mix of families reported.
+void check_rule_matches(Decoder& d, const YAML::Node& r, const std::string& what, const FirewallRuleConfig& rule,
+                        std::size_t errors_before) {
+    const bool ported = rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
+    if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)
+        d.error(r, what + ": ports need protocol tcp, udp or sctp");
+    // The families this rule can match: each side either gives no address or has one of that family.
+    const auto allows = [](const AddressMatch& m, IpFamily f) {
+        return m.any || !(f == IpFamily::ipv4 ? m.v4 : m.v6).empty();
+    };
+    bool v4 = allows(rule.source, IpFamily::ipv4) && allows(rule.destination, IpFamily::ipv4);
+    bool v6 = allows(rule.source, IpFamily::ipv6) && allows(rule.destination, IpFamily::ipv6);
+    if (rule.protocol == IPPROTO_ICMP) v6 = false;
+    if (rule.protocol == IPPROTO_ICMPV6) v4 = false;
+    if (!v4 && !v6 && d.errors().size() == errors_before)
+        d.error(r, what + " mixes address families: no IPv4 or IPv6 packet could match both its source and "
+                          "destination (and protocol)");
+}
+
 void decode_rules(Decoder& d, const YAML::Node& node, Config& config, std::set<std::string>& names,
                   std::vector<std::pair<int, int>>* marks = nullptr) {
     if (!d.sequence(node, "firewall rules")) return;
@@ -353,51 +407,8 @@ void decode_rules(Decoder& d, const YAML::Node& node, Config& config, std::set<s
             if (rule.protocol != IPPROTO_TCP) return d.error(v, what + ": tcp_flags needs protocol tcp");
             decode_tcp_flags(d, v, what + " tcp_flags", rule.tcp_flags);
         });
-        d.field(r, "action", what, true, [&](const YAML::Node& v) {
-            const std::string text = v.IsScalar() ? v.Scalar() : "";
-            if (text == "allow") rule.action = RuleAction::allow;
-            else if (text == "deny") rule.action = RuleAction::deny;
-            else if (text == "reject") rule.action = RuleAction::reject;
-            else d.error(v, what + ": action '" + text + "' is not allow, deny or reject");
-        });
-        d.field(r, "rate_limit", what, false, [&](const YAML::Node& v) {
-            if (!d.map(v, what + " rate_limit", {"rate", "burst", "per"})) return;
-            RateLimitConfig& limit = rule.rate_limit;
-            d.field(v, "rate", what + " rate_limit", true, [&](const YAML::Node& n) {
-                d.integer(n, what + " rate_limit rate (new connections per second)", limit.rate, 1, 100000000);
-            });
-            limit.burst = limit.rate;
-            d.field(v, "burst", what + " rate_limit", false,
-                    [&](const YAML::Node& n) { d.integer(n, what + " rate_limit burst", limit.burst, 1, 100000000); });
-            d.field(v, "per", what + " rate_limit", false, [&](const YAML::Node& n) {
-                const std::string per = n.IsScalar() ? n.Scalar() : "";
-                if (per == "source") limit.per_source = true;
-                else if (per != "rule") d.error(n, what + ": rate_limit per '" + per + "' is not rule or source");
-            });
-            if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
-                d.error(v, what + ": rate_limit goes with action allow only");
-        });
-        d.field(r, "log", what, false, [&](const YAML::Node& v) { d.boolean(v, what + " log", rule.log); });
-        d.field(r, "tcp_window_check", what, false, [&](const YAML::Node& v) {
-            decode_window_check(d, v, what, rule.tcp_window_check.emplace());
-            if (r["action"] && r["action"].IsScalar() && r["action"].Scalar() != "allow")
-                d.error(v, what + ": tcp_window_check goes with action allow only");
-        });
-        const bool ported =
-            rule.protocol == IPPROTO_TCP || rule.protocol == IPPROTO_UDP || rule.protocol == IPPROTO_SCTP;
-        if ((!rule.source_ports.empty() || !rule.destination_ports.empty()) && !ported)
-            d.error(r, what + ": ports need protocol tcp, udp or sctp");
-        // The families this rule can match: each side either gives no address or has one of that family.
-        const auto allows = [](const AddressMatch& m, IpFamily f) {
-            return m.any || !(f == IpFamily::ipv4 ? m.v4 : m.v6).empty();
-        };
-        bool v4 = allows(rule.source, IpFamily::ipv4) && allows(rule.destination, IpFamily::ipv4);
-        bool v6 = allows(rule.source, IpFamily::ipv6) && allows(rule.destination, IpFamily::ipv6);
-        if (rule.protocol == IPPROTO_ICMP) v6 = false;
-        if (rule.protocol == IPPROTO_ICMPV6) v4 = false;
-        if (!v4 && !v6 && d.errors().size() == errors_before)
-            d.error(r, what + " mixes address families: no IPv4 or IPv6 packet could match both its source and "
-                              "destination (and protocol)");
+        decode_rule_action(d, r, what, rule);
+        check_rule_matches(d, r, what, rule, errors_before);
         if (marks) {
             const YAML::Mark at = r["name"] ? r["name"].Mark() : r.Mark();
             marks->emplace_back(at.line + 1, at.column + 1);

@@ -338,6 +338,37 @@ std::optional<HealthChecker::Transition> HealthChecker::record(uint32_t id, uint
     return Transition{id, false, error + " (" + std::to_string(e.consecutive_failed) + " checks in a row failed)"};
 }
 
+bool HealthChecker::wait(std::vector<pollfd>& fds, Clock::time_point wake_at) const {
+    int timeout_ms = -1;  // nothing scheduled: sleep until set_targets or the destructor wakes us
+    if (wake_at != Clock::time_point::max()) {
+        // Rounded up: waking a millisecond early would only spin until the deadline really passed.
+        const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake_at - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(wait, 0, 60'000));
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+        spdlog::error("health checker: poll: {}; retrying", errno_words(errno));
+        std::this_thread::sleep_for(kErrorBackoff);
+        return false;
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+        uint64_t count;
+        if (::read(wake_fd_.get(), &count, sizeof count) < 0) {}  // EAGAIN: someone else drained it; nothing to do
+    }
+    return true;
+}
+
+void HealthChecker::notify(const std::vector<Transition>& transitions) const {
+    for (const Transition& t : transitions) {
+        try {
+            if (on_transition_) on_transition_(t.id, t.up, t.reason);
+        } catch (const std::exception& e) {
+            spdlog::error("health checker: transition callback for target {} threw: {}", t.id, e.what());
+        } catch (...) {
+            spdlog::error("health checker: transition callback for target {} threw", t.id);
+        }
+    }
+}
+
 void HealthChecker::run() noexcept {
     // The thread's own view of the targets; rebuilt from entries_ whenever set_targets changed them.
     std::unordered_map<uint32_t, Probe> probes;
@@ -403,23 +434,8 @@ void HealthChecker::run() noexcept {
                     polled.emplace_back(id, &p);
                 }
             }
-            int timeout_ms = -1;  // nothing scheduled: sleep until set_targets or the destructor wakes us
-            if (wake_at != Clock::time_point::max()) {
-                // Rounded up: waking a millisecond early would only spin until the deadline really passed.
-                const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake_at - Clock::now()).count();
-                timeout_ms = static_cast<int>(std::clamp<int64_t>(wait, 0, 60'000));
-            }
-            if (!results.empty()) timeout_ms = 0;  // checks that failed at once: report them without waiting
-            if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
-                spdlog::error("health checker: poll: {}; retrying", errno_words(errno));
-                std::this_thread::sleep_for(kErrorBackoff);
-                continue;
-            }
-            if ((fds[0].revents & POLLIN) != 0) {
-                uint64_t count;
-                if (::read(wake_fd_.get(), &count, sizeof count) < 0) {
-                }  // EAGAIN: someone else drained it; nothing to do
-            }
+            // Checks that failed at once are reported without waiting.
+            if (!wait(fds, results.empty() ? wake_at : Clock::now())) continue;
 
             now = Clock::now();
             for (std::size_t i = 0; i < polled.size(); ++i) {
@@ -437,15 +453,7 @@ void HealthChecker::run() noexcept {
                 if (auto t = record(r.id, r.generation, r.outcome.ok, r.outcome.error))
                     transitions.push_back(std::move(*t));
             results.clear();
-            for (const Transition& t : transitions) {
-                try {
-                    if (on_transition_) on_transition_(t.id, t.up, t.reason);
-                } catch (const std::exception& e) {
-                    spdlog::error("health checker: transition callback for target {} threw: {}", t.id, e.what());
-                } catch (...) {
-                    spdlog::error("health checker: transition callback for target {} threw", t.id);
-                }
-            }
+            notify(transitions);
         } catch (const std::exception& e) {
             // Only allocation can fail in here; drop this round's results rather than let the thread die.
             spdlog::error("health checker: {}; retrying", e.what());

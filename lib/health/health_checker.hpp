@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <poll.h>
+
 #include "common/unique_fd.hpp"
 
 namespace sluice {
@@ -90,6 +92,11 @@ private:
     // Applies one finished check to its entry; returns the transition it caused, if any.
     std::optional<Transition> record(uint32_t id, uint64_t generation, bool ok, const std::string& error);
     void wake() const;
+    // Waits in poll() on fds (fds[0]: wake_fd_) until wake_at (max: until woken) and drains the
+    // wake-up; false after a poll error (logged, backed off).
+    bool wait(std::vector<pollfd>& fds, Clock::time_point wake_at) const;
+    // Calls on_transition_ for each transition, outside the lock; a callback that throws is logged.
+    void notify(const std::vector<Transition>& transitions) const;
 
     TransitionCallback on_transition_;
     UniqueFd wake_fd_;  // eventfd in the thread's poll set: set_targets and the destructor write it
