@@ -64,7 +64,7 @@ constexpr auto kFirstDumpWait = std::chrono::seconds(10);
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-// A file descriptor closed when it goes.
+// The daemon: what start() builds, control_loop() runs and stop() unwinds. Control thread only.
 class Daemon {
 public:
     Daemon(Config config, std::string program, std::vector<std::string> extra_eal_args)
@@ -427,12 +427,6 @@ private:
             return;
         published_neighbours_ = record;
         neighbour_stats_.write(record);
-    }
-
-    std::string port_name(uint16_t id) const {
-        for (const PortIdentity& p : port_identities_)
-            if (p.id == id) return p.name;
-        return "port " + std::to_string(id);
     }
 
     // A worker routed packets to e.address, a host on the connected link of interface e.port that sluice has not
