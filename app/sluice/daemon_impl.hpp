@@ -1,7 +1,8 @@
 // The daemon behind run_daemon (daemon.hpp): what it holds, and its steps by file. daemon_start.cpp: the staged
 // start (EAL -> mempools -> ports -> tables -> lcores -> control) and the staged stop that unwinds it.
-// daemon.cpp: its life between them (the control loop, reloads, kernel routes, ARP/ND, BGP and the drain, the
-// operator's commands). Internal to app/sluice. Control thread only, unless a function says otherwise.
+// daemon.cpp: its life between them (the control loop, reloads, kernel routes, BGP and the drain, the operator's
+// commands). daemon_neighbours.cpp: ARP/ND. Internal to app/sluice. Control thread only, unless a function says
+// otherwise.
 #pragma once
 
 #include <atomic>
@@ -77,6 +78,8 @@ private:
     void update_announcements(bool force = false);
     void publish_bgp();
     std::vector<std::string> begin_drain(const char* trigger);
+
+    // daemon_neighbours.cpp
     void apply_neighbour_targets(const Config& config);
     void run_neighbours();
     void publish_neighbour_stats();
