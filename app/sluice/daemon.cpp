@@ -1,5 +1,7 @@
+// The daemon's life between its staged start and stop (daemon_start.cpp): the control loop, reloads, kernel routes,
+// BGP and the drain, and the operator's commands (ARP/ND: daemon_neighbours.cpp). Control thread only, unless a
+// function says otherwise.
 #include "daemon.hpp"
-#include "start_steps.hpp"
 
 #include <poll.h>
 #include <sys/inotify.h>
@@ -7,783 +9,345 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 
 #include <rte_cycles.h>
-#include <rte_eal.h>
 #include <rte_ethdev.h>
-#include <rte_lcore.h>
-#include <rte_pdump.h>
 
 #include <spdlog/spdlog.h>
 
 #include "common/unique_fd.hpp"
-#include "control/bird_announcer.hpp"
-#include "control/control_mailbox.hpp"
-#include "control/dataplane_plan.hpp"
 #include "control/explain.hpp"
 #include "control/flow_listing.hpp"
-#include "control/live_dataplane.hpp"
-#include "control/reloader.hpp"
-#include "control/snapshot_builder.hpp"
-#include "control/stats_publisher.hpp"
-#include "control/status.hpp"
-#include "control/systemd_notifier.hpp"
-#include "control/telemetry.hpp"
-#include "dpdk/eal.hpp"
-#include "dpdk/mempool.hpp"
-#include "dpdk/port.hpp"
+#include "daemon_impl.hpp"
 #include "dpdk/startup_error.hpp"
-#include "health/health_checker.hpp"
-#include "health/health_transitions.hpp"
-#include "metrics/prometheus_exporter.hpp"
-#include "packet/packet_meta.hpp"
-#include "pipeline/dataplane.hpp"
-#include "routing/kernel_routes.hpp"
-#include "routing/neighbours.hpp"
-#include "sync/sync_channel.hpp"
-#include "xdp/steering.hpp"
 
 namespace sluice {
 namespace {
 
 constexpr auto kReloadDebounce = std::chrono::milliseconds(200);
-constexpr std::size_t kNeighbourLinesShown = 200;  // sluicectl neighbours: what fits a 16 KiB telemetry reply
 // Kernel route changes gathered this long become one snapshot: a BGP burst of thousands of routes is one swap.
 constexpr auto kRouteBatch = std::chrono::milliseconds(50);
-constexpr auto kFirstDumpWait = std::chrono::seconds(10);
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-// A file descriptor closed when it goes.
-class Daemon {
-public:
-    Daemon(Config config, std::string program, std::vector<std::string> extra_eal_args)
-        : initial_config_(std::move(config)), program_(std::move(program)), extra_eal_args_(std::move(extra_eal_args)) {
-    }
-
-    int run() {
-        int exit_code = kExitOk;
-        try {
-            start();
-            control_loop();
-        } catch (const StartupError& e) {
-            spdlog::error("{}", e.what());
-            exit_code = kExitStartupFailed;
-        } catch (const std::exception& e) {
-            spdlog::error("{}", e.what());
-            exit_code = kExitStartupFailed;
-        }
-        const int stop_code = stop();
-        return stop_code != kExitOk ? stop_code : exit_code;
-    }
-
-private:
-    // The running config: the reloader's once it exists.
-    const Config& config() const { return reloader_ ? reloader_->config() : initial_config_; }
-
-    // Staged start; each stage throws StartupError and stop() unwinds whatever was built.
-    void start() {
-        const Config& config = initial_config_;
-        const std::vector<std::string> eal_args =
-            build_eal_args(program_, config.eal, prepare_xdp_ports(config.ports), extra_eal_args_);
-        eal_ = std::make_unique<EalGuard>(eal_args);
-        check_lcores(config);
-        if (!register_packet_meta()) throw StartupError("cannot register the packet metadata mbuf field");
-        register_telemetry_commands();
-        // Lets dpdk-dumpcap / dpdk-pdump (secondary processes) capture on sluice's ports. rte_pdump_init succeeds
-        // even where no secondary can attach, so the operator hears it from the arguments.
-        if (const std::string blocker = secondary_process_blocker(eal_args); !blocker.empty())
-            spdlog::warn("packet capture: dpdk-dumpcap cannot attach ({})", blocker);
-        else if (rte_pdump_init() != 0)
-            spdlog::warn("packet capture (rte_pdump) unavailable: {}", rte_strerror(rte_errno));
-        else pdump_ = true;
-        for (const PortSpec& spec : config.ports) ports_.push_back(std::make_unique<Port>(spec));
-        uint16_t workers = 0;
-        for (const LcoreConfig& l : config.lcores) workers += l.worker;
-        pools_ = create_pools(config, ports_, workers);
-        std::vector<int> port_sockets;
-        for (const auto& port : ports_) port_sockets.push_back(port->socket());
-        const std::vector<bool> fast_free = plan_tx_fast_free(port_sockets, solicitation_socket());
-        for (std::size_t i = 0; i < ports_.size(); ++i)
-            ports_[i]->start(workers, pools_.at(ports_[i]->socket()), fast_free[i]);
-        for (const PortSpec& spec : config.ports) {
-            const std::string iface = af_xdp_interface(spec.device);
-            if (!iface.empty() && spec.xdp_steering != XdpSteeringMode::off)
-                steering_.push_back(std::make_unique<XdpSteering>(spec.name, iface));
-        }
-        publish_steering();
-        for (const auto& port : ports_) port_identities_.push_back({port->name(), port->id(), port->mac()});
-        health_ = std::make_unique<HealthChecker>([this](uint32_t id, bool up, const std::string& reason) {
-            health_transitions_.push({id, up, reason});
-        });
-        start_dataplane(workers);
-        attach_readers();
-        spdlog::info("ready: {} port(s), {} lcore(s), {} worker(s), config {} ({})", ports_.size(),
-                     this->config().lcores.size(), workers, this->config().path, this->config().hash);
-        systemd_.ready("forwarding; config " + this->config().hash);
-        if (systemd_.watchdog_enabled()) spdlog::info("systemd watchdog: pings while every lcore's heartbeat advances");
-    }
-
-    // The pool worker 0 builds ARP/ND solicitations from: the first port's.
-    int solicitation_socket() const { return ports_.front()->socket(); }
-
-    // The reloader takes the config over; the first snapshot goes to the lcores.
-    void start_dataplane(uint16_t workers) {
-        apply_neighbour_targets(initial_config_);
-        const std::size_t lcore_count = initial_config_.lcores.size();
-        // Moved, not copied: a config holds every rule, and the reloader's is the one that runs from here on.
-        reloader_ = std::make_unique<Reloader>(std::move(initial_config_),
-                                               ReloaderSetup{.ports = port_identities_,
-                                                             .lcore_count = lcore_count,
-                                                             .socket = ports_.front()->socket(),
-                                                             .health = health_.get(),
-                                                             .transitions = &health_transitions_,
-                                                             .neighbours = neighbour_lookup(),
-                                                             .hosts = connected_hosts(),
-                                                             .applied = [this] { follow_config(); }});
-        if (const uint32_t table = config().routing.kernel_table) {
-            reloader_->routes().keep_spare_ready();
-            try {
-                kernel_routes_ = std::make_unique<KernelRouteMirror>(
-                    table, static_cast<int>(config().routing.kernel_socket_buffer_kib) << 10);
-            } catch (const std::exception& e) {
-                throw StartupError(std::string("routing: ") + e.what());
-            }
-            read_first_kernel_dump();
-            apply_neighbour_targets(config());
-        }
-        std::unique_ptr<Snapshot> first;
-        try {
-            first = reloader_->build_first(workers);
-        } catch (const std::exception& e) {
-            throw StartupError(std::string("tables: ") + e.what());
-        }
-        log_tables(*first);
-        spdlog::info("tables built; memory: {}", memory_report(ports_.front()->socket()));
-        DataplaneSpec spec = dataplane_spec(config(), port_identities_);
-        spec.solicitation_pool = pools_.at(solicitation_socket());
-        dataplane_ = std::make_unique<Dataplane>(spec, std::move(first));
-        running_dataplane_ = std::make_unique<RunningDataplane>(*dataplane_);
-        reloader_->attach(*running_dataplane_);
-        dataplane_->launch();
-        reloader_->apply_health_targets();
-        std::vector<const Port*> devices;
-        for (const auto& port : ports_) devices.push_back(port.get());
-        stats_ = std::make_unique<StatsPublisher>(*dataplane_, *reloader_, health_.get(), port_identities_, devices);
-        start_sync();
-    }
-
-    // The sync channel (lib/sync): once the workers run, since the resync it asks peers for fills their tables.
-    void start_sync() {
-        const SyncConfig& sync = config().sync;
-        if (!sync.enabled || dataplane_->sync_event_rings().empty()) return;
-        const auto address = [](const SyncEndpoint& e) { return SyncAddress{e.address, e.family, e.port, e.text}; };
-        SyncChannelSettings settings{address(sync.listen), {}, sync.key, 0};
-        for (const SyncEndpoint& peer : sync.peers) settings.peers.push_back(address(peer));
-        for (unsigned char c : sync.listen.text) settings.instance = settings.instance * 31 + c;
-        try {
-            sync_ = std::make_unique<SyncChannel>(std::move(settings), dataplane_->sync_event_rings(),
-                                                  dataplane_->sync_apply_rings(),
-                                                  [this] { resync_wanted_.store(true, std::memory_order_relaxed); });
-        } catch (const std::exception& e) {
-            throw StartupError(e.what());
-        }
-        sync_->start();
-        spdlog::info("sync: listening on {}, {} peer(s), epoch {}", sync.listen.text, sync.peers.size(),
-                     sync_->epoch());
-    }
-
-    // A peer asked for every connection: the workers dump their tables into their sync rings, paced by the sync
-    // thread that drains them (FlowWalk::sync_dump). On the control thread, like the flows listing's walks.
-    void serve_resync() {
-        if (!sync_ || !resync_wanted_.exchange(false, std::memory_order_relaxed)) return;
-        sync_->dump_starting();
-        const auto walks = dataplane_->walk_flows({}, 0, nullptr, std::chrono::seconds(120), true);
-        uint64_t dumped = 0;
-        for (const auto& walk : walks) dumped += walk->dumped;
-        if (walks.empty()) {
-            spdlog::warn("sync: the resync for a peer did not finish within 120 s");
-            return;  // no resync_done for it: the peer's own timeout, or a later dump, ends its wait
-        }
-        sync_->dump_finished();
-        spdlog::info("sync: resync for a peer: {} connection(s) sent", dumped);
-    }
-
-    // Start: the kernel table as it is, in the first snapshot (its routes wait in the writer for build_first).
-    void read_first_kernel_dump() {
-        const auto deadline = std::chrono::steady_clock::now() + kFirstDumpWait;
-        while (kernel_routes_->dumping() && std::chrono::steady_clock::now() < deadline) {
-            pollfd fd{kernel_routes_->fd(), POLLIN, 0};
-            poll(&fd, 1, 100);
-            kernel_routes_->read(reloader_->routes(), config(), port_identities_);
-        }
-        if (kernel_routes_->dumping())
-            spdlog::warn("routing: kernel table {} not read whole in {} s; its routes follow as they come",
-                         config().routing.kernel_table, kFirstDumpWait.count());
-    }
-
-    // Control thread: kernel route changes into the route table, published kRouteBatch after the first of a batch.
-    void run_kernel_routes(bool readable) {
-        if (!kernel_routes_) return;
-        kernel_routes_->check_dump(KernelRouteMirror::Clock::now());
-        if (readable && kernel_routes_->read(reloader_->routes(), config(), port_identities_) && !routes_pending_since_)
-            routes_pending_since_ = std::chrono::steady_clock::now();
-        if (!routes_pending_since_ || std::chrono::steady_clock::now() - *routes_pending_since_ < kRouteBatch) return;
-        routes_pending_since_.reset();
-        reloader_->republish_routes();
-        apply_neighbour_targets(config());  // kernel next hops come and go
-    }
-
-    void publish_route_stats() {
-        RoutesRecord record;
-        const auto& counts = reloader_->routes().counts();
-        for (std::size_t s = 0; s < counts.size(); ++s) record.by_source[s] = counts[s];
-        record.kernel_mirrored = kernel_routes_ != nullptr;
-        record.kernel_left_out = kernel_routes_ ? kernel_routes_->left_out() : 0;
-        record.kernel_resyncs = kernel_routes_ ? kernel_routes_->resyncs() : 0;
-        route_stats_.write(record);
-    }
-
-    // Telemetry, BGP and metrics: what reads the running data plane from other threads.
-    void attach_readers() {
-        view_.dataplane = dataplane_.get();
-        for (const auto& port : ports_) view_.ports.push_back({port->name(), port->id(), port->spec().rx_queues});
-        for (const auto& [socket, pool] : pools_) view_.pools.push_back({socket, pool});
-        view_.reload = &reloader_->status();
-        view_.rules = &stats_->rules();
-        view_.backends = &stats_->backends();
-        view_.xdp = &xdp_stats_;
-        view_.xsk = &stats_->xsk();
-        view_.bgp = &bgp_stats_;
-        view_.neighbours = &neighbour_stats_;
-        view_.routes = &route_stats_;
-        publish_route_stats();
-        view_.sync = sync_.get();
-        if (config().bgp.enabled) {
-            // The first control-loop turn writes the include file (empty or not) and has BIRD read it, so VIPs a
-            // crashed predecessor left in the file are withdrawn unless they are wanted again.
-            bgp_ = std::make_unique<BirdAnnouncer>(config().bgp);
-            spdlog::info("bgp: announcing VIPs through BIRD at {} (routes in {})", config().bgp.bird_socket,
-                         config().bgp.include_file);
-        }
-        publish_bgp();
-        attach_telemetry(
-            &view_,
-            [this] {
-                mailbox_.run([this] { reload("telemetry"); }, SystemdNotifier::kReloadWatchdog);
-                return reloader_->status().read();
-            },
-            LineCommands{
-                .explain = [this](const std::string& text) { return explain_on_control_thread(text); },
-                .flows =
-                    [this](const std::string& text) {
-                        return on_control_thread([this, text] { return list_flows(text); });
-                    },
-                .dry_run =
-                    [this](const std::string& text) {
-                        return on_control_thread([this, text] { return dry_run(text); },
-                                                 SystemdNotifier::kReloadWatchdog);
-                    },
-                .drain =
-                    [this](const std::string&) {
-                        return on_control_thread([this] { return begin_drain("sluicectl drain"); });
-                    },
-                .routes =
-                    [this](const std::string&) {
-                        return on_control_thread(
-                            [this] { return describe_routes(dataplane_->snapshot(), port_identities_, 100); });
-                    },
-                .neighbours =
-                    [this](const std::string&) {
-                        return on_control_thread([this] {
-                            return describe_neighbours(
-                                neighbours_.listing(NeighbourTable::Clock::now()),
-                                [this](uint16_t interface) { return interface_name(port_identities_, interface); },
-                                kNeighbourLinesShown);
-                        });
-                    },
-            });
-        const std::string& listen = config().metrics.listen;
-        if (!listen.empty()) {
-            try {
-                exporter_ = std::make_unique<PrometheusExporter>(listen, view_, SLUICE_VERSION);
-            } catch (const std::exception& e) {
-                throw StartupError("metrics: cannot listen on " + listen + ": " + e.what());
-            }
-            spdlog::info("metrics on http://{}/metrics", listen);
-        }
-    }
-
-    // Reloads the config file: parse, validate, build, publish; or keep everything as it is and say why.
-    void reload(const char* trigger) {
-        systemd_.reloading();
-        reloader_->apply(trigger);
-        systemd_.reloaded("forwarding; config " + config().hash);
-    }
-
-    // reload --dry-run: builds the candidate's tables and re-judges every connection, which can take as long as a
-    // reload; systemd's watchdog waits as it does for one.
-    std::vector<std::string> dry_run(const std::string& path) {
-        systemd_.checking();
-        auto lines = reloader_->dry_run(path);
-        systemd_.checked("forwarding; config " + config().hash);
-        return lines;
-    }
-
-    // After a reload applied a new config: what else follows it.
-    void follow_config() {
-        if (kernel_routes_) {  // the ports' addresses decide the kernel next hops' ports
-            kernel_routes_->rewrite(reloader_->routes(), config(), port_identities_);
-            reloader_->republish_routes();
-        }
-        apply_neighbour_targets(config());
-        publish_steering();
-        if (bgp_) bgp_->set_config(config().bgp);  // where BIRD is cannot change without a restart
-        update_announcements();
-    }
-
-    // What ARP/ND must resolve for config: next hops given by address, and backends without a mac on one of
-    // sluice's links. Each is solicited from sluice's own address on that link.
-    void apply_neighbour_targets(const Config& config) {
-        std::vector<NeighbourTarget> targets;
-        const auto add = [&](const std::string& port, IpFamily family, const IpAddress& address) {
-            for (const PortAddress& own : config.port_addresses) {
-                if (own.port != port || own.family != family) continue;
-                Config one;
-                one.port_addresses = {own};
-                if (!on_link(one, port, family, address)) continue;
-                targets.push_back({family, address, interface_named(port_identities_, port), own.address});
-                return;
-            }
-        };
-        for (const ForwardConfig& f : config.forward)
-            if (f.resolve_next_hop) add(f.to, f.next_hop_family, f.next_hop);
-        for (const RouteNeighbour& n : route_neighbours(config)) add(n.port, n.family, n.address);
-        if (kernel_routes_)
-            for (const auto& [port, family, address] : kernel_routes_->next_hops(config)) add(port, family, address);
-        for (const ServiceConfig& service : config.services)
-            for (const BackendConfig& b : service.backends)
-                if (!b.has_mac)
-                    for (const std::string& interface : config.interfaces()) add(interface, b.family, b.address);
-        neighbours_.set_targets(targets);
-        const NeighboursConfig& timing = config.neighbours;
-        neighbours_.set_timing({.reachable = std::chrono::milliseconds(timing.reachable_ms),
-                                .retransmit = std::chrono::milliseconds(timing.retransmit_ms),
-                                .probes = static_cast<int>(timing.probes)});
-    }
-
-    // Control thread, every loop: learn what the workers saw, solicit what is due, forget what stopped answering;
-    // a changed MAC republishes the forwarding and load-balancer tables.
-    void run_neighbours() {
-        const auto now = NeighbourTable::Clock::now();
-        bool changed = false;
-        const std::vector<NeighbourEvent> events = dataplane_->take_neighbour_events();
-        for (const NeighbourEvent& e : events)
-            if (rte_is_zero_ether_addr(&e.mac)) glean(e);
-        if (neighbours_.size() == 0) {  // nothing to resolve
-            publish_neighbour_stats();
-            return;
-        }
-        for (const NeighbourEvent& e : events) {
-            if (rte_is_zero_ether_addr(&e.mac)) continue;
-            if (neighbours_.learn(e.port, e.family, e.address, e.mac, now)) {
-                changed = true;
-                const auto& m = e.mac.addr_bytes;
-                spdlog::info("neighbour {} is at {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} on {}",
-                             to_string(e.address, e.family), m[0], m[1], m[2], m[3], m[4], m[5],
-                             interface_name(port_identities_, e.port));
-            }
-        }
-        for (const NeighbourTarget& t : neighbours_.due(now)) {
-            NeighbourRequest request{t.sender, t.address, t.port_id, t.family, {}};
-            dataplane_->request_solicitation(request);  // full ring: asked again in a second
-        }
-        if (neighbours_.expire(now)) {
-            spdlog::warn(
-                "a neighbour stopped answering: it leaves its ECMP groups; traffic with no other next hop is dropped "
-                "(neighbour_unresolved) until it answers");
-            changed = true;
-        }
-        if (changed) reloader_->republish_lb_tables("neighbours changed");
-        publish_neighbour_stats();
-    }
-
-    void publish_neighbour_stats() {
-        const std::size_t resolved = neighbours_.resolved();
-        const NeighboursRecord record{resolved, neighbours_.size() - resolved, neighbours_.unresolved_targets()};
-        if (record.resolved == published_neighbours_.resolved &&
-            record.unresolved == published_neighbours_.unresolved &&
-            record.next_hops_unresolved == published_neighbours_.next_hops_unresolved)
-            return;
-        published_neighbours_ = record;
-        neighbour_stats_.write(record);
-    }
-
-    std::string port_name(uint16_t id) const {
-        for (const PortIdentity& p : port_identities_)
-            if (p.id == id) return p.name;
-        return "port " + std::to_string(id);
-    }
-
-    // A worker routed packets to e.address, a host on the connected link of interface e.port that sluice has not
-    // resolved: resolved like a target from sluice's own address on that link.
-    void glean(const NeighbourEvent& e) {
-        const std::string name = interface_name(port_identities_, e.port);
-        for (const PortAddress& own : config().port_addresses) {
-            Config one;
-            one.port_addresses = {own};
-            if (own.port != name || own.family != e.family || !on_link(one, name, e.family, e.address)) continue;
-            if (neighbours_.want({e.family, e.address, e.port, own.address}))
-                spdlog::debug("resolving {} on {} (packets are routed to it)", to_string(e.address, e.family), name);
-            return;
-        }
-    }
-
-    ConnectedHosts connected_hosts() {
-        return [this] {
-            std::vector<ConnectedHost> hosts;
-            for (const auto& [target, mac] : neighbours_.gleaned())
-                hosts.push_back({target.family, target.address, target.port_id, mac});
-            return hosts;
-        };
-    }
-
-    NeighbourLookup neighbour_lookup() {
-        return [this](uint16_t interface, IpFamily family, const IpAddress& address) {
-            return neighbours_.lookup(interface, family, address);
-        };
-    }
-
-    // Telemetry thread: runs job on the control thread and returns its lines. The job owns what it reads but the
-    // daemon (a requester that gives up leaves it queued).
-    // Table builds (reload, dry run) wait as long as systemd is told to wait for them; other jobs, the mailbox's
-    // default.
-    std::vector<std::string> on_control_thread(std::function<std::vector<std::string>()> job,
-                                               std::chrono::milliseconds timeout = ControlMailbox::kDefaultTimeout) {
-        const auto began = std::chrono::steady_clock::now();
-        auto lines = mailbox_.call(std::move(job), timeout);
-        if (lines) return std::move(*lines);
-        const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - began);
-        return {
-            fmt::format("error: sluice is stopping, or its control thread did not answer within {} s", waited.count())};
-    }
-
-    std::vector<std::string> explain_on_control_thread(const std::string& text) {
-        ExplainQuery query;
-        std::string error;
-        if (!parse_explain_query(text, query, error)) return {"error: " + error};
-        return on_control_thread([this, query] {
-            return explain(dataplane_->snapshot(), port_identities_, dataplane_->worker_count(), query);
-        });
-    }
-
-    // sluicectl flows [ADDRESS] [port N] [PROTO]: the tracked connections that match, walked by their workers.
-    std::vector<std::string> list_flows(const std::string& text) {
-        constexpr std::size_t kShown = 100;  // DPDK telemetry answers are limited to 16 KB
-        FlowFilter filter;
-        std::string error;
-        if (!parse_flow_filter(text, filter, error)) return {"error: " + error};
-        const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(30));
-        if (walks.empty()) return {"error: the workers did not finish the walk in time (or none tracks connections)"};
-        return flow_lines(walks, kShown, rte_rdtsc(), rte_get_tsc_hz(),
-                          [this](uint32_t id) { return reloader_->backend_name(id); });
-    }
-    // Keeps each XDP port's steering equal to the config and to the kernel addresses its interface has now (an
-    // operator may add a management address at any time), and publishes the program's counters.
-    void publish_steering() {
-        XdpRecord record;
-        for (std::size_t i = 0; i < steering_.size(); ++i) {
-            XdpSteering& steering = *steering_[i];
-            const PortSpec* spec = config().find_port(steering.port());
-            const XdpSteeringMode mode = spec ? spec->xdp_steering : XdpSteeringMode::all;
-            std::vector<SteeringEntry> entries =
-                steering_entries(config(), steering.port(), kernel_addresses(steering.iface()));
-            if (i >= steering_published_.size()) steering_published_.resize(i + 1);
-            if (entries != steering_published_[i]) {
-                if (steering.publish(mode, entries))
-                    spdlog::info("port '{}': XDP steering on {} ({}): {} prefixes", steering.port(), steering.iface(),
-                                 mode == XdpSteeringMode::services ? "services" : "all", entries.size());
-                steering_published_[i] = std::move(entries);
-            }
-            const SteeringCounters c = steering.counters();
-            record.ports.push_back({steering.port(), steering.iface(),
-                                    mode == XdpSteeringMode::services ? "services" : "all", c.to_sluice, c.to_kernel,
-                                    c.other, steering_published_[i].size()});
-        }
-        xdp_stats_.write(std::move(record));
-    }
-
-    // Every control-loop turn: link changes, the published records, ARP/ND, BGP, the decision log and the watchdog.
-    void loop_turn() {
-        for (std::size_t i = 0; i < ports_.size(); ++i) {
-            rte_eth_link link{};
-            if (rte_eth_link_get_nowait(ports_[i]->id(), &link) != 0) continue;
-            if (link.link_status != link_up_[i]) {
-                link_up_[i] = link.link_status;
-                ports_[i]->log_link();
-            }
-        }
-        stats_->refresh();
-        publish_route_stats();
-        publish_steering();
-        run_neighbours();
-        update_announcements();
-        stats_->write_decision_log();
-        serve_resync();
-        std::vector<uint64_t> heartbeats;
-        dataplane_->for_each_lcore(
-            [&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
-        for (std::size_t stalled : systemd_.tick(heartbeats))
-            spdlog::error("lcore {} is stalled (its poll counter stopped); withholding the systemd watchdog ping",
-                          config().lcores[stalled].id);
-    }
-
-    // Waits for signals, reload requests and config file changes; logs link changes.
-    void control_loop() {
-        sigset_t signals;
-        sigemptyset(&signals);
-        for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
-        UniqueFd signal_fd(signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
-        // Watch the directory: editors that write a new file and rename it over the old one replace the inode.
-        const std::filesystem::path path = std::filesystem::absolute(config().path);
-        const std::string file_name = path.filename();
-        UniqueFd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
-        if (inotify_add_watch(inotify.get(), path.parent_path().c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0)
-            spdlog::warn("cannot watch {} for changes ({}); reload with SIGHUP", path.parent_path().string(),
-                         std::strerror(errno));
-
-        link_up_.assign(ports_.size(), -1);
-        bool file_changed = false;
-        auto file_changed_at = std::chrono::steady_clock::now();
-        for (;;) {
-            loop_turn();
-            pollfd fds[] = {{signal_fd.get(), POLLIN, 0},
-                            {inotify.get(), POLLIN, 0},
-                            {mailbox_.fd(), POLLIN, 0},
-                            {health_transitions_.fd(), POLLIN, 0},
-                            {kernel_routes_ ? kernel_routes_->fd() : -1, POLLIN, 0}};
-            int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
-            if (routes_pending_since_) timeout_ms = std::min<int>(timeout_ms, kRouteBatch.count());
-            if (drain_ends_) {
-                const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    *drain_ends_ - std::chrono::steady_clock::now());
-                timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, timeout_ms));
-            }
-            poll(fds, 5, timeout_ms);
-            if (fds[3].revents & POLLIN) reloader_->apply_health_transitions();
-            run_kernel_routes(fds[4].revents & POLLIN);
-
-            signalfd_siginfo info;
-            while (read(signal_fd.get(), &info, sizeof info) == sizeof info) {
-                const char* name = info.ssi_signo == SIGINT    ? "SIGINT"
-                                   : info.ssi_signo == SIGTERM ? "SIGTERM"
-                                                               : "SIGHUP";
-                if (info.ssi_signo == SIGHUP) {
-                    reload("SIGHUP");
-                } else if (info.ssi_signo == SIGTERM && bgp_ && config().bgp.drain_on_sigterm && !drain_ends_) {
-                    begin_drain("SIGTERM");
-                } else {
-                    if (drain_ends_) spdlog::info("{} during the drain: stopping at once", name);
-                    else spdlog::info("{}: stopping", name);
-                    return;
-                }
-            }
-            alignas(inotify_event) char events[4096];
-            ssize_t n;
-            while ((n = read(inotify.get(), events, sizeof events)) > 0) {
-                for (char* p = events; p < events + n;) {
-                    const auto* event = reinterpret_cast<const inotify_event*>(p);
-                    if (event->len && file_name == event->name) {
-                        file_changed = true;
-                        file_changed_at = std::chrono::steady_clock::now();
-                    }
-                    p += sizeof(inotify_event) + event->len;
-                }
-            }
-            // Debounced: an editor's save is often several events; reload once they settle.
-            if (file_changed && std::chrono::steady_clock::now() - file_changed_at >= kReloadDebounce) {
-                file_changed = false;
-                reload("file changed");
-            }
-            mailbox_.drain();
-            if (drain_ends_ && std::chrono::steady_clock::now() >= *drain_ends_) {
-                spdlog::info("drain over ({} s): stopping", config().bgp.drain_seconds);
-                return;
-            }
-        }
-    }
-
-    // Control thread, every loop turn and after a reload: which VIPs sluice can serve now (every port's link up,
-    // min_healthy usable backends, not draining), handed to BIRD when that changed. See docs/architecture.md,
-    // "Announcing VIPs over BGP".
-    void update_announcements(bool force = false) {
-        if (!bgp_) return;
-        // A started instance takes traffic only once it holds its peers' connections (or gave up waiting).
-        const bool resyncing = sync_ && sync_->resync_pending();
-        if (resyncing != resync_gate_logged_) {
-            resync_gate_logged_ = resyncing;
-            if (resyncing) spdlog::info("bgp: no VIP announced until the sync peers' resync is done");
-            else spdlog::info("bgp: sync resync over: VIPs may be announced");
-        }
-        const bool links_up =
-            std::all_of(link_up_.begin(), link_up_.end(), [](int up) { return up == 1; }) && !link_up_.empty();
-        std::vector<ServiceHealth> services;
-        for (const ServiceConfig& service : config().services) {
-            ServiceHealth h{service.name, to_string(service.vip, service.family), service.family, 0,
-                            service.min_healthy};
-            for (const BackendConfig& backend : service.backends) {
-                if (backend.weight == 0) continue;
-                // A checked backend counts once its first check has passed: the data plane takes a backend as up
-                // from the start, but announcing a VIP before anything was checked would flap it at every start.
-                const auto id = reloader_->backend_id(service.name, backend);
-                const auto status = id && health_ ? health_->status(*id) : std::nullopt;
-                if (!status || (status->up && status->checks > status->failures)) ++h.usable;
-            }
-            // A nat service's replies come back to the pool: its addresses go where the VIP goes (an ECMP fleet
-            // shares them, each instance taking the replies the routers send it).
-            if (service.mode == LbMode::nat)
-                for (std::size_t a = 0; a < config().load_balancer.nat_pool.size(); ++a)
-                    if (config().load_balancer.nat_pool_families[a] == service.family)
-                        services.push_back(ServiceHealth{
-                            service.name, to_string(config().load_balancer.nat_pool[a].address, service.family),
-                            service.family, h.usable, h.min_healthy});
-            services.push_back(std::move(h));
-        }
-        bgp_->update(wanted_vips(services, links_up, drain_ends_.has_value() || resyncing),
-                     std::chrono::steady_clock::now(), force);
-        publish_bgp();
-    }
-
-    void publish_bgp() {
-        BgpRecord record = bgp_ ? bgp_->record() : BgpRecord{};
-        record.draining = drain_ends_.has_value();
-        record.drain_ends_unix = drain_ends_unix_;
-        bgp_stats_.write(std::move(record));
-    }
-
-    // sluicectl drain, or SIGTERM with bgp drain_on_sigterm: withdraw every VIP now, keep forwarding for
-    // drain_seconds while the routers move new flows to the other instances and established connections finish,
-    // then stop. Control thread.
-    std::vector<std::string> begin_drain(const char* trigger) {
-        if (!bgp_) return {"error: nothing to drain: no bgp section in the config (stop sluice with SIGTERM)"};
-        const uint32_t seconds = config().bgp.drain_seconds;
-        if (!drain_ends_) {
-            drain_ends_ = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-            drain_ends_unix_ = unix_now() + seconds;
-            spdlog::info("{}: draining: withdrawing every VIP, forwarding {} s more, then stopping "
-                         "(SIGTERM again stops at once)",
-                         trigger, seconds);
-            systemd_.stopping();
-            update_announcements(true);
-        }
-        const auto left =
-            std::chrono::duration_cast<std::chrono::seconds>(*drain_ends_ - std::chrono::steady_clock::now()).count();
-        std::vector<std::string> lines;
-        lines.push_back(bgp_->in_sync() ? "every VIP withdrawn (BIRD reconfigured)"
-                                        : "error: BIRD has not taken the withdrawal yet (retrying): " +
-                                              bgp_->record().last_error.substr(0, 80));
-        lines.push_back(
-            fmt::format("draining: forwarding continues; sluice stops in {} s", std::max<int64_t>(left, 0)));
-        return lines;
-    }
-
-    // Staged stop, in reverse: readers (telemetry, metrics), lcores (RX first, then rings drained and TX flushed),
-    // ports, pools. Returns kExitLeakedMbufs when a pool is not full again.
-    int stop() {
-        int exit_code = kExitOk;
-        systemd_.stopping();
-        if (bgp_) {
-            // Routes must not outlive the data plane: withdraw (a drain did already) before anything stops.
-            bgp_->update({}, std::chrono::steady_clock::now(), !bgp_->in_sync() || !bgp_->announced().empty());
-            if (!bgp_->announced().empty()) spdlog::error("bgp: could not withdraw the VIPs from BIRD before stopping");
-        }
-        mailbox_.close_all();
-        health_.reset();  // joins the checker's thread: no transition arrives from here on
-        attach_telemetry(nullptr, nullptr, {});
-        exporter_.reset();
-        sync_.reset();  // its thread uses the workers' sync rings: stopped before they go
-        if (dataplane_) {
-            dataplane_->stop();
-            log_totals(dataplane_->totals(), ports_);
-            dataplane_.reset();
-        }
-        stats_.reset();
-        reloader_.reset();  // its route table writer holds rte_fib copies: freed before the EAL goes
-        std::map<int, uint32_t> kept_by_drivers;  // by socket: see Port::mbufs_kept_by_driver()
-        for (const auto& port : ports_) kept_by_drivers[port->socket()] += port->mbufs_held_by_driver();
-        ports_.clear();  // stops and closes every device; PMDs hand their descriptors' mbufs back
-        for (auto& [socket, pool] : pools_) {
-            const uint32_t in_use = mbufs_in_use(pool);
-            const uint32_t kept = kept_by_drivers[socket];
-            if (in_use != kept) {
-                spdlog::error("mempool on socket {}: {} mbuf(s) leaked of {}{}", socket,
-                              static_cast<int64_t>(in_use) - static_cast<int64_t>(kept), pool->size,
-                              kept ? fmt::format(" ({} more are net_af_xdp's fill rings, which it never returns)", kept)
-                                   : "");
-                exit_code = kExitLeakedMbufs;
-            } else if (kept) {
-                spdlog::info(
-                    "mempool on socket {}: all {} mbufs returned but the {} net_af_xdp keeps in its fill rings", socket,
-                    pool->size, kept);
-            } else {
-                spdlog::info("mempool on socket {}: all {} mbufs returned", socket, pool->size);
-            }
-            rte_mempool_free(pool);
-        }
-        pools_.clear();
-        if (pdump_) rte_pdump_uninit();
-        eal_.reset();
-        return exit_code;
-    }
-
-    Config initial_config_;  // until the reloader takes it over (moved from then)
-    std::string program_;
-    std::vector<std::string> extra_eal_args_;
-    std::unique_ptr<EalGuard> eal_;
-    bool pdump_ = false;
-    std::vector<std::unique_ptr<Port>> ports_;
-    std::vector<PortIdentity> port_identities_;
-    std::map<int, rte_mempool*> pools_;
-    std::unique_ptr<Dataplane> dataplane_;
-    std::unique_ptr<RunningDataplane> running_dataplane_;
-    std::unique_ptr<Reloader> reloader_;
-    std::unique_ptr<StatsPublisher> stats_;
-    std::unique_ptr<SyncChannel> sync_;                   // sync section on
-    std::atomic<bool> resync_wanted_{false};              // a peer asked for a full resync (set on the sync thread)
-    bool resync_gate_logged_ = false;                     // update_announcements said VIPs wait for the resync
-    std::vector<std::unique_ptr<XdpSteering>> steering_;  // net_af_xdp ports that run sluice's program
-    std::vector<std::vector<SteeringEntry>> steering_published_;  // what each holds now
-    XdpStats xdp_stats_;
-    std::unique_ptr<BirdAnnouncer> bgp_;  // bgp section configured
-    BgpStats bgp_stats_;
-    NeighbourStats neighbour_stats_;
-    NeighboursRecord published_neighbours_;  // what neighbour_stats_ holds, kept to write it on a change only
-    std::vector<int> link_up_;               // per port: -1 unknown, 0 down, 1 up (control loop)
-    RouteStats route_stats_;
-    std::unique_ptr<KernelRouteMirror> kernel_routes_;                           // routing.kernel_table configured
-    std::optional<std::chrono::steady_clock::time_point> routes_pending_since_;  // kernel changes not published
-    std::optional<std::chrono::steady_clock::time_point> drain_ends_;
-    double drain_ends_unix_ = 0;
-    HealthTransitionQueue health_transitions_;  // from the checker's thread
-    std::unique_ptr<HealthChecker> health_;
-    NeighbourTable neighbours_;
-    StatusView view_;
-    ControlMailbox mailbox_;
-    SystemdNotifier systemd_;
-    std::unique_ptr<PrometheusExporter> exporter_;
-};
-
 }  // namespace
+
+int Daemon::run() {
+    int exit_code = kExitOk;
+    try {
+        start();
+        control_loop();
+    } catch (const StartupError& e) {
+        spdlog::error("{}", e.what());
+        exit_code = kExitStartupFailed;
+    } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        exit_code = kExitStartupFailed;
+    }
+    const int stop_code = stop();
+    return stop_code != kExitOk ? stop_code : exit_code;
+}
+
+// A peer asked for every connection: the workers dump their tables into their sync rings, paced by the sync
+// thread that drains them (FlowWalk::sync_dump). On the control thread, like the flows listing's walks.
+void Daemon::serve_resync() {
+    if (!sync_ || !resync_wanted_.exchange(false, std::memory_order_relaxed)) return;
+    sync_->dump_starting();
+    const auto walks = dataplane_->walk_flows({}, 0, nullptr, std::chrono::seconds(120), true);
+    uint64_t dumped = 0;
+    for (const auto& walk : walks) dumped += walk->dumped;
+    if (walks.empty()) {
+        spdlog::warn("sync: the resync for a peer did not finish within 120 s");
+        return;  // no resync_done for it: the peer's own timeout, or a later dump, ends its wait
+    }
+    sync_->dump_finished();
+    spdlog::info("sync: resync for a peer: {} connection(s) sent", dumped);
+}
+
+// Control thread: kernel route changes into the route table, published kRouteBatch after the first of a batch.
+void Daemon::run_kernel_routes(bool readable) {
+    if (!kernel_routes_) return;
+    kernel_routes_->check_dump(KernelRouteMirror::Clock::now());
+    if (readable && kernel_routes_->read(reloader_->routes(), config(), port_identities_) && !routes_pending_since_)
+        routes_pending_since_ = std::chrono::steady_clock::now();
+    if (!routes_pending_since_ || std::chrono::steady_clock::now() - *routes_pending_since_ < kRouteBatch) return;
+    routes_pending_since_.reset();
+    reloader_->republish_routes();
+    apply_neighbour_targets(config());  // kernel next hops come and go
+}
+
+void Daemon::publish_route_stats() {
+    RoutesRecord record;
+    const auto& counts = reloader_->routes().counts();
+    for (std::size_t s = 0; s < counts.size(); ++s) record.by_source[s] = counts[s];
+    record.kernel_mirrored = kernel_routes_ != nullptr;
+    record.kernel_left_out = kernel_routes_ ? kernel_routes_->left_out() : 0;
+    record.kernel_resyncs = kernel_routes_ ? kernel_routes_->resyncs() : 0;
+    route_stats_.write(record);
+}
+
+// Reloads the config file: parse, validate, build, publish; or keep everything as it is and say why.
+void Daemon::reload(const char* trigger) {
+    systemd_.reloading();
+    reloader_->apply(trigger);
+    systemd_.reloaded("forwarding; config " + config().hash);
+}
+
+// reload --dry-run: builds the candidate's tables and re-judges every connection, which can take as long as a
+// reload; systemd's watchdog waits as it does for one.
+std::vector<std::string> Daemon::dry_run(const std::string& path) {
+    systemd_.checking();
+    auto lines = reloader_->dry_run(path);
+    systemd_.checked("forwarding; config " + config().hash);
+    return lines;
+}
+
+// After a reload applied a new config: what else follows it.
+void Daemon::follow_config() {
+    if (kernel_routes_) {  // the ports' addresses decide the kernel next hops' ports
+        kernel_routes_->rewrite(reloader_->routes(), config(), port_identities_);
+        reloader_->republish_routes();
+    }
+    apply_neighbour_targets(config());
+    publish_steering();
+    if (bgp_) bgp_->set_config(config().bgp);  // where BIRD is cannot change without a restart
+    update_announcements();
+}
+
+// Telemetry thread: runs job on the control thread and returns its lines. The job owns what it reads but the
+// daemon (a requester that gives up leaves it queued).
+// Table builds (reload, dry run) wait as long as systemd is told to wait for them; other jobs, the mailbox's
+// default.
+std::vector<std::string> Daemon::on_control_thread(std::function<std::vector<std::string>()> job,
+                                                   std::chrono::milliseconds timeout) {
+    const auto began = std::chrono::steady_clock::now();
+    auto lines = mailbox_.call(std::move(job), timeout);
+    if (lines) return std::move(*lines);
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - began);
+    return {fmt::format("error: sluice is stopping, or its control thread did not answer within {} s", waited.count())};
+}
+
+std::vector<std::string> Daemon::explain_on_control_thread(const std::string& text) {
+    ExplainQuery query;
+    std::string error;
+    if (!parse_explain_query(text, query, error)) return {"error: " + error};
+    return on_control_thread(
+        [this, query] { return explain(dataplane_->snapshot(), port_identities_, dataplane_->worker_count(), query); });
+}
+
+// sluicectl flows [ADDRESS] [port N] [PROTO]: the tracked connections that match, walked by their workers.
+std::vector<std::string> Daemon::list_flows(const std::string& text) {
+    constexpr std::size_t kShown = 100;  // DPDK telemetry answers are limited to 16 KB
+    FlowFilter filter;
+    std::string error;
+    if (!parse_flow_filter(text, filter, error)) return {"error: " + error};
+    const auto walks = dataplane_->walk_flows(filter, kShown, nullptr, std::chrono::seconds(30));
+    if (walks.empty()) return {"error: the workers did not finish the walk in time (or none tracks connections)"};
+    return flow_lines(walks, kShown, rte_rdtsc(), rte_get_tsc_hz(),
+                      [this](uint32_t id) { return reloader_->backend_name(id); });
+}
+
+// Keeps each XDP port's steering equal to the config and to the kernel addresses its interface has now (an
+// operator may add a management address at any time), and publishes the program's counters.
+void Daemon::publish_steering() {
+    XdpRecord record;
+    for (std::size_t i = 0; i < steering_.size(); ++i) {
+        XdpSteering& steering = *steering_[i];
+        const PortSpec* spec = config().find_port(steering.port());
+        const XdpSteeringMode mode = spec ? spec->xdp_steering : XdpSteeringMode::all;
+        std::vector<SteeringEntry> entries =
+            steering_entries(config(), steering.port(), kernel_addresses(steering.iface()));
+        if (i >= steering_published_.size()) steering_published_.resize(i + 1);
+        if (entries != steering_published_[i]) {
+            if (steering.publish(mode, entries))
+                spdlog::info("port '{}': XDP steering on {} ({}): {} prefixes", steering.port(), steering.iface(),
+                             mode == XdpSteeringMode::services ? "services" : "all", entries.size());
+            steering_published_[i] = std::move(entries);
+        }
+        const SteeringCounters c = steering.counters();
+        record.ports.push_back({steering.port(), steering.iface(),
+                                mode == XdpSteeringMode::services ? "services" : "all", c.to_sluice, c.to_kernel,
+                                c.other, steering_published_[i].size()});
+    }
+    xdp_stats_.write(std::move(record));
+}
+
+// Every control-loop turn: link changes, the published records, ARP/ND, BGP, the decision log and the watchdog.
+void Daemon::loop_turn() {
+    for (std::size_t i = 0; i < ports_.size(); ++i) {
+        rte_eth_link link{};
+        if (rte_eth_link_get_nowait(ports_[i]->id(), &link) != 0) continue;
+        if (link.link_status != link_up_[i]) {
+            link_up_[i] = link.link_status;
+            ports_[i]->log_link();
+        }
+    }
+    stats_->refresh();
+    publish_route_stats();
+    publish_steering();
+    run_neighbours();
+    update_announcements();
+    stats_->write_decision_log();
+    serve_resync();
+    std::vector<uint64_t> heartbeats;
+    dataplane_->for_each_lcore(
+        [&](const LcoreContext& ctx) { heartbeats.push_back(counter_read(ctx.counters.polls)); });
+    for (std::size_t stalled : systemd_.tick(heartbeats))
+        spdlog::error("lcore {} is stalled (its poll counter stopped); withholding the systemd watchdog ping",
+                      config().lcores[stalled].id);
+}
+
+// Waits for signals, reload requests and config file changes; logs link changes.
+void Daemon::control_loop() {
+    sigset_t signals;
+    sigemptyset(&signals);
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, s);
+    UniqueFd signal_fd(signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
+    // Watch the directory: editors that write a new file and rename it over the old one replace the inode.
+    const std::filesystem::path path = std::filesystem::absolute(config().path);
+    const std::string file_name = path.filename();
+    UniqueFd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    if (inotify_add_watch(inotify.get(), path.parent_path().c_str(), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0)
+        spdlog::warn("cannot watch {} for changes ({}); reload with SIGHUP", path.parent_path().string(),
+                     std::strerror(errno));
+
+    link_up_.assign(ports_.size(), -1);
+    bool file_changed = false;
+    auto file_changed_at = std::chrono::steady_clock::now();
+    for (;;) {
+        loop_turn();
+        pollfd fds[] = {{signal_fd.get(), POLLIN, 0},
+                        {inotify.get(), POLLIN, 0},
+                        {mailbox_.fd(), POLLIN, 0},
+                        {health_transitions_.fd(), POLLIN, 0},
+                        {kernel_routes_ ? kernel_routes_->fd() : -1, POLLIN, 0}};
+        int timeout_ms = file_changed ? static_cast<int>(kReloadDebounce.count()) : 250;
+        if (routes_pending_since_) timeout_ms = std::min<int>(timeout_ms, kRouteBatch.count());
+        if (drain_ends_) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(*drain_ends_ - std::chrono::steady_clock::now());
+            timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, timeout_ms));
+        }
+        poll(fds, 5, timeout_ms);
+        if (fds[3].revents & POLLIN) reloader_->apply_health_transitions();
+        run_kernel_routes(fds[4].revents & POLLIN);
+
+        signalfd_siginfo info;
+        while (read(signal_fd.get(), &info, sizeof info) == sizeof info) {
+            const char* name = info.ssi_signo == SIGINT ? "SIGINT" : info.ssi_signo == SIGTERM ? "SIGTERM" : "SIGHUP";
+            if (info.ssi_signo == SIGHUP) {
+                reload("SIGHUP");
+            } else if (info.ssi_signo == SIGTERM && bgp_ && config().bgp.drain_on_sigterm && !drain_ends_) {
+                begin_drain("SIGTERM");
+            } else {
+                if (drain_ends_) spdlog::info("{} during the drain: stopping at once", name);
+                else spdlog::info("{}: stopping", name);
+                return;
+            }
+        }
+        alignas(inotify_event) char events[4096];
+        ssize_t n;
+        while ((n = read(inotify.get(), events, sizeof events)) > 0) {
+            for (char* p = events; p < events + n;) {
+                const auto* event = reinterpret_cast<const inotify_event*>(p);
+                if (event->len && file_name == event->name) {
+                    file_changed = true;
+                    file_changed_at = std::chrono::steady_clock::now();
+                }
+                p += sizeof(inotify_event) + event->len;
+            }
+        }
+        // Debounced: an editor's save is often several events; reload once they settle.
+        if (file_changed && std::chrono::steady_clock::now() - file_changed_at >= kReloadDebounce) {
+            file_changed = false;
+            reload("file changed");
+        }
+        mailbox_.drain();
+        if (drain_ends_ && std::chrono::steady_clock::now() >= *drain_ends_) {
+            spdlog::info("drain over ({} s): stopping", config().bgp.drain_seconds);
+            return;
+        }
+    }
+}
+
+// Control thread, every loop turn and after a reload: which VIPs sluice can serve now (every port's link up,
+// min_healthy usable backends, not draining), handed to BIRD when that changed. See docs/architecture.md,
+// "Announcing VIPs over BGP".
+void Daemon::update_announcements(bool force) {
+    if (!bgp_) return;
+    // A started instance takes traffic only once it holds its peers' connections (or gave up waiting).
+    const bool resyncing = sync_ && sync_->resync_pending();
+    if (resyncing != resync_gate_logged_) {
+        resync_gate_logged_ = resyncing;
+        if (resyncing) spdlog::info("bgp: no VIP announced until the sync peers' resync is done");
+        else spdlog::info("bgp: sync resync over: VIPs may be announced");
+    }
+    const bool links_up =
+        std::all_of(link_up_.begin(), link_up_.end(), [](int up) { return up == 1; }) && !link_up_.empty();
+    std::vector<ServiceHealth> services;
+    for (const ServiceConfig& service : config().services) {
+        ServiceHealth h{service.name, to_string(service.vip, service.family), service.family, 0, service.min_healthy};
+        for (const BackendConfig& backend : service.backends) {
+            if (backend.weight == 0) continue;
+            // A checked backend counts once its first check has passed: the data plane takes a backend as up
+            // from the start, but announcing a VIP before anything was checked would flap it at every start.
+            const auto id = reloader_->backend_id(service.name, backend);
+            const auto status = id && health_ ? health_->status(*id) : std::nullopt;
+            if (!status || (status->up && status->checks > status->failures)) ++h.usable;
+        }
+        // A nat service's replies come back to the pool: its addresses go where the VIP goes (an ECMP fleet
+        // shares them, each instance taking the replies the routers send it).
+        if (service.mode == LbMode::nat)
+            for (std::size_t a = 0; a < config().load_balancer.nat_pool.size(); ++a)
+                if (config().load_balancer.nat_pool_families[a] == service.family)
+                    services.push_back(ServiceHealth{
+                        service.name, to_string(config().load_balancer.nat_pool[a].address, service.family),
+                        service.family, h.usable, h.min_healthy});
+        services.push_back(std::move(h));
+    }
+    bgp_->update(wanted_vips(services, links_up, drain_ends_.has_value() || resyncing),
+                 std::chrono::steady_clock::now(), force);
+    publish_bgp();
+}
+
+void Daemon::publish_bgp() {
+    BgpRecord record = bgp_ ? bgp_->record() : BgpRecord{};
+    record.draining = drain_ends_.has_value();
+    record.drain_ends_unix = drain_ends_unix_;
+    bgp_stats_.write(std::move(record));
+}
+
+// sluicectl drain, or SIGTERM with bgp drain_on_sigterm: withdraw every VIP now, keep forwarding for
+// drain_seconds while the routers move new flows to the other instances and established connections finish,
+// then stop. Control thread.
+std::vector<std::string> Daemon::begin_drain(const char* trigger) {
+    if (!bgp_) return {"error: nothing to drain: no bgp section in the config (stop sluice with SIGTERM)"};
+    const uint32_t seconds = config().bgp.drain_seconds;
+    if (!drain_ends_) {
+        drain_ends_ = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+        drain_ends_unix_ = unix_now() + seconds;
+        spdlog::info("{}: draining: withdrawing every VIP, forwarding {} s more, then stopping "
+                     "(SIGTERM again stops at once)",
+                     trigger, seconds);
+        systemd_.stopping();
+        update_announcements(true);
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::seconds>(*drain_ends_ - std::chrono::steady_clock::now()).count();
+    std::vector<std::string> lines;
+    lines.push_back(bgp_->in_sync() ? "every VIP withdrawn (BIRD reconfigured)"
+                                    : "error: BIRD has not taken the withdrawal yet (retrying): " +
+                                          bgp_->record().last_error.substr(0, 80));
+    lines.push_back(fmt::format("draining: forwarding continues; sluice stops in {} s", std::max<int64_t>(left, 0)));
+    return lines;
+}
 
 int run_daemon(Config config, const std::string& program, const std::vector<std::string>& extra_eal_args) {
     Daemon daemon(std::move(config), program, extra_eal_args);

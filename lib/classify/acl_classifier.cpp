@@ -1,13 +1,11 @@
 #include "classify/acl_classifier.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <iterator>
 #include <memory>
 #include <numeric>
@@ -15,9 +13,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <string_view>
-#include <type_traits>
-#include <unordered_map>
 #include <utility>
 
 #include <rte_acl.h>
@@ -25,109 +20,17 @@
 #include <rte_cycles.h>
 #include <rte_errno.h>
 
+#include "classify/acl_expansion.hpp"
+#include "classify/acl_layout.hpp"
 #include "classify/acl_method.hpp"
 #include "common/compiler.hpp"
 #include "common/ip_proto.hpp"
 
 namespace sluice {
 
+using namespace acl;  // acl_layout.hpp, acl_expansion.hpp: internal to lib/classify, in a namespace of their own
+
 namespace {
-
-// Expanding lists is a cross product; a rule such as 1000 sources x 1000 destinations would exhaust memory long
-// before rte_acl_build finished (10k rules take ~3 s, 100k ~40 s and ~370 MiB: FIELD-NOTES; rules with odd prefix
-// lengths and wide port ranges need far more). One million is past what builds in reasonable time, so the limit
-// only stops accidents early, with a message naming the rule; rte_acl_build's ENOMEM catches the rest.
-constexpr std::size_t kMaxExpandedRules = 1'000'000;
-
-// A key no rule matches passes through every part of a classifier: past kMaxParts * kPartRules rte_acl rules, the
-// parts grow instead of multiplying.
-constexpr std::size_t kMaxParts = 16;
-
-// A region whose rules changed in an edit (a reload that changes few regions) is built as pieces this many times
-// smaller: rte_acl_build's time grows faster than its rule count, so an edit's build is several times shorter, at
-// the price of a few more contexts for keys that no earlier part matches, in that region only.
-constexpr std::size_t kPiecesPerPart = 4;
-
-// The search key rte_acl reads for one packet, in network byte order. rte_acl's layout rules (rte_acl.h,
-// programmer's guide "Packet Classification and Access Control"): the first field is one byte, every other field
-// belongs to a 4-byte input group whose bytes are all covered by fields. Field offsets below are offsets into these
-// structs; the data pointers handed to rte_acl_classify point at their first byte.
-//
-// The ingress port and the TCP flags get a whole 4-byte group each (a narrower field would leave part of a group
-// uncovered). When no rule names a port or tests flags, rte_acl drops that always-wild group at build time, so it
-// costs nothing then. ICMP has no ports: an ICMP packet of the family's own ICMP protocol carries its type and code
-// in the port slots, and ICMP rules match them there (one input group for both, no more fields).
-struct Ipv4Key {
-    uint8_t proto;
-    uint8_t pad[3];
-    uint32_t in_port;  // big-endian DPDK port id
-    uint32_t src;
-    uint32_t dst;
-    uint16_t src_port;   // ICMP: the type, big-endian
-    uint16_t dst_port;   // ICMP: the code
-    uint32_t tcp_flags;  // big-endian: the flags byte is the last one
-};
-static_assert(sizeof(Ipv4Key) == 24);
-
-struct Ipv6Key {
-    uint8_t proto;
-    uint8_t pad[3];
-    uint32_t in_port;
-    uint32_t src[4];
-    uint32_t dst[4];
-    uint16_t src_port;
-    uint16_t dst_port;
-    uint32_t tcp_flags;
-};
-static_assert(sizeof(Ipv6Key) == 48);
-
-// Field indexes inside an rte_acl rule (rte_acl_field[]); the address fields of IPv6 take four slots each.
-enum : uint8_t { kFieldProto = 0, kFieldInPort = 1, kFieldSrc = 2 };
-
-template <IpFamily F>
-struct Layout;
-
-template <>
-struct Layout<IpFamily::ipv4> {
-    using Key = Ipv4Key;
-    static constexpr uint32_t kAddrWords = 1;
-};
-
-template <>
-struct Layout<IpFamily::ipv6> {
-    using Key = Ipv6Key;
-    static constexpr uint32_t kAddrWords = 4;
-};
-
-template <IpFamily F>
-constexpr uint32_t field_dst() {
-    return kFieldSrc + Layout<F>::kAddrWords;
-}
-template <IpFamily F>
-constexpr uint32_t field_src_port() {
-    return field_dst<F>() + Layout<F>::kAddrWords;
-}
-template <IpFamily F>
-constexpr uint32_t field_tcp_flags() {
-    return field_src_port<F>() + 2;
-}
-template <IpFamily F>
-constexpr uint32_t field_count() {
-    return field_tcp_flags<F>() + 1;
-}
-static_assert(field_count<IpFamily::ipv6>() <= RTE_ACL_MAX_FIELDS);
-
-// The family's own ICMP protocol: the one whose type and code rules match (config refuses the other).
-template <IpFamily F>
-constexpr uint8_t own_icmp() {
-    return F == IpFamily::ipv4 ? kIpProtoIcmp : kIpProtoIcmpv6;
-}
-
-RTE_ACL_RULE_DEF(AclRule4, field_count<IpFamily::ipv4>());
-RTE_ACL_RULE_DEF(AclRule6, field_count<IpFamily::ipv6>());
-
-template <IpFamily F>
-using AclRule = std::conditional_t<F == IpFamily::ipv4, AclRule4, AclRule6>;
 
 template <IpFamily F>
 rte_acl_config make_config() {
@@ -153,269 +56,6 @@ rte_acl_config make_config() {
     def(field_src_port<F>() + 1, RTE_ACL_FIELD_TYPE_RANGE, 2, input++, offsetof(Key, dst_port));
     def(field_tcp_flags<F>(), RTE_ACL_FIELD_TYPE_BITMASK, 4, input, offsetof(Key, tcp_flags));
     return cfg;
-}
-
-bool has_ports(uint16_t protocol) {
-    return protocol == kIpProtoTcp || protocol == kIpProtoUdp || protocol == kIpProtoSctp;
-}
-
-std::string rule_label(const Rule& rule, std::size_t index) {
-    return "rule #" + std::to_string(index) + (rule.name.empty() ? std::string() : " '" + rule.name + "'");
-}
-
-std::size_t saturating_mul(std::size_t a, std::size_t b) {
-    std::size_t r;
-    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-
-// Writes an address prefix into `words` consecutive 4-byte MASK fields: host byte order values, each field's own
-// prefix length (rte_acl MASK fields are at most 8 bytes, so IPv6 is split the way l3fwd-acl does it).
-void set_prefix(rte_acl_field* fields, uint32_t words, const Prefix* prefix) {
-    for (uint32_t w = 0; w < words; ++w) {
-        if (prefix == nullptr) {
-            fields[w].value.u32 = 0;
-            fields[w].mask_range.u32 = 0;
-            continue;
-        }
-        const int bits = std::clamp(int{prefix->length} - 32 * static_cast<int>(w), 0, 32);
-        const uint32_t mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
-        fields[w].value.u32 = rte_be_to_cpu_32(prefix->address.words[w]) & mask;
-        fields[w].mask_range.u32 = static_cast<uint32_t>(bits);
-    }
-}
-
-void set_range(rte_acl_field& field, const PortRange* range) {
-    field.value.u16 = range ? range->first : 0;
-    field.mask_range.u16 = range ? range->last : 65535;
-}
-
-// The ranges a rule matches in the key's two port slots: its ports for TCP/UDP/SCTP, its ICMP types and codes for
-// the family's ICMP (fill_key puts them there), none (any) for other protocols.
-template <IpFamily F>
-std::pair<std::vector<PortRange>, std::vector<PortRange>> slot_ranges(const Rule& r) {
-    if (has_ports(r.protocol)) return {r.source_ports, r.destination_ports};
-    if (r.protocol != own_icmp<F>()) return {};
-    const auto widen = [](const std::vector<IcmpRange>& list) {
-        std::vector<PortRange> out;
-        out.reserve(list.size());
-        for (const IcmpRange& range : list) out.push_back({range.first, range.last});
-        return out;
-    };
-    return {widen(r.icmp_types), widen(r.icmp_codes)};
-}
-
-const char* family_name(IpFamily f) {
-    return f == IpFamily::ipv4 ? "IPv4" : f == IpFamily::ipv6 ? "IPv6" : "no family";
-}
-
-void check_rule(const Rule& rule, std::size_t index, IpFamily family) {
-    if (rule.family != family)
-        throw std::runtime_error(rule_label(rule, index) + " is " + family_name(rule.family) +
-                                 " but its classifier is " + family_name(family));
-    const unsigned max_len = family == IpFamily::ipv4 ? 32 : 128;
-    for (const auto* list : {&rule.sources, &rule.destinations})
-        for (const Prefix& p : *list)
-            if (p.length > max_len)
-                throw std::runtime_error(rule_label(rule, index) + ": prefix length " + std::to_string(p.length) +
-                                         " is longer than " + std::to_string(max_len));
-    if (rule.protocol > kAnyProtocol)
-        throw std::runtime_error(rule_label(rule, index) + ": protocol " + std::to_string(rule.protocol) +
-                                 " is out of range");
-    for (const auto* list : {&rule.source_ports, &rule.destination_ports})
-        for (const PortRange& r : *list)
-            if (r.first > r.last)
-                throw std::runtime_error(rule_label(rule, index) + ": port range " + std::to_string(r.first) + "-" +
-                                         std::to_string(r.last) + " is empty");
-    for (const auto* list : {&rule.icmp_types, &rule.icmp_codes})
-        for (const IcmpRange& r : *list)
-            if (r.first > r.last)
-                throw std::runtime_error(rule_label(rule, index) + ": ICMP range " + std::to_string(r.first) + "-" +
-                                         std::to_string(r.last) + " is empty");
-}
-
-// An empty list is one wildcard entry: iterate over {nullptr} then.
-template <typename T>
-std::vector<const T*> entries(const std::vector<T>& list) {
-    std::vector<const T*> out;
-    if (list.empty()) {
-        out.push_back(nullptr);
-        return out;
-    }
-    for (const T& item : list) out.push_back(&item);
-    return out;
-}
-
-// The number of rte_acl rules each rule expands into (the cross product of its lists), after checking it; throws
-// when the total passes kMaxExpandedRules.
-template <IpFamily F>
-std::vector<std::size_t> expansions(const std::vector<Rule>& rules) {
-    std::vector<std::size_t> counts;
-    counts.reserve(rules.size());
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < rules.size(); ++i) {
-        const Rule& r = rules[i];
-        check_rule(r, i, F);
-        const auto [first_slot, second_slot] = slot_ranges<F>(r);
-        std::size_t n = std::max<std::size_t>(r.in_ports.size(), 1);
-        n = saturating_mul(n, std::max<std::size_t>(r.sources.size(), 1));
-        n = saturating_mul(n, std::max<std::size_t>(r.destinations.size(), 1));
-        n = saturating_mul(n, std::max<std::size_t>(first_slot.size(), 1));
-        n = saturating_mul(n, std::max<std::size_t>(second_slot.size(), 1));
-        if (n > kMaxExpandedRules - total)
-            throw std::runtime_error(rule_label(r, i) + " expands to " +
-                                     (n == SIZE_MAX ? std::string("too many") : std::to_string(n)) +
-                                     " rte_acl rules (in_ports x sources x destinations x source_ports "
-                                     "(icmp_type) x destination_ports (icmp_code)); with the " +
-                                     std::to_string(total) + " of the rules before it that exceeds the limit of " +
-                                     std::to_string(kMaxExpandedRules) + " per address family");
-        total += n;
-        counts.push_back(n);
-    }
-    // total >= rules.size(), so the cap also keeps every priority within [RTE_ACL_MIN_PRIORITY, MAX_PRIORITY].
-    static_assert(kMaxExpandedRules < RTE_ACL_MAX_PRIORITY);
-    return counts;
-}
-
-// Expands rules [first, first + count) (counts: expansions()). Rule first + i gets priority RTE_ACL_MAX_PRIORITY - i
-// (earlier rules win; rte_acl picks an undefined winner between equal priorities, which only happens here among
-// copies of one rule) and userdata i + 1 (rte_acl returns 0 for "no match"): indexes within the part, so a part's
-// context serves wherever the part sits in a later rule list.
-template <IpFamily F>
-std::vector<AclRule<F>> expand(const std::vector<Rule>& rules, uint32_t first, uint32_t count,
-                               const std::vector<std::size_t>& counts) {
-    constexpr uint32_t words = Layout<F>::kAddrWords;
-    std::vector<AclRule<F>> out;
-    out.reserve(std::accumulate(counts.begin() + first, counts.begin() + first + count, std::size_t{0}));
-    for (uint32_t i = 0; i < count; ++i) {
-        const Rule& r = rules[first + i];
-        const auto [first_slot, second_slot] = slot_ranges<F>(r);
-        AclRule<F> base{};
-        base.data.category_mask = 1;
-        base.data.priority = static_cast<int32_t>(RTE_ACL_MAX_PRIORITY - i);
-        base.data.userdata = i + 1;
-        base.field[kFieldProto].value.u8 = r.protocol == kAnyProtocol ? 0 : static_cast<uint8_t>(r.protocol);
-        base.field[kFieldProto].mask_range.u8 = r.protocol == kAnyProtocol ? 0 : 0xff;
-        const bool tcp = r.protocol == kIpProtoTcp;
-        base.field[field_tcp_flags<F>()].value.u32 = tcp ? r.tcp_flags.value & r.tcp_flags.mask : 0;
-        base.field[field_tcp_flags<F>()].mask_range.u32 = tcp ? r.tcp_flags.mask : 0;
-        for (const uint16_t* port : entries(r.in_ports)) {
-            base.field[kFieldInPort].value.u32 = port ? *port : 0;
-            base.field[kFieldInPort].mask_range.u32 = port ? UINT32_MAX : 0;
-            for (const Prefix* src : entries(r.sources)) {
-                set_prefix(&base.field[kFieldSrc], words, src);
-                for (const Prefix* dst : entries(r.destinations)) {
-                    set_prefix(&base.field[field_dst<F>()], words, dst);
-                    for (const PortRange* sp : entries(first_slot)) {
-                        set_range(base.field[field_src_port<F>()], sp);
-                        for (const PortRange* dp : entries(second_slot)) {
-                            set_range(base.field[field_src_port<F>() + 1], dp);
-                            out.push_back(base);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    return out;
-}
-
-// What a rule matches (the family, protocol, ports, prefixes, ICMP ranges and TCP flags; not its name or action,
-// which are not rte_acl's: the firewall reads them by rule id), as bytes, each list closed by its length.
-void match_bytes(const Rule& r, std::string& out) {
-    out.clear();
-    const auto bytes = [&out](const void* data, std::size_t n) { out.append(static_cast<const char*>(data), n); };
-    const auto list = [&](const auto& items, auto&& each) {
-        for (const auto& item : items) each(item);
-        const std::size_t n = items.size();
-        bytes(&n, sizeof n);
-    };
-    const auto prefix = [&](const Prefix& p) {
-        bytes(p.address.bytes, sizeof p.address.bytes);
-        bytes(&p.length, 1);
-    };
-    const auto range = [&](const auto& x) {
-        bytes(&x.first, sizeof x.first);
-        bytes(&x.last, sizeof x.last);
-    };
-    bytes(&r.family, sizeof r.family);
-    bytes(&r.protocol, sizeof r.protocol);
-    list(r.in_ports, [&](uint16_t port) { bytes(&port, sizeof port); });
-    list(r.sources, prefix);
-    list(r.destinations, prefix);
-    list(r.source_ports, range);
-    list(r.destination_ports, range);
-    list(r.icmp_types, range);
-    list(r.icmp_codes, range);
-    bytes(&r.tcp_flags.value, 1);
-    bytes(&r.tcp_flags.mask, 1);
-}
-
-// Two unrelated 64-bit hashes of what each rule matches (FNV-1a and libstdc++'s murmur of match_bytes): the
-// classifier keeps these per part instead of its rules, and two rule lists whose keys are equal are taken to match
-// the same packets. fnv also places the cuts.
-std::vector<MatchKey> match_keys(const std::vector<Rule>& rules) {
-    std::vector<MatchKey> keys;
-    keys.reserve(rules.size());
-    std::string buffer;
-    for (const Rule& r : rules) {
-        match_bytes(r, buffer);
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (const char c : buffer) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-        keys.push_back({h, std::hash<std::string_view>{}(buffer)});
-    }
-    return keys;
-}
-
-// The key of rules [first, first + count): their count and both hashes of every rule, in order.
-MatchKey part_key(std::span<const MatchKey> keys, uint32_t first, uint32_t count) {
-    MatchKey k{count, count};
-    for (uint32_t i = first; i < first + count; ++i) {
-        k.fnv = (k.fnv ^ keys[i].fnv) * 0x100000001b3ull;
-        k.murmur = std::rotl(k.murmur ^ keys[i].murmur, 29) * 0x9e3779b97f4a7c15ull;
-    }
-    return k;
-}
-
-// Where the rules are cut, as regions of about part_rules rte_acl rules, each cut again into pieces of about
-// part_rules / kPiecesPerPart. A piece ends after a rule whose match hash picks it, once the piece holds half its
-// size, or at twice its size; a region ends at such a piece end, picked the same way at the region's size. A cut
-// depends only on the rules just before it, so an edit, an insertion or a removal moves the cuts of its own piece
-// and region at most.
-struct Region {
-    uint32_t first = 0;
-    uint32_t count = 0;
-    std::vector<std::pair<uint32_t, uint32_t>> pieces;  // (first, count), covering the region in order
-};
-
-std::vector<Region> cut_regions(const std::vector<MatchKey>& keys, const std::vector<std::size_t>& counts,
-                                std::size_t part_rules) {
-    const std::size_t piece_rules = std::max<std::size_t>(part_rules / kPiecesPerPart, 1);
-    const std::size_t least = std::max<std::size_t>(part_rules / 2, 1);
-    const std::size_t piece_least = std::max<std::size_t>(piece_rules / 2, 1);
-    std::vector<Region> regions(1);
-    std::size_t held = 0, piece_held = 0;
-    uint32_t piece_first = 0;
-    for (uint32_t i = 0; i < keys.size(); ++i) {
-        held += counts[i];
-        piece_held += counts[i];
-        const uint64_t h = keys[i].fnv;
-        if ((piece_held < piece_least || h % piece_least != 0) && piece_held < 2 * piece_rules) continue;
-        regions.back().pieces.emplace_back(piece_first, i + 1 - piece_first);
-        piece_first = i + 1;
-        piece_held = 0;
-        if ((held >= least && h % least == 0) || held >= 2 * part_rules) {
-            regions.emplace_back();
-            held = 0;
-        }
-    }
-    if (piece_first < keys.size())
-        regions.back().pieces.emplace_back(piece_first, static_cast<uint32_t>(keys.size()) - piece_first);
-    if (regions.back().pieces.empty()) regions.pop_back();
-    for (Region& r : regions) {
-        r.first = r.pieces.front().first;
-        r.count = r.pieces.back().first + r.pieces.back().second - r.first;
-    }
-    return regions;
 }
 
 struct CtxDeleter {
@@ -683,54 +323,11 @@ void AclClassifier::build_parts(std::vector<Rule>& rules, int socket_id, const s
     expanded_ = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
     const std::vector<MatchKey> keys = match_keys(rules);
     key_ = part_key(keys, 0, static_cast<uint32_t>(keys.size()));
-    std::unordered_multimap<uint64_t, const AclPart*> reusable;
-    if (reuse && reuse->family_ == family_ && reuse->method_setting_ == method_setting_)
-        for (const AclPart& p : reuse->parts_) reusable.emplace(p.key.fnv, &p);
-    // The running part whose rules match as rules [first, first + count) do, or null.
-    const auto running_part = [&](uint32_t first, uint32_t count) -> const AclPart* {
-        const MatchKey key = part_key(keys, first, count);
-        const auto [from, to] = reusable.equal_range(key.fnv);
-        for (auto it = from; it != to; ++it)
-            if (it->second->count == count && it->second->key == key) return it->second;
-        return nullptr;
-    };
-    // A key no rule matches passes through every part: their number is bounded, their size grows past it. A power
-    // of two, so that a few rules more or less leave the cuts where they were.
-    const auto regions = cut_regions(keys, counts, std::max(part_rules, std::bit_ceil(expanded_ / kMaxParts)));
-    // Per region: the running part that serves it whole, else the running parts that serve its pieces (a region an
-    // earlier edit built in pieces), else nothing: it changed.
-    std::vector<const AclPart*> whole(regions.size());
-    std::vector<std::vector<const AclPart*>> pieces(regions.size());
-    std::size_t changed = 0;
-    for (std::size_t r = 0; r < regions.size(); ++r) {
-        whole[r] = running_part(regions[r].first, regions[r].count);
-        if (whole[r]) continue;
-        for (const auto& [first, count] : regions[r].pieces) pieces[r].push_back(running_part(first, count));
-        changed += std::count(pieces[r].begin(), pieces[r].end(), nullptr) != 0;
-    }
-    // An edit (at most a quarter of the regions changed, or one): its regions are built in pieces, each piece the
-    // running classifier has kept. Otherwise a changed region is built whole, as at start: with nothing running to
-    // keep pieces of, a first build of a single region is no edit.
-    const bool edit = !reusable.empty() && changed <= std::max<std::size_t>(1, regions.size() / 4);
-    const auto add = [&](uint32_t first, uint32_t count, const AclPart* old) {
-        AclPart part{nullptr, first, count, 0, {}, part_key(keys, first, count)};
-        if (old) {
-            part.ctx = old->ctx;
-            part.method = old->method;
-            part.report = old->report;
-            ++parts_reused_;
-        }
-        parts_.push_back(std::move(part));
-    };
-    for (std::size_t r = 0; r < regions.size(); ++r) {
-        const bool kept_pieces = !whole[r] && std::count(pieces[r].begin(), pieces[r].end(), nullptr) == 0;
-        if (whole[r] || (!kept_pieces && !edit)) {
-            add(regions[r].first, regions[r].count, whole[r]);
-            continue;
-        }
-        for (std::size_t p = 0; p < regions[r].pieces.size(); ++p)
-            add(regions[r].pieces[p].first, regions[r].pieces[p].second, pieces[r][p]);
-    }
+    std::span<const AclPart> running;
+    if (reuse && reuse->family_ == family_ && reuse->method_setting_ == method_setting_) running = reuse->parts_;
+    parts_ = cut_into_parts(keys, counts, expanded_, part_rules, running);
+    parts_reused_ = static_cast<std::size_t>(
+        std::count_if(parts_.begin(), parts_.end(), [](const AclPart& part) { return part.ctx != nullptr; }));
     // The parts to build are expanded first, so that the rules are freed before rte_acl_build's peak.
     std::vector<std::vector<AclRule<F>>> expanded;
     for (const AclPart& part : parts_)

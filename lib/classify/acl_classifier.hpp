@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "classify/acl_parts.hpp"
 #include "classify/rule.hpp"
 #include "common/five_tuple.hpp"
 
@@ -32,24 +33,6 @@ struct ClassifyChoice {
     bool kept = false;  // a method slower than the fastest, kept because it runs now
 };
 ClassifyChoice choose_classify_method(std::span<const std::pair<int, uint64_t>> timings, int keep);
-
-// Two unrelated 64-bit hashes of what a list of rules matches (AclClassifier keeps these instead of its rules).
-struct MatchKey {
-    uint64_t fnv = 0;
-    uint64_t murmur = 0;
-    friend bool operator==(const MatchKey&, const MatchKey&) = default;
-};
-
-// Rules [first, first + count) of a classifier in one rte_acl context, whose userdata is the index within the part
-// (so a context serves wherever its rules sit in a later list). Internal to AclClassifier.
-struct AclPart {
-    std::shared_ptr<rte_acl_ctx> ctx;
-    uint32_t first = 0;
-    uint32_t count = 0;
-    int method = 0;      // its rte_acl_classify_alg
-    std::string report;  // as method_report()
-    MatchKey key;        // of its rules, for the next reload to find it
-};
 
 class AclClassifier {
 public:

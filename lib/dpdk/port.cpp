@@ -52,6 +52,27 @@ bool holds_rss_key(uint16_t port_id, const std::vector<uint8_t>& key) {
     return held == key;
 }
 
+// How a started device spreads packets over its rx_queues (more than one) RX queues, to the log: hash_types 0 (no
+// RSS), the device's own key (rss_key empty), or sluice's symmetric key, which the device may not have kept.
+void log_rss(const std::string& who, uint16_t port_id, uint16_t rx_queues, uint64_t hash_types,
+             const std::vector<uint8_t>& rss_key) {
+    if (hash_types == 0)
+        spdlog::info("{}: the device does no RSS: its driver decides which RX queue a packet lands in (sluice's "
+                     "steering to workers does not depend on it)",
+                     who);
+    else if (rss_key.empty())
+        spdlog::warn("{}: RSS over {} RX queues with the device's own key (it does not say its key size): both "
+                     "directions of a flow may land in different queues",
+                     who, rx_queues);
+    else if (!holds_rss_key(port_id, rss_key))
+        spdlog::warn("{}: RSS over {} RX queues, but the device reports a key other than the symmetric one sluice "
+                     "gave it: both directions of a flow may land in different queues",
+                     who, rx_queues);
+    else
+        spdlog::info("{}: RSS over {} RX queues with a symmetric {}-byte Toeplitz key, hash types {:#x}", who,
+                     rx_queues, rss_key.size(), hash_types);
+}
+
 // Reads an AF_XDP socket's counters; false for any other descriptor. A kernel older than 5.9 fills the first three.
 bool read_xsk_statistics(int fd, xdp_statistics& stats) {
     stats = {};
@@ -226,24 +247,7 @@ void Port::start(uint16_t tx_queues, rte_mempool* pool, bool tx_fast_free) {
     if (ret != 0) throw StartupError(who + ": rte_eth_dev_start: " + errstr(ret));
     started_ = true;
     tx_queues_ = tx_queues;
-    if (spec_.rx_queues > 1) {
-        const uint64_t hash_types = conf.rx_adv_conf.rss_conf.rss_hf;
-        if (hash_types == 0)
-            spdlog::info("{}: the device does no RSS: its driver decides which RX queue a packet lands in (sluice's "
-                         "steering to workers does not depend on it)",
-                         who);
-        else if (rss_key.empty())
-            spdlog::warn("{}: RSS over {} RX queues with the device's own key (it does not say its key size): both "
-                         "directions of a flow may land in different queues",
-                         who, spec_.rx_queues);
-        else if (!holds_rss_key(port_id_, rss_key))
-            spdlog::warn("{}: RSS over {} RX queues, but the device reports a key other than the symmetric one sluice "
-                         "gave it: both directions of a flow may land in different queues",
-                         who, spec_.rx_queues);
-        else
-            spdlog::info("{}: RSS over {} RX queues with a symmetric {}-byte Toeplitz key, hash types {:#x}", who,
-                         spec_.rx_queues, rss_key.size(), hash_types);
-    }
+    if (spec_.rx_queues > 1) log_rss(who, port_id_, spec_.rx_queues, conf.rx_adv_conf.rss_conf.rss_hf, rss_key);
     spdlog::info(
         "{}: {} ({}) port id {}, mac {}, {} RX queue(s) x {} desc, {} TX queue(s) x {} desc, mtu {}, socket {}{}", who,
         spec_.device, info.driver_name, port_id_, format_mac(mac_), spec_.rx_queues, rx_desc, tx_queues, tx_desc,

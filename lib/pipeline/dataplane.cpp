@@ -117,31 +117,36 @@ void Dataplane::build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& init
             }
         }
         if (!plan.worker) continue;
+        set_up_worker(*ctx, spec, next_worker++, syn_cookie_key, socket);
+    }
+}
 
-        ctx->worker_index = next_worker;
-        ctx->syn_cookie_key = syn_cookie_key;
-        ctx->syn_cookie_period_tsc = rte_get_tsc_hz() * kSynCookiePeriodSeconds;
-        ctx->walk_slice_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkSliceUs;
-        ctx->walk_busy_interval_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkBusyIntervalUs;
-        ctx->tx_queue = next_worker;  // one TX queue per worker on every port: no TX locks
-        ctx->neighbour_events = neighbour_events_;
-        ctx->decision_log = decision_log_;
-        if (next_worker == 0) {
-            ctx->neighbour_requests = neighbour_requests_;
-            ctx->pool = spec.solicitation_pool;
-        }
-        if (spec.conntrack) set_up_conntrack(*ctx, spec, next_worker, socket);
-        ++next_worker;
-        for (uint16_t port : spec.tx_port_ids) {
-            auto* buffer = static_cast<rte_eth_dev_tx_buffer*>(
-                rte_zmalloc_socket("sluice_txbuf", RTE_ETH_TX_BUFFER_SIZE(kBurst), kCacheLine, socket));
-            if (!buffer) throw StartupError("out of memory for TX buffers");
-            rte_eth_tx_buffer_init(buffer, kBurst);
-            ctx->tx_drop_sinks[port] = TxDropSink{&ctx->counters, port};
-            rte_eth_tx_buffer_set_err_callback(buffer, count_tx_drops, &ctx->tx_drop_sinks[port]);
-            ctx->tx_buffers[port] = buffer;
-            ctx->tx_ports[ctx->tx_port_count++] = port;
-        }
+// What a worker lcore has besides an RX lcore's: its index and TX queue, the SYN cookie key and walk pacing, the
+// rings to the control thread, its connection table, and a TX buffer per port.
+void Dataplane::set_up_worker(LcoreContext& ctx, const DataplaneSpec& spec, uint16_t worker,
+                              const SipHashKey& syn_cookie_key, int socket) {
+    ctx.worker_index = worker;
+    ctx.syn_cookie_key = syn_cookie_key;
+    ctx.syn_cookie_period_tsc = rte_get_tsc_hz() * kSynCookiePeriodSeconds;
+    ctx.walk_slice_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkSliceUs;
+    ctx.walk_busy_interval_tsc = rte_get_tsc_hz() / 1'000'000 * kWalkBusyIntervalUs;
+    ctx.tx_queue = worker;  // one TX queue per worker on every port: no TX locks
+    ctx.neighbour_events = neighbour_events_;
+    ctx.decision_log = decision_log_;
+    if (worker == 0) {
+        ctx.neighbour_requests = neighbour_requests_;
+        ctx.pool = spec.solicitation_pool;
+    }
+    if (spec.conntrack) set_up_conntrack(ctx, spec, worker, socket);
+    for (uint16_t port : spec.tx_port_ids) {
+        auto* buffer = static_cast<rte_eth_dev_tx_buffer*>(
+            rte_zmalloc_socket("sluice_txbuf", RTE_ETH_TX_BUFFER_SIZE(kBurst), kCacheLine, socket));
+        if (!buffer) throw StartupError("out of memory for TX buffers");
+        rte_eth_tx_buffer_init(buffer, kBurst);
+        ctx.tx_drop_sinks[port] = TxDropSink{&ctx.counters, port};
+        rte_eth_tx_buffer_set_err_callback(buffer, count_tx_drops, &ctx.tx_drop_sinks[port]);
+        ctx.tx_buffers[port] = buffer;
+        ctx.tx_ports[ctx.tx_port_count++] = port;
     }
 }
 

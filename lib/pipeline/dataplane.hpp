@@ -98,6 +98,8 @@ public:
 private:
     void build(const DataplaneSpec& spec, std::unique_ptr<Snapshot>& initial);
     void release();
+    void set_up_worker(LcoreContext& ctx, const DataplaneSpec& spec, uint16_t worker, const SipHashKey& syn_cookie_key,
+                       int socket);
     // A worker's sync rings and refresh intervals.
     void set_up_conntrack(LcoreContext& ctx, const DataplaneSpec& spec, uint16_t worker, int socket);
     void set_up_sync(LcoreContext& ctx, const DataplaneSpec& spec, int socket);

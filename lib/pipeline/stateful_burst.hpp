@@ -1,6 +1,6 @@
-// The stateful stage's per-burst state: what each phase (stateful_stage.cpp) learns of packet i and hands to the
-// next, and the SYN proxy's steps (syn_proxy_steps.cpp) that read and write it. Internal to lib/pipeline; lives on
-// the worker's stack for one call of stateful_burst.
+// The stateful stage's per-burst state: what each phase (stateful_stage.cpp; phases 4 to 6, decide_steps.cpp) learns
+// of packet i and hands to the next, and the steps in other files (the SYN proxy's, TCP window tracking's) that read
+// and write it. Internal to lib/pipeline; lives on the worker's stack for one call of stateful_burst.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +107,27 @@ struct StatefulBurst {
         counter_add(ctx.counters.conn_expired);
     }
 };
+
+// Counts a packet under the rule that allowed it (by its stable id; entries keep it).
+inline void count_rule_traffic(LcoreContext& ctx, uint32_t stable_rule, uint32_t bytes) {
+    if (stable_rule >= kMaxCountedRules) return;  // the default action, or past the counted range
+    RuleTraffic& traffic = ctx.rule_traffic[stable_rule];
+    counter_add(traffic.packets);
+    counter_add(traffic.bytes, bytes);
+}
+
+inline void count_backend_traffic(LcoreContext& ctx, uint32_t backend, uint32_t bytes) {
+    BackendTraffic& traffic = ctx.backend_traffic[backend];
+    counter_add(traffic.packets);
+    counter_add(traffic.bytes, bytes);
+}
+
+// A ping of one of sluice's addresses (a port's, a VIP, a pool address): answered, as a host would; it opens no
+// connection and is never forwarded.
+void answer_echo(StatefulBurst& b, uint16_t i);
+
+// Phases 4 to 6 (decide_steps.cpp) for one family's fresh packets: classify, admit, open.
+void decide(StatefulBurst& b, IpFamily family);
 
 struct TcpSegment;
 

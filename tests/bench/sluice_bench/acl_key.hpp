@@ -1,4 +1,4 @@
-// sluice's rte_acl search key for IPv4 (lib/classify/acl_classifier.cpp, private there), for the in-process
+// sluice's rte_acl search key for IPv4 (lib/classify/acl_layout.hpp, internal to lib/classify), for the in-process
 // references of sections classify and reload: rte_acl_classify on keys built beforehand. If the layout drifts, the
 // results disagree with AclClassifier's and the reference is dropped with a warning.
 #pragma once

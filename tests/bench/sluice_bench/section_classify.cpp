@@ -111,7 +111,7 @@ public:
         if (parted_mismatch)
             std::printf("WARNING: the rules in parts classify %zu tuples otherwise\n", parted_mismatch);
         if (raw_mismatch)
-            std::printf("WARNING: raw rte_acl results differ: the search-key layout copied from acl_classifier.cpp "
+            std::printf("WARNING: raw rte_acl results differ: the search-key layout copied from acl_layout.hpp "
                         "has drifted; the in-process reference is left out\n");
         return raw_mismatch == 0;
     }

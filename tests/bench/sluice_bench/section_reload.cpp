@@ -253,7 +253,7 @@ private:
                     cycles_to_ms(d_, ref_cycles_), mismatches, trace.size());
         if (!reference_valid_)
             std::printf("WARNING: reload: the reference's rte_acl rules are not sluice's (rule count or results "
-                        "differ): the layout copied from acl_classifier.cpp has drifted; the ratios are left out\n");
+                        "differ): the layout copied from acl_layout.hpp has drifted; the ratios are left out\n");
     }
 
     // The pieces' own builds: the rules without the early-drop set, the early-drop set without rules (neither with
