@@ -1,5 +1,5 @@
-// The daemon: staged start (EAL -> ports -> mempools -> tables -> lcores -> control), the control loop, and the
-// staged stop that checks every mbuf came home. Control thread only.
+// The daemon: staged start (EAL -> ports probed -> mempools -> ports started -> tables -> lcores -> control), the
+// control loop, and the staged stop that checks every mbuf came home. Control thread only.
 #pragma once
 
 #include <string>
