@@ -74,6 +74,7 @@ namespace sluice {
       "a client packet of a syn_proxy connection whose backend has not answered yet (it is resent)")                   \
     X(nat_ports_exhausted, "a new NAT connection found no free port toward its backend on the pool address")           \
     X(nat_no_connection, "packet to a NAT pool address that belongs to no connection")                                 \
+    X(nat_reply_taken, "a new NAT connection whose replies' tuple belongs to another tracked connection: refused")     \
     X(to_own_address, "a new packet to one of sluice's own addresses that nothing of sluice's serves: a port's "       \
                       "address (other than a ping), or a VIP on a port or protocol no service listens on")             \
     X(echo_unanswered, "an echo request to one of sluice's addresses that gets no reply (a fragment, IPv6 extension "  \

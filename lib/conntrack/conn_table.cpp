@@ -365,7 +365,7 @@ int32_t ConnTable::insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t p
     const int32_t pos = add_key(tuple, hash, low);
     if (SLUICE_UNLIKELY(pos < 0)) return -1;
     ConnSlot& slot = slots_[pos];
-    if (SLUICE_UNLIKELY(slot.entry.flags & kConnFlagLive)) return -1;  // the tuple belongs to another connection
+    if (SLUICE_UNLIKELY(slot.entry.flags & kConnFlagLive)) return kAliasTaken;
     slot.entry = ConnEntry{};
     slot.alias = ConnAlias{};
     slot.entry.peer = static_cast<uint32_t>(primary);

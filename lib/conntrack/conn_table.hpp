@@ -193,8 +193,10 @@ public:
     int32_t insert(const FiveTuple& tuple, uint32_t hash, ConnState initial, uint32_t rule_index, uint64_t now_tsc);
 
     // Adds a second key for connection `primary` (a NAT connection's backend-side tuple), found by lookup_bulk like
-    // any key; resolve() maps it to the connection. Returns the alias index, or -1 when the table (or its IPv6
-    // share) is full or the tuple is taken (the caller then removes the connection). Removing either removes both.
+    // any key; resolve() maps it to the connection. Returns the alias index, -1 when the table (or its IPv6 share)
+    // is full, or kAliasTaken when the tuple belongs to another connection (the caller then removes the connection).
+    // Removing either removes both.
+    static constexpr int32_t kAliasTaken = -2;
     int32_t insert_alias(const FiveTuple& tuple, uint32_t hash, int32_t primary);
 
     // The connection a looked-up index belongs to; via_alias tells that the packet came by the NAT-side key (so

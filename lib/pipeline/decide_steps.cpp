@@ -196,7 +196,7 @@ bool bind_nat(StatefulBurst& b, uint16_t i, int32_t position, uint32_t backend) 
         b.table.insert_alias(reply, as_guessed ? b.nat_reply_hashes[i] : symmetric_flow_hash(reply), position);
     if (SLUICE_UNLIKELY(alias < 0)) {
         b.forget(position);
-        b.drop(i, DropReason::ct_table_full);
+        b.drop(i, alias == ConnTable::kAliasTaken ? DropReason::nat_reply_taken : DropReason::ct_table_full);
         return false;
     }
     b.table.set_origin(alias, client.src, client.src_port, client.dst, client.dst_port);

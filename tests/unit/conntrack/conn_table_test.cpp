@@ -261,6 +261,14 @@ TEST_CASE("ConnTable: a NAT alias keeps its origin, shift and window apart and l
     CHECK(e.peer == static_cast<uint32_t>(alias));
     CHECK(std::memcmp(&table.window(conn), &window, sizeof window) == 0);  // the alias's line is its own
 
+    // Another connection whose replies would come with the same tuple is told so, apart from a full table.
+    const FiveTuple other_client = v4_tuple(IPPROTO_TCP, 0x0a000009, 40001, 0xc6336401, 443);
+    const int32_t other = table.insert(other_client, symmetric_flow_hash(other_client), ConnState::tcp_syn_sent, 7, 0);
+    REQUIRE(other >= 0);
+    CHECK(table.insert_alias(backend_side, symmetric_flow_hash(backend_side), other) == ConnTable::kAliasTaken);
+    CHECK(table.resolve(alias, via_alias) == conn);  // the first connection keeps its alias
+    table.remove(other);
+
     table.remove(conn);  // the alias goes with its connection
     CHECK(table.size() == 0);
     CHECK(lookup_all(table, {backend_side})[0] < 0);
