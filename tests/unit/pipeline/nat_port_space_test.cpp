@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,8 +47,8 @@ services:
       - {address: 10.1.0.14, port: 8080}
 )";
 
-// One worker with four NAT ports, two backends.
-const char* kFourPorts = R"(
+// One worker with four NAT ports; the services follow.
+const std::string kOneWorkerFourPorts = R"(
 ports:
   - {name: client, device: ring_client}
   - {name: server, device: ring_server}
@@ -58,6 +59,10 @@ forward:
 load_balancer:
   nat_pool: [10.1.0.100]
   nat_ports: 20000-20003
+)";
+
+// Two backends.
+const std::string kFourPorts = kOneWorkerFourPorts + R"(
 services:
   - name: web
     vip: 192.0.2.100
@@ -225,17 +230,7 @@ TEST_CASE("nat: a backend whose port space is full refuses its new connections a
 
 // Two services whose backends share an address: one keeps the client's destination port (80), the other names
 // port 80. Their connections' replies both come from 10.1.0.11:80, so one port space serves both.
-const char* kSharedAddress = R"(
-ports:
-  - {name: client, device: ring_client}
-  - {name: server, device: ring_server}
-lcores: [{id: 1, roles: [rx, worker]}]
-forward:
-  - {from: client, to: server, next_hop_mac: "02:00:00:00:00:0b"}
-  - {from: server, to: client, next_hop_mac: "02:00:00:00:00:0a"}
-load_balancer:
-  nat_pool: [10.1.0.100]
-  nat_ports: 20000-20003
+const std::string kSharedAddress = kOneWorkerFourPorts + R"(
 services:
   - name: keeps-port
     vip: 192.0.2.100
