@@ -82,7 +82,8 @@ class NotifySocket:
     def _read(self):
         while not self.closed:
             try:
-                self.messages.append((time.monotonic(), set(self.sock.recv(4096).decode().split("\n"))))
+                data = self.sock.recv(4096)  # stamped once it came, not when the wait for it began
+                self.messages.append((time.monotonic(), set(data.decode().split("\n"))))
             except socket.timeout:
                 pass
             except OSError:
