@@ -24,6 +24,7 @@ public:
     PrometheusExporter& operator=(const PrometheusExporter&) = delete;
 
 private:
+    std::string listen_;
     std::shared_ptr<SluiceCollector> collector_;
     std::unique_ptr<prometheus::Exposer> exposer_;
 };

@@ -191,7 +191,7 @@ class Lab:
         except TimeoutError:
             raise AssertionError(f"{len(self._out_safe(port))} frames out on {port} after {timeout}s, expected "
                                  f"{total}; drops: {self._drops()}") from None
-        time.sleep(0.3)
+        self.sluice.wait_accounted(self.sent)  # every frame read was sent or dropped: nothing more is on its way
         frames = self.out(port)
         assert len(frames) == total, f"{len(frames)} frames out on {port}, expected {total}; drops: {self._drops()}"
         return frames
