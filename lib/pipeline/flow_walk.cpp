@@ -146,14 +146,15 @@ void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc)
     walk.done.store(true, std::memory_order_release);
 }
 
-void walk_slice(LcoreContext& ctx, uint64_t now_tsc, bool busy) {
+bool walk_slice(LcoreContext& ctx, uint64_t now_tsc, bool busy) {
     FlowWalk* walk = ctx.walk.load(std::memory_order_acquire);
-    if (SLUICE_LIKELY(walk == nullptr) || walk->done.load(std::memory_order_relaxed) || !ctx.conn_table) return;
-    if (busy && now_tsc < ctx.next_walk_tsc) return;
+    if (SLUICE_LIKELY(walk == nullptr) || walk->done.load(std::memory_order_relaxed) || !ctx.conn_table) return false;
+    if (busy && now_tsc < ctx.next_walk_tsc) return false;
     // The slice starts now, not at now_tsc: the iteration's packets took their time already.
     const uint64_t start = rte_rdtsc();
     advance_flow_walk(ctx, *walk, start + ctx.walk_slice_tsc);
     ctx.next_walk_tsc = start + ctx.walk_busy_interval_tsc;
+    return true;
 }
 
 }  // namespace sluice

@@ -69,7 +69,8 @@ constexpr uint64_t kWalkBusyIntervalUs = 200;
 void advance_flow_walk(LcoreContext& ctx, FlowWalk& walk, uint64_t deadline_tsc);
 
 // Owning worker, once per loop iteration: advances the control thread's walk, if one is pending, by one slice when
-// the walk's share allows (see kWalkSliceUs). busy: the iteration moved packets.
-void walk_slice(LcoreContext& ctx, uint64_t now_tsc, bool busy);
+// the walk's share allows (see kWalkSliceUs). busy: the iteration moved packets. Returns whether it walked: an idle
+// worker that walks does not take its idle sleep, which would stretch a walk of a large table to seconds.
+bool walk_slice(LcoreContext& ctx, uint64_t now_tsc, bool busy);
 
 }  // namespace sluice

@@ -225,6 +225,7 @@ int lcore_main(void* arg) {
         const uint64_t now = rte_rdtsc();
         if (was_busy) counter_add(ctx.counters.busy_cycles, now - busy_start);
         uint32_t moved = 0;
+        bool walked = false;
 
         if (ctx.rx) {
             if (SLUICE_LIKELY(phase == Phase::running)) moved += rx_stage(ctx, snapshot, now);
@@ -238,7 +239,7 @@ int lcore_main(void* arg) {
                 send_solicitations(ctx, snapshot);
             if (ctx.conn_table) counter_add(ctx.counters.conn_expired, ctx.conn_table->expire(now, kExpiryBudget));
             if (SLUICE_UNLIKELY(ctx.sync_out != nullptr)) sync_housekeeping(ctx, snapshot, now);
-            walk_slice(ctx, now, moved != 0);
+            walked = walk_slice(ctx, now, moved != 0);
         }
 
         if (SLUICE_UNLIKELY(phase == Phase::draining) && moved == 0) {
@@ -261,6 +262,8 @@ int lcore_main(void* arg) {
         if (moved) {
             counter_add(ctx.counters.busy_polls);
             ctx.idle_streak = 0;
+        } else if (walked) {
+            ctx.idle_streak = 0;  // walking the connections is the work: an idle sleep would wait out each slice
         } else if (ctx.idle_sleep_us && ++ctx.idle_streak >= kIdleStreakBeforeSleep) {
             // Opt-in: lets lcores that share a CPU (or the kernel, in the lab) run. Off by default. The lcore
             // already reported quiescent, so a sleeping lcore delays a snapshot swap by at most one sleep.

@@ -61,12 +61,12 @@ TEST_CASE("a busy worker takes one walk slice per interval, an idle one a slice 
     FlowWalk walk;
     w.ctx.walk.store(&walk);
     const uint64_t now = rte_rdtsc();
-    walk_slice(w.ctx, now, true);
+    CHECK(walk_slice(w.ctx, now, true));
     const uint32_t after_first = walk.cursor;
     REQUIRE(after_first > 0);
-    walk_slice(w.ctx, now + 1, true);  // busy, within the interval: no slice
+    CHECK_FALSE(walk_slice(w.ctx, now + 1, true));  // busy, within the interval: no slice
     CHECK(walk.cursor == after_first);
-    walk_slice(w.ctx, now + 1, false);  // idle: a slice
+    CHECK(walk_slice(w.ctx, now + 1, false));  // idle: a slice (and no idle sleep after it)
     CHECK(walk.cursor > after_first);
     const uint32_t after_idle = walk.cursor;
     walk_slice(w.ctx, rte_rdtsc() + w.ctx.walk_busy_interval_tsc, true);  // busy, the interval over: a slice
@@ -75,7 +75,7 @@ TEST_CASE("a busy worker takes one walk slice per interval, an idle one a slice 
     while (!walk.done.load()) walk_slice(w.ctx, rte_rdtsc(), false);
     CHECK(walk.matched == WalkedWorker::kConnections);
     const uint32_t end = walk.cursor;
-    walk_slice(w.ctx, rte_rdtsc(), false);  // a finished walk is left alone
+    CHECK_FALSE(walk_slice(w.ctx, rte_rdtsc(), false));  // a finished walk is left alone: the worker may sleep
     CHECK(walk.cursor == end);
 }
 
